@@ -1,0 +1,343 @@
+package edge
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+
+	"golang.ngrok.com/muxado/v2"
+
+	"github.com/tunnelkit/tunnelkit/internal/wire"
+)
+
+// Server is an edge: it accepts agent sessions and routes public traffic to
+// them. Its zero value with a Domain set is ready to use, with an in-memory
+// router. A Server must not be copied after first use.
+type Server struct {
+	// Domain is the domain HTTP endpoints live under: an agent that binds
+	// the name "abc" is reached at abc.<Domain>. Required for HTTP.
+	Domain string
+
+	// HTTPPort is the port written into public HTTP URLs handed to agents.
+	// Empty: the port of the first listener given to ServeHTTPListener, or
+	// none (port 80) when the server is only used as an http.Handler.
+	HTTPPort string
+
+	// Router decides where public traffic goes. Nil: a MemoryRouter.
+	Router Router
+
+	// Dialer opens the conn to a route's agent. Nil: the Server itself,
+	// which opens a stream on the agent's session (see DialRoute).
+	Dialer Dialer
+
+	// Authenticate checks the token an agent presents in its hello and
+	// returns the agent's identity, which owns the names it binds. Nil:
+	// every agent is accepted and its identity is its session ID.
+	Authenticate func(ctx context.Context, token string) (identity string, err error)
+
+	// HandshakeTimeout bounds the time an agent has to send its hello, and
+	// any peer to send a stream's header. Zero: 10 s.
+	HandshakeTimeout time.Duration
+
+	// HeartbeatInterval and HeartbeatTimeout set how often the edge pings
+	// each agent and how long it waits for an answer before it closes the
+	// session. Zero: 10 s and 15 s.
+	HeartbeatInterval time.Duration
+	HeartbeatTimeout  time.Duration
+
+	// Logger receives the server's logs. Nil: they are discarded.
+	Logger *slog.Logger
+
+	initOnce sync.Once
+	mem      *MemoryRouter
+	proxy    *httpProxy
+
+	mu        sync.Mutex
+	closed    bool
+	sessions  map[string]*session
+	listeners map[net.Listener]struct{}
+	servers   map[*http.Server]struct{}
+	wg        sync.WaitGroup // session and listener goroutines
+}
+
+func (s *Server) init() {
+	s.initOnce.Do(func() {
+		s.mem = new(MemoryRouter)
+		s.proxy = newHTTPProxy(s)
+	})
+}
+
+func (s *Server) router() Router {
+	if s.Router != nil {
+		return s.Router
+	}
+	s.init()
+	return s.mem
+}
+
+func (s *Server) dialer() Dialer {
+	if s.Dialer != nil {
+		return s.Dialer
+	}
+	return s
+}
+
+func (s *Server) log() *slog.Logger {
+	if s.Logger == nil {
+		return discard
+	}
+	return s.Logger
+}
+
+var discard = slog.New(slog.DiscardHandler)
+
+func (s *Server) handshakeTimeout() time.Duration {
+	if s.HandshakeTimeout > 0 {
+		return s.HandshakeTimeout
+	}
+	return 10 * time.Second
+}
+
+// ServeAgents accepts agent sessions on ln until ln fails or the server is
+// closed, then returns an error (wrapping net.ErrClosed after Close or
+// Shutdown).
+func (s *Server) ServeAgents(ln net.Listener) error {
+	s.init()
+	if !s.trackListener(ln, true) {
+		ln.Close()
+		return fmt.Errorf("edge: %w", net.ErrClosed)
+	}
+	defer s.trackListener(ln, false)
+	var delay time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				s.log().Warn("accept agents", "err", err, "retry_in", delay)
+				time.Sleep(delay)
+				continue
+			}
+			if s.isClosed() {
+				return fmt.Errorf("edge: %w", net.ErrClosed)
+			}
+			return err
+		}
+		delay = 0
+		if !s.goTracked(func() { s.serveSession(c) }) {
+			c.Close()
+		}
+	}
+}
+
+// ServeHTTPListener serves public HTTP on ln until the server is shut down.
+// It returns an error wrapping net.ErrClosed after Close or Shutdown.
+func (s *Server) ServeHTTPListener(ln net.Listener) error {
+	s.init()
+	hs := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: s.handshakeTimeout(),
+		ErrorLog:          slog.NewLogLogger(s.log().Handler(), slog.LevelDebug),
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return fmt.Errorf("edge: %w", net.ErrClosed)
+	}
+	if s.HTTPPort == "" {
+		if _, port, err := net.SplitHostPort(ln.Addr().String()); err == nil {
+			s.HTTPPort = port
+		}
+	}
+	if s.servers == nil {
+		s.servers = map[*http.Server]struct{}{}
+	}
+	s.servers[hs] = struct{}{}
+	s.mu.Unlock()
+	err := hs.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		err = fmt.Errorf("edge: %w", net.ErrClosed)
+	}
+	return err
+}
+
+// Close closes every listener, public HTTP connection and agent session at
+// once, and waits for the server's goroutines. It is safe to call more than
+// once.
+func (s *Server) Close() error {
+	s.stop()
+	s.mu.Lock()
+	for hs := range s.servers {
+		hs.Close()
+	}
+	s.mu.Unlock()
+	s.closeSessions()
+	s.wg.Wait()
+	if s.proxy != nil {
+		s.proxy.transport.CloseIdleConnections()
+	}
+	return nil
+}
+
+// Shutdown stops accepting agents and public connections, lets in-flight
+// requests finish until ctx is done, then closes every session and waits
+// for the server's goroutines. It returns ctx's error when in-flight
+// requests were cut short.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.stop()
+	s.mu.Lock()
+	servers := make([]*http.Server, 0, len(s.servers))
+	for hs := range s.servers {
+		servers = append(servers, hs)
+	}
+	s.mu.Unlock()
+	var err error
+	for _, hs := range servers {
+		if e := hs.Shutdown(ctx); e != nil {
+			hs.Close()
+			err = e
+		}
+	}
+	s.closeSessions()
+	s.wg.Wait()
+	if s.proxy != nil {
+		s.proxy.transport.CloseIdleConnections()
+	}
+	return err
+}
+
+// stop marks the server closed and closes its listeners.
+func (s *Server) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for ln := range s.listeners {
+		ln.Close()
+	}
+}
+
+func (s *Server) closeSessions() {
+	s.mu.Lock()
+	sessions := make([]*session, 0, len(s.sessions))
+	for _, ss := range s.sessions {
+		sessions = append(sessions, ss)
+	}
+	s.mu.Unlock()
+	for _, ss := range sessions {
+		ss.close()
+	}
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+func (s *Server) trackListener(ln net.Listener, add bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !add {
+		delete(s.listeners, ln)
+		return true
+	}
+	if s.closed {
+		return false
+	}
+	if s.listeners == nil {
+		s.listeners = map[net.Listener]struct{}{}
+	}
+	s.listeners[ln] = struct{}{}
+	return true
+}
+
+// goTracked runs f in a goroutine that Close waits for, unless the server is
+// closed.
+func (s *Server) goTracked(f func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Go(f)
+	return true
+}
+
+// Dialer opens the conn that carries one public connection to the agent of
+// a route. The edge writes nothing to the returned conn before the client's
+// bytes and owns it afterwards (it closes it).
+type Dialer interface {
+	DialRoute(ctx context.Context, r Route, c ConnInfo) (net.Conn, error)
+}
+
+// ConnInfo describes a public connection.
+type ConnInfo struct {
+	Client netip.AddrPort // the public client's address
+	Host   string         // the HTTP Host or TLS server name
+}
+
+// DialRoute opens a stream to r's agent on the session this server holds,
+// starting with the proxy header that tells the agent who the client is. It
+// is the default Dialer; a custom Dialer can call it for local routes.
+func (s *Server) DialRoute(ctx context.Context, r Route, c ConnInfo) (net.Conn, error) {
+	if r.Edge != "" {
+		return nil, fmt.Errorf("%w: route held by edge %q", ErrNoSession, r.Edge)
+	}
+	s.mu.Lock()
+	ss := s.sessions[r.SessionID]
+	s.mu.Unlock()
+	if ss == nil {
+		return nil, fmt.Errorf("%w: %s", ErrNoSession, r.SessionID)
+	}
+	return ss.openProxy(ctx, wire.ProxyHeader{
+		TunnelID: r.TunnelID,
+		Proto:    r.Proto,
+		Client:   c.Client,
+		Host:     c.Host,
+	})
+}
+
+// dialRoutes dials the first reachable route of routes, reporting failures
+// to the router so later lookups try those routes last.
+func (s *Server) dialRoutes(ctx context.Context, routes []Route, c ConnInfo) (net.Conn, Route, error) {
+	var errs []error
+	for _, r := range routes {
+		conn, err := s.dialer().DialRoute(ctx, r, c)
+		if err == nil {
+			return conn, r, nil
+		}
+		errs = append(errs, err)
+		if fr, ok := s.router().(failReporter); ok {
+			fr.Fail(r)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if len(errs) == 0 {
+		return nil, Route{}, errNoRoute
+	}
+	return nil, Route{}, errors.Join(errs...)
+}
+
+var errNoRoute = errors.New("edge: no route")
+
+func newID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// muxConfig is the muxado configuration of agent sessions.
+func muxConfig() *muxado.Config {
+	return &muxado.Config{}
+}

@@ -1,0 +1,98 @@
+package wire
+
+import (
+	"encoding/binary"
+	"io"
+	"sync"
+	"time"
+)
+
+// Heartbeat defaults.
+const (
+	DefaultHeartbeatInterval = 10 * time.Second
+	DefaultHeartbeatTimeout  = 15 * time.Second
+)
+
+// Heartbeat pings the peer over a heartbeat stream and calls Dead once when
+// no echo arrived within Interval+Timeout of the last one. It does not rely
+// on write deadlines: a watchdog timer decides, so a peer that stops reading
+// (a frozen network) is detected even while a ping write is stuck. The
+// caller closes the session in Dead, which ends the stream and the
+// heartbeat's goroutines.
+type Heartbeat struct {
+	Interval time.Duration       // zero: DefaultHeartbeatInterval
+	Timeout  time.Duration       // zero: DefaultHeartbeatTimeout
+	RTT      func(time.Duration) // called with each round trip; nil: ignored
+	Dead     func()              // called once when the peer is dead
+}
+
+// Run pings over st, a stream whose type byte was sent, until st fails.
+// It returns when both of its loops have ended.
+func (h *Heartbeat) Run(st io.ReadWriter) {
+	interval := cmp(h.Interval, DefaultHeartbeatInterval)
+	timeout := cmp(h.Timeout, DefaultHeartbeatTimeout)
+	var once sync.Once
+	dead := func() {
+		once.Do(func() {
+			if h.Dead != nil {
+				h.Dead()
+			}
+		})
+	}
+	watchdog := time.AfterFunc(interval+timeout, dead)
+	defer watchdog.Stop()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { pingLoop(st, interval, stop) })
+	var b [8]byte
+	for {
+		if _, err := io.ReadFull(st, b[:]); err != nil {
+			break
+		}
+		watchdog.Reset(interval + timeout)
+		sent := time.Unix(0, int64(binary.BigEndian.Uint64(b[:])))
+		if h.RTT != nil {
+			h.RTT(time.Since(sent))
+		}
+	}
+	close(stop)
+	wg.Wait()
+}
+
+// pingLoop writes a ping with the send time every interval.
+func pingLoop(w io.Writer, interval time.Duration, stop <-chan struct{}) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var b [8]byte
+	for {
+		binary.BigEndian.PutUint64(b[:], uint64(time.Now().UnixNano()))
+		if _, err := w.Write(b[:]); err != nil {
+			return
+		}
+		select {
+		case <-t.C:
+		case <-stop:
+			return
+		}
+	}
+}
+
+// Echo answers the pings of a peer's heartbeat stream until it fails.
+func Echo(st io.ReadWriter) {
+	var b [8]byte
+	for {
+		if _, err := io.ReadFull(st, b[:]); err != nil {
+			return
+		}
+		if _, err := st.Write(b[:]); err != nil {
+			return
+		}
+	}
+}
+
+func cmp(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}

@@ -1,0 +1,236 @@
+// Package wire is the protocol between an agent and an edge: the stream
+// types, the control messages and the header of a proxied connection. Its
+// byte layout is documented in PROTOCOL.md at the root of the module.
+package wire
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+
+	"golang.org/x/crypto/cryptobyte"
+)
+
+// Version is the protocol version this package speaks. An edge and an agent
+// exchange theirs in the hello and use the lower one; an edge refuses a
+// version it does not know.
+const Version = 1
+
+// StreamType is the first byte of every mux stream.
+type StreamType uint8
+
+// The stream types.
+const (
+	// StreamControl is opened by the agent for one request and its
+	// response: [type][u32 length][JSON Request], answered by
+	// [u32 length][JSON Response].
+	StreamControl StreamType = 1
+	// StreamProxy is opened by the edge for one public connection:
+	// [type][u16 length][ProxyHeader], then the connection's bytes.
+	StreamProxy StreamType = 2
+	// StreamHeartbeat is opened by either side once per session: the opener
+	// writes 8-byte pings and the other side echoes each one.
+	StreamHeartbeat StreamType = 3
+)
+
+// MaxMessage bounds a control message.
+const MaxMessage = 64 << 10
+
+// Errors of the protocol.
+var (
+	ErrMessageTooLarge = errors.New("wire: message too large")
+	ErrMalformed       = errors.New("wire: malformed header")
+)
+
+// Control operations.
+const (
+	OpHello  = "hello"
+	OpBind   = "bind"
+	OpUnbind = "unbind"
+)
+
+// Protocols of an endpoint.
+const (
+	ProtoHTTP = "http"
+	ProtoTLS  = "tls"
+	ProtoTCP  = "tcp"
+)
+
+// Request is a control request from agent to edge.
+type Request struct {
+	Op     string  `json:"op"`
+	Hello  *Hello  `json:"hello,omitempty"`
+	Bind   *Bind   `json:"bind,omitempty"`
+	Unbind *Unbind `json:"unbind,omitempty"`
+}
+
+// Response answers a Request. Error is set when it failed.
+type Response struct {
+	Error     *Error     `json:"error,omitempty"`
+	HelloResp *HelloResp `json:"hello,omitempty"`
+	BindResp  *BindResp  `json:"bind,omitempty"`
+}
+
+// Error is a failed request: a stable code and a message for people.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Error codes.
+const (
+	CodeBadRequest   = "bad_request"
+	CodeVersion      = "unsupported_version"
+	CodeUnauthorized = "unauthorized"
+	CodeNameTaken    = "name_taken"
+	CodeNotFound     = "not_found"
+	CodeUnavailable  = "unavailable"
+)
+
+// Hello opens a session. It must be the first request.
+type Hello struct {
+	Version int    `json:"version"`
+	Token   string `json:"token,omitempty"`
+	Agent   string `json:"agent,omitempty"` // software name and version, for logs
+}
+
+// HelloResp accepts a session.
+type HelloResp struct {
+	Version   int    `json:"version"`
+	SessionID string `json:"session_id"`
+}
+
+// Bind asks for a public endpoint.
+type Bind struct {
+	Proto string `json:"proto"`          // ProtoHTTP
+	Name  string `json:"name,omitempty"` // the label under the edge's domain; empty: random
+	// Options is reserved for per-endpoint settings (traffic policy).
+	Options map[string]string `json:"options,omitempty"`
+}
+
+// BindResp grants an endpoint.
+type BindResp struct {
+	TunnelID string `json:"tunnel_id"`
+	URL      string `json:"url"`
+}
+
+// Unbind releases an endpoint.
+type Unbind struct {
+	TunnelID string `json:"tunnel_id"`
+}
+
+// WriteMessage writes a u32 length and v as JSON, with prefix (when not
+// empty) in the same write: a mux stream's first write must not be empty.
+func WriteMessage(w io.Writer, prefix []byte, v any) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(body) > MaxMessage {
+		return ErrMessageTooLarge
+	}
+	buf := make([]byte, 0, len(prefix)+4+len(body))
+	buf = append(buf, prefix...)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(len(body)))
+	buf = append(buf, body...)
+	_, err = w.Write(buf)
+	return err
+}
+
+// ReadMessage reads a message written by WriteMessage into v.
+func ReadMessage(r io.Reader, v any) error {
+	var n [4]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return err
+	}
+	size := binary.BigEndian.Uint32(n[:])
+	if size > MaxMessage {
+		return ErrMessageTooLarge
+	}
+	body := make([]byte, size)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return unexpected(err)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("wire: %w", err)
+	}
+	return nil
+}
+
+// ProxyHeader starts every proxy stream: which endpoint the connection
+// reached and who the client is.
+type ProxyHeader struct {
+	TunnelID string
+	Proto    string         // ProtoHTTP, ProtoTLS, ProtoTCP
+	Client   netip.AddrPort // the public client's address
+	Host     string         // the HTTP Host or TLS server name, when known
+}
+
+// AppendProxyStream appends the opening bytes of a proxy stream: its type
+// and h.
+func AppendProxyStream(b []byte, h ProxyHeader) ([]byte, error) {
+	var bb cryptobyte.Builder
+	bb.AddUint8(uint8(StreamProxy))
+	bb.AddUint16LengthPrefixed(func(b *cryptobyte.Builder) {
+		addString8(b, h.TunnelID)
+		addString8(b, h.Proto)
+		client, _ := h.Client.MarshalBinary()
+		addBytes8(b, client)
+		b.AddUint16LengthPrefixed(func(b *cryptobyte.Builder) { b.AddBytes([]byte(h.Host)) })
+	})
+	out, err := bb.Bytes()
+	if err != nil {
+		return b, fmt.Errorf("wire: proxy header: %w", err)
+	}
+	return append(b, out...), nil
+}
+
+// ReadProxyHeader reads the header of a proxy stream whose type byte was
+// already read.
+func ReadProxyHeader(r io.Reader) (ProxyHeader, error) {
+	var n [2]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return ProxyHeader{}, unexpected(err)
+	}
+	body := make([]byte, binary.BigEndian.Uint16(n[:]))
+	if _, err := io.ReadFull(r, body); err != nil {
+		return ProxyHeader{}, unexpected(err)
+	}
+	return ParseProxyHeader(body)
+}
+
+// ParseProxyHeader parses the body of a proxy header. Unknown trailing
+// fields, which a later version may add, are ignored.
+func ParseProxyHeader(body []byte) (ProxyHeader, error) {
+	s := cryptobyte.String(body)
+	var id, proto, client, host cryptobyte.String
+	if !s.ReadUint8LengthPrefixed(&id) || !s.ReadUint8LengthPrefixed(&proto) ||
+		!s.ReadUint8LengthPrefixed(&client) || !s.ReadUint16LengthPrefixed(&host) {
+		return ProxyHeader{}, ErrMalformed
+	}
+	h := ProxyHeader{TunnelID: string(id), Proto: string(proto), Host: string(host)}
+	if len(client) > 0 {
+		if err := h.Client.UnmarshalBinary(client); err != nil {
+			return ProxyHeader{}, fmt.Errorf("%w: client address: %v", ErrMalformed, err)
+		}
+	}
+	return h, nil
+}
+
+func addString8(b *cryptobyte.Builder, s string) { addBytes8(b, []byte(s)) }
+
+func addBytes8(b *cryptobyte.Builder, p []byte) {
+	b.AddUint8LengthPrefixed(func(b *cryptobyte.Builder) { b.AddBytes(p) })
+}
+
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
