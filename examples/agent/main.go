@@ -1,0 +1,69 @@
+// Command agent exposes a local address through a tunnel edge. It prints
+// the public URL alone on one stdout line and logs to stderr.
+//
+//	agent -edge 127.0.0.1:7000 -url http://abc.example.test -to 127.0.0.1:3001
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/tunnelkit/tunnelkit/agent"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "agent:", err)
+		os.Exit(2)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	edgeAddr := fs.String("edge", "127.0.0.1:7000", "the edge's agent address")
+	url := fs.String("url", "", "public URL to ask for, e.g. http://abc.example.test (empty: a random name)")
+	to := fs.String("to", "", "local address to forward connections to, e.g. 127.0.0.1:3001")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *to == "" {
+		return errors.New("-to is required")
+	}
+	if _, _, err := net.SplitHostPort(*to); err != nil {
+		return fmt.Errorf("-to %q: %v", *to, err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	c := &agent.Client{Addr: *edgeAddr, Logger: log}
+	defer c.Close()
+	setup, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	l, err := c.Listen(setup, *url)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, l.URL())
+	log.Info("forwarding", "url", l.URL(), "to", *to)
+	go func() { <-ctx.Done(); l.Close() }()
+	if err := agent.Forward(l, *to, log); err != nil {
+		return err
+	}
+	if ctx.Err() == nil {
+		return errors.New("session to the edge ended")
+	}
+	return nil
+}

@@ -1,0 +1,189 @@
+// Package examples_test runs the example binaries as a user would: built
+// with go build, started as processes, reached with real clients.
+package examples_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// build compiles the named examples into a temporary directory.
+func build(t *testing.T, names ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	args := append([]string{"build", "-o", dir + string(os.PathSeparator)}, prefix("./", names)...)
+	cmd := exec.Command("go", args...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return dir
+}
+
+func prefix(p string, s []string) []string {
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[i] = p + v
+	}
+	return out
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// start runs a binary and returns a reader of its stdout; the process gets
+// SIGINT at cleanup and must exit cleanly.
+func start(t *testing.T, bin string, args ...string) *bufio.Reader {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGINT)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("%s exited with %v\n%s", filepath.Base(bin), err, stderr.String())
+			}
+		case <-time.After(15 * time.Second):
+			cmd.Process.Kill()
+			t.Errorf("%s did not exit on SIGINT\n%s", filepath.Base(bin), stderr.String())
+		}
+	})
+	return bufio.NewReader(stdout)
+}
+
+// readURL reads the one stdout line a tunnel binary prints: its URL.
+func readURL(t *testing.T, r *bufio.Reader) string {
+	t.Helper()
+	line, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the URL line: %v (%q)", err, line)
+	}
+	go io.Copy(io.Discard, r)
+	return strings.TrimSpace(line)
+}
+
+func waitListening(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never listened", addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// getVia fetches url with every name resolved to the edge at addr.
+func getVia(t *testing.T, addr, url string) string {
+	t.Helper()
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+	}}
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	return string(b)
+}
+
+func TestEdgeAgentHello(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds binaries")
+	}
+	bin := build(t, "edge", "agent", "hello")
+	agents, pub := freePort(t), freePort(t)
+	start(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test")
+	waitListening(t, agents)
+	waitListening(t, pub)
+	_, port, _ := net.SplitHostPort(pub)
+
+	// A local app, exposed by the agent binary.
+	app := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "local app saw %s from %s", r.Host, r.Header.Get("X-Forwarded-For"))
+	})}
+	appLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go app.Serve(appLn)
+	t.Cleanup(func() { app.Close() })
+
+	url := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-url", "http://abc.example.test", "-to", appLn.Addr().String()))
+	if want := "http://abc.example.test:" + port; url != want {
+		t.Fatalf("agent printed %q, want %q", url, want)
+	}
+	if got, want := getVia(t, pub, url+"/"), "local app saw abc.example.test:"+port+" from 127.0.0.1"; got != want {
+		t.Fatalf("through agent: %q, want %q", got, want)
+	}
+
+	url = readURL(t, start(t, filepath.Join(bin, "hello"), "-edge", agents))
+	if !strings.HasPrefix(url, "http://") || !strings.HasSuffix(url, ".example.test:"+port) {
+		t.Fatalf("hello printed %q", url)
+	}
+	if got := getVia(t, pub, url+"/x"); !strings.Contains(got, "Hello from behind the tunnel!") || !strings.Contains(got, "You are 127.0.0.1:") {
+		t.Fatalf("hello answered %q", got)
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds binaries")
+	}
+	bin := build(t, "edge", "agent")
+	for _, c := range [][]string{
+		{"edge", "-domain", ""},
+		{"edge", "-nope"},
+		{"agent", "-to", ""},
+		{"agent", "-to", "no-port"},
+		{"agent", "-to", "127.0.0.1:1", "-url", "ftp://x"},
+	} {
+		out, err := exec.Command(filepath.Join(bin, c[0]), c[1:]...).CombinedOutput()
+		if err == nil {
+			t.Errorf("%v succeeded", c)
+			continue
+		}
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || len(out) == 0 {
+			t.Errorf("%v: %v, output %q; want exit 2 with a message", c, err, out)
+		}
+	}
+}
