@@ -1,0 +1,235 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/edge"
+)
+
+// startEdge runs an edge whose router the test can query, and returns it
+// with its agent address.
+func startEdge(t *testing.T) (*edge.Server, *edge.MemoryRouter, string) {
+	t.Helper()
+	rt := &edge.MemoryRouter{}
+	srv := &edge.Server{Domain: "example.test", Router: rt}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); srv.ServeAgents(ln) }()
+	t.Cleanup(func() { srv.Close(); <-done })
+	return srv, rt, ln.Addr().String()
+}
+
+// dialEndpoint opens a raw connection to the agent behind name, as the edge
+// does for a public client at client.
+func dialEndpoint(t *testing.T, srv *edge.Server, rt *edge.MemoryRouter, name string, client netip.AddrPort) net.Conn {
+	t.Helper()
+	routes, _ := rt.Lookup(context.Background(), "http", name)
+	if len(routes) == 0 {
+		t.Fatalf("no route for %s", name)
+	}
+	c, err := srv.DialRoute(context.Background(), routes[0], edge.ConnInfo{Client: client, Host: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestConnRemoteAddrAndHost(t *testing.T) {
+	srv, rt, addr := startEdge(t)
+	c := &agent.Client{Addr: addr}
+	defer c.Close()
+	l, err := c.Listen(context.Background(), "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := netip.MustParseAddrPort("[2001:db8::7]:40000")
+	pc := dialEndpoint(t, srv, rt, "app.example.test", client)
+	defer pc.Close()
+	conn, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if got := conn.RemoteAddr().String(); got != "[2001:db8::7]:40000" {
+		t.Fatalf("RemoteAddr = %q", got)
+	}
+	ac := conn.(*agent.Conn)
+	if ac.Host() != "app.example.test" || ac.Proto() != "http" {
+		t.Fatalf("Host, Proto = %q, %q", ac.Host(), ac.Proto())
+	}
+	// The edge's stream reaches the agent before any client byte: a
+	// server-speaks-first app can greet.
+	io.WriteString(conn, "220 hello\r\n")
+	buf := make([]byte, 11)
+	if _, err := io.ReadFull(pc, buf); err != nil || string(buf) != "220 hello\r\n" {
+		t.Fatalf("greeting: %q, %v", buf, err)
+	}
+}
+
+// TestForwardHalfClose sends a payload, half-closes, and checks that every
+// byte the upstream sends after the half-close still arrives.
+func TestForwardHalfClose(t *testing.T) {
+	srv, rt, addr := startEdge(t)
+	// Upstream: reads to EOF, then answers with the payload's hash and a
+	// trailer, then closes.
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	go func() {
+		for {
+			c, err := up.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				h := sha256.New()
+				io.Copy(h, c)
+				c.Write(h.Sum(nil))
+				c.Write(bytes.Repeat([]byte("after-half-close "), 20000))
+			}()
+		}
+	}()
+	c := &agent.Client{Addr: addr}
+	defer c.Close()
+	l, err := c.Listen(context.Background(), "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwd := make(chan error, 1)
+	go func() { fwd <- agent.Forward(l, up.Addr().String(), nil) }()
+
+	pc := dialEndpoint(t, srv, rt, "echo.example.test", netip.MustParseAddrPort("192.0.2.1:1234"))
+	defer pc.Close()
+	payload := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	go func() {
+		pc.Write(payload)
+		pc.(interface{ CloseWrite() error }).CloseWrite()
+	}()
+	got, err := io.ReadAll(pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(payload)
+	want := append(sum[:], bytes.Repeat([]byte("after-half-close "), 20000)...)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("got %d bytes back, want %d (hash ok: %v)", len(got), len(want), len(got) >= 32 && bytes.Equal(got[:32], sum[:]))
+	}
+	l.Close()
+	if err := <-fwd; err != nil {
+		t.Fatalf("Forward: %v", err)
+	}
+}
+
+func TestCloseEndsListeners(t *testing.T) {
+	_, rt, addr := startEdge(t)
+	c := &agent.Client{Addr: addr}
+	l1, err := c.Listen(context.Background(), "one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := c.Listen(context.Background(), "two")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for _, l := range []net.Listener{l1, l2} {
+		wg.Go(func() {
+			if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
+				t.Errorf("Accept: %v, want net.ErrClosed", err)
+			}
+		})
+	}
+	c.Close()
+	wg.Wait()
+	c.Close() // idempotent
+	l1.Close()
+	for _, name := range []string{"one.example.test", "two.example.test"} {
+		waitNoRoute(t, rt, name)
+	}
+	if _, err := c.Listen(context.Background(), "three"); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Listen after Close: %v", err)
+	}
+}
+
+func waitNoRoute(t *testing.T, rt *edge.MemoryRouter, name string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		routes, _ := rt.Lookup(context.Background(), "http", name)
+		if len(routes) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("route %s still there", name)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestEdgeGoneEndsListener(t *testing.T) {
+	srv, _, addr := startEdge(t)
+	l, err := agent.Listen(context.Background(), addr, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	srv.Close()
+	if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Accept after the edge closed: %v", err)
+	}
+}
+
+func TestListenErrors(t *testing.T) {
+	_, _, addr := startEdge(t)
+	for _, ep := range []string{"tcp://x", "http://a/path", "http://user@a", "::::"} {
+		if _, err := agent.Listen(context.Background(), addr, ep); err == nil {
+			t.Errorf("Listen(%q) succeeded", ep)
+		}
+	}
+	// Nothing listening: a dial error, promptly.
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := ln.Addr().String()
+	ln.Close()
+	if _, err := agent.Listen(context.Background(), dead, "x"); err == nil {
+		t.Error("Listen to a closed port succeeded")
+	}
+	// A context that ends bounds the setup.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := agent.Listen(ctx, addr, "x"); err == nil {
+		t.Error("Listen with a cancelled context succeeded")
+	}
+	// An edge that accepts TCP but never answers the hello.
+	silent, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer silent.Close()
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := agent.Listen(ctx, silent.Addr().String(), "x"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Listen to a silent edge: %v, want context.DeadlineExceeded", err)
+	}
+}

@@ -1,0 +1,15 @@
+// Package agent is the app side of a tunnel: a session to an edge whose
+// listeners receive the public connections that reach the edge.
+//
+// Typical use, an HTTP app exposing itself:
+//
+//	l, err := agent.Listen(ctx, "edge.example.com:7000", "http://myapp")
+//	if err != nil {
+//		return err
+//	}
+//	fmt.Println("public URL:", l.URL())
+//	return http.Serve(l, handler) // r.RemoteAddr is the real client
+//
+// A [Client] carries several listeners over one session; [Forward] copies a
+// listener's connections to a local address ("expose localhost:3000").
+package agent

@@ -1,0 +1,21 @@
+// Package edge is the public side of a tunnel: it accepts agent sessions
+// and routes public traffic to them. HTTP requests are routed by Host: an
+// agent that binds the name "abc" is reached at abc.<Domain>.
+//
+// Typical use, in a control plane of your own:
+//
+//	srv := &edge.Server{Domain: "example.test", Logger: slog.Default()}
+//	go srv.ServeAgents(agentListener)   // agents connect here
+//	go srv.ServeHTTPListener(httpListener) // or mount srv as an http.Handler
+//	...
+//	srv.Shutdown(ctx)
+//
+// Where traffic goes is decided by a [Router] (an in-memory [MemoryRouter]
+// by default) and how the agent is reached by a [Dialer] (by default a
+// stream on the agent's session held by this Server). Both are small
+// interfaces over plain data, so that a control plane can keep routes in its
+// own store and reach agents connected to other edges.
+//
+// The protocol between agent and edge is described in PROTOCOL.md at the
+// root of the module.
+package edge
