@@ -1,0 +1,5 @@
+//go:build race
+
+package sni
+
+const raceEnabled = true
