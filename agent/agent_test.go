@@ -182,16 +182,40 @@ func waitNoRoute(t *testing.T, rt *edge.MemoryRouter, name string) {
 	}
 }
 
-func TestEdgeGoneEndsListener(t *testing.T) {
+func TestEdgeGoneListenerStaysUntilClose(t *testing.T) {
 	srv, _, addr := startEdge(t)
-	l, err := agent.Listen(context.Background(), addr, "app")
+	var events sync.Map
+	c := &agent.Client{Addr: addr, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
+		OnEvent: func(e agent.Event) { events.Store(e.Kind, true) }}
+	l, err := c.Listen(context.Background(), "app")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
 	srv.Close()
-	if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
-		t.Fatalf("Accept after the edge closed: %v", err)
+	waitEvent := func(k agent.EventKind) {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if _, ok := events.Load(k); ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %v event", k)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitEvent(agent.Disconnected)
+	waitEvent(agent.Reconnecting)
+	accepted := make(chan error, 1)
+	go func() { _, err := l.Accept(); accepted <- err }()
+	select {
+	case err := <-accepted:
+		t.Fatalf("Accept returned %v while the client reconnects", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	c.Close()
+	if err := <-accepted; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Accept after Close: %v", err)
 	}
 }
 

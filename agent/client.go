@@ -2,12 +2,16 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
+	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -20,7 +24,6 @@ import (
 // Errors of the agent. Errors from the edge wrap one of these, so callers
 // can tell them apart with errors.Is.
 var (
-	ErrClosed       = net.ErrClosed
 	ErrUnauthorized = errors.New("agent: edge refused the token")
 	ErrNameTaken    = errors.New("agent: name taken")
 	ErrRefused      = errors.New("agent: edge refused the request")
@@ -28,7 +31,11 @@ var (
 
 // Client is one session to an edge, carrying any number of listeners. Its
 // zero value with Addr set is ready to use: the session is opened by the
-// first Listen. A Client must not be copied after first use.
+// first Listen. When the session ends while listeners are open, the client
+// reconnects on its own, with exponential backoff and jitter, forever until
+// closed, and binds every listener's endpoint again with the same name: the
+// listeners stay open across the gap. A Client must not be copied after
+// first use.
 type Client struct {
 	// Addr is the edge's agent address, "host:port".
 	Addr string
@@ -36,7 +43,16 @@ type Client struct {
 	// Token is presented to the edge in the hello. Empty: none.
 	Token string
 
-	// DialContext opens the transport to the edge. Nil: a net.Dialer.
+	// TLSConfig is the configuration for TLS to the edge. Nil: TLS with the
+	// system's roots and Addr's host as the server name, except that a
+	// loopback Addr ("127.0.0.1:7000", "localhost:7000") is plaintext.
+	TLSConfig *tls.Config
+
+	// Plaintext connects without TLS, whatever Addr is. Use it only for an
+	// edge behind a TLS-terminating proxy or on a private network.
+	Plaintext bool
+
+	// DialContext opens the TCP connection to the edge. Nil: a net.Dialer.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	// HeartbeatInterval and HeartbeatTimeout set how often the agent pings
@@ -45,19 +61,75 @@ type Client struct {
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
 
+	// MinBackoff and MaxBackoff bound the wait before each reconnection
+	// attempt: it starts at MinBackoff and doubles up to MaxBackoff, each
+	// wait drawn at random between half and all of it. Zero: 250 ms and
+	// 30 s.
+	MinBackoff time.Duration
+	MaxBackoff time.Duration
+
+	// OnEvent, if not nil, is called for each change of the session's
+	// state, from the client's goroutines; it must not block.
+	OnEvent func(Event)
+
 	// Logger receives the client's logs. Nil: they are discarded.
 	Logger *slog.Logger
 
+	connectMu sync.Mutex // serialises opening sessions
+	// binding is held for reading from a bind request until its listener
+	// is registered: a proxy stream for a tunnel ID not known yet waits for
+	// the binds in flight (the edge may route to an endpoint before the
+	// agent has read the answer to its bind).
+	binding sync.RWMutex
+
 	mu        sync.Mutex
-	mux       muxado.Session
+	mux       muxado.Session // nil while disconnected
 	sessionID string
-	listeners map[string]*Listener // by tunnel ID
+	listeners map[*Listener]struct{}
+	byTunnel  map[string]*Listener
 	closed    bool
+	ctx       context.Context // cancelled by Close
+	cancel    context.CancelFunc
+	redialing bool
 	wg        sync.WaitGroup
 }
 
+// EventKind says what happened to a client's session.
+type EventKind int
+
+// The kinds of events.
+const (
+	// Connected: a session is open (again); listeners are bound.
+	Connected EventKind = iota + 1
+	// Disconnected: the session ended; Err says why.
+	Disconnected
+	// Reconnecting: an attempt starts after Delay; Err is why the previous
+	// attempt failed, if one did.
+	Reconnecting
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case Connected:
+		return "connected"
+	case Disconnected:
+		return "disconnected"
+	case Reconnecting:
+		return "reconnecting"
+	}
+	return "EventKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Event is a change of a client's session state.
+type Event struct {
+	Kind    EventKind
+	Err     error         // the cause, for Disconnected and failed attempts
+	Attempt int           // for Reconnecting: 1 for the first attempt
+	Delay   time.Duration // for Reconnecting: the wait before the attempt
+}
+
 // Listen opens a session to the edge at edgeAddr and binds one endpoint
-// there; see Client.Listen for endpoint. The session belongs to the
+// there; see Endpoint.URL for endpoint. The session belongs to the
 // listener: closing the listener closes it.
 func Listen(ctx context.Context, edgeAddr, endpoint string) (*Listener, error) {
 	c := &Client{Addr: edgeAddr}
@@ -70,45 +142,79 @@ func Listen(ctx context.Context, edgeAddr, endpoint string) (*Listener, error) {
 	return l, nil
 }
 
-// Listen binds a public endpoint on the edge and returns the listener its
-// connections arrive on. endpoint names it: "http://abc.example.test",
-// "http://abc" or "abc" ask for the name abc under the edge's domain; ""
-// or "http://" ask for a random name. ctx bounds the setup only.
-func (c *Client) Listen(ctx context.Context, endpoint string) (*Listener, error) {
-	bind, err := parseEndpoint(endpoint)
+// Endpoint describes a public endpoint to bind on the edge.
+type Endpoint struct {
+	// URL names the endpoint:
+	//   - "http://abc", "abc" or "http://abc.example.test": HTTP requests for
+	//     abc under the edge's domain; "" or "http://": a random name.
+	//   - "tls://app.example.test", "tls://*.app.example.test": TLS
+	//     connections whose server name matches, passed through untouched
+	//     (the app terminates TLS).
+	//   - "tcp://" for any free port, "tcp://:20001" for that port.
+	// A port in an http or tls URL is ignored: the edge's ports apply.
+	URL string
+
+	// Pool joins the endpoint when this agent's identity already holds
+	// it, so that several sessions share its connections, rather than
+	// fail with ErrNameTaken.
+	Pool bool
+}
+
+// Listen binds the public endpoint named by url on the edge (see
+// Endpoint.URL) and returns the listener its connections arrive on. ctx
+// bounds the setup only.
+func (c *Client) Listen(ctx context.Context, url string) (*Listener, error) {
+	return c.ListenEndpoint(ctx, Endpoint{URL: url})
+}
+
+// ListenEndpoint binds ep on the edge and returns the listener its
+// connections arrive on. ctx bounds the setup only.
+func (c *Client) ListenEndpoint(ctx context.Context, ep Endpoint) (*Listener, error) {
+	bind, err := parseEndpoint(ep.URL)
 	if err != nil {
 		return nil, err
 	}
+	bind.Pool = ep.Pool
 	mux, err := c.session(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var resp wire.Response
-	if err := c.call(ctx, mux, wire.Request{Op: wire.OpBind, Bind: &bind}, &resp); err != nil {
+	c.binding.RLock()
+	defer c.binding.RUnlock()
+	resp, err := c.bind(ctx, mux, bind)
+	if err != nil {
 		return nil, err
 	}
-	if resp.BindResp == nil {
-		return nil, fmt.Errorf("%w: bind answered without an endpoint", ErrRefused)
-	}
 	l := &Listener{
-		c:        c,
-		tunnelID: resp.BindResp.TunnelID,
-		url:      resp.BindResp.URL,
-		conns:    make(chan net.Conn),
-		done:     make(chan struct{}),
+		c:     c,
+		conns: make(chan net.Conn),
+		done:  make(chan struct{}),
 	}
+	l.setBound(bind, resp)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil, fmt.Errorf("agent: %w", net.ErrClosed)
 	}
-	c.listeners[l.tunnelID] = l
+	c.listeners[l] = struct{}{}
+	c.byTunnel[resp.TunnelID] = l
 	c.mu.Unlock()
-	c.log().Info("listening", "url", l.url)
+	c.log().Info("listening", "url", resp.URL)
 	return l, nil
 }
 
-// parseEndpoint turns Listen's endpoint argument into a bind request.
+func (c *Client) bind(ctx context.Context, mux muxado.Session, b wire.Bind) (*wire.BindResp, error) {
+	var resp wire.Response
+	if err := c.call(ctx, mux, wire.Request{Op: wire.OpBind, Bind: &b}, &resp); err != nil {
+		return nil, err
+	}
+	if resp.BindResp == nil {
+		return nil, fmt.Errorf("%w: bind answered without an endpoint", ErrRefused)
+	}
+	return resp.BindResp, nil
+}
+
+// parseEndpoint turns an endpoint URL into a bind request.
 func parseEndpoint(endpoint string) (wire.Bind, error) {
 	b := wire.Bind{Proto: wire.ProtoHTTP}
 	if endpoint == "" {
@@ -121,27 +227,62 @@ func parseEndpoint(endpoint string) (wire.Bind, error) {
 	if err != nil {
 		return b, fmt.Errorf("agent: endpoint %q: %w", endpoint, err)
 	}
-	if u.Scheme != "http" {
-		return b, fmt.Errorf("agent: endpoint %q: unsupported scheme %q", endpoint, u.Scheme)
-	}
-	if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.User != nil {
+	if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.User != nil || u.Fragment != "" {
 		return b, fmt.Errorf("agent: endpoint %q: want scheme://name only", endpoint)
 	}
-	// The name is the leftmost label; the edge adds its own domain.
-	b.Name, _, _ = strings.Cut(u.Hostname(), ".")
+	switch u.Scheme {
+	case wire.ProtoHTTP, wire.ProtoTLS:
+		b.Proto = u.Scheme
+		b.Name = u.Hostname()
+		if b.Proto == wire.ProtoTLS && b.Name == "" {
+			return b, fmt.Errorf("agent: endpoint %q: a tls endpoint needs a name", endpoint)
+		}
+	case wire.ProtoTCP:
+		b.Proto = wire.ProtoTCP
+		if u.Hostname() != "" && u.Port() == "" {
+			return b, fmt.Errorf("agent: endpoint %q: want tcp:// or tcp://:PORT", endpoint)
+		}
+		if p := u.Port(); p != "" {
+			port, err := strconv.Atoi(p)
+			if err != nil || port < 1 || port > 65535 {
+				return b, fmt.Errorf("agent: endpoint %q: bad port", endpoint)
+			}
+			b.Port = port
+		}
+	default:
+		return b, fmt.Errorf("agent: endpoint %q: unsupported scheme %q (want http, tls or tcp)", endpoint, u.Scheme)
+	}
 	return b, nil
 }
 
-// session returns the open session, opening it first if needed.
+// session returns the open session, opening one first if needed.
 func (c *Client) session(ctx context.Context) (muxado.Session, error) {
+	c.connectMu.Lock()
+	defer c.connectMu.Unlock()
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	c.initLocked()
+	closed, mux := c.closed, c.mux
+	c.mu.Unlock()
+	if closed {
 		return nil, fmt.Errorf("agent: %w", net.ErrClosed)
 	}
-	if c.mux != nil {
-		return c.mux, nil
+	if mux != nil {
+		return mux, nil
 	}
+	return c.connect(ctx)
+}
+
+func (c *Client) initLocked() {
+	if c.listeners == nil {
+		c.listeners = map[*Listener]struct{}{}
+		c.byTunnel = map[string]*Listener{}
+		c.ctx, c.cancel = context.WithCancel(context.Background())
+	}
+}
+
+// connect opens a session: the transport, the mux, the hello. It installs
+// the session and starts its goroutines. The caller holds connectMu.
+func (c *Client) connect(ctx context.Context) (muxado.Session, error) {
 	if c.Addr == "" {
 		return nil, errors.New("agent: Client.Addr is empty")
 	}
@@ -153,28 +294,65 @@ func (c *Client) session(ctx context.Context) (muxado.Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: dial edge: %w", err)
 	}
-	mux := muxado.Client(conn, &muxado.Config{})
-	if c.listeners == nil {
-		c.listeners = map[string]*Listener{}
+	if cfg := c.tlsConfig(); cfg != nil {
+		tc := tls.Client(conn, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("agent: TLS to edge: %w", err)
+		}
+		conn = tc
 	}
-	// Serve the edge's streams before the hello, so its heartbeat is
+	mux := muxado.Client(conn, wire.MuxConfig())
+	// Serve the edge's streams before the hello, so that its heartbeat is
 	// answered from the start.
-	c.wg.Go(func() { c.acceptLoop(mux) })
+	accepting := make(chan struct{})
+	c.wg.Go(func() { c.acceptLoop(mux, accepting) })
 	var resp wire.Response
 	hello := wire.Request{Op: wire.OpHello, Hello: &wire.Hello{Version: wire.Version, Token: c.Token, Agent: "tunnelkit-agent"}}
-	if err := c.call(ctx, mux, hello, &resp); err != nil {
+	err = c.call(ctx, mux, hello, &resp)
+	if err == nil && resp.HelloResp == nil {
+		err = fmt.Errorf("%w: hello answered without a session", ErrRefused)
+	}
+	c.mu.Lock()
+	if err == nil && c.closed {
+		err = fmt.Errorf("agent: %w", net.ErrClosed)
+	}
+	if err != nil {
+		c.mu.Unlock()
+		close(accepting)
 		mux.Close()
 		return nil, err
-	}
-	if resp.HelloResp == nil {
-		mux.Close()
-		return nil, fmt.Errorf("%w: hello answered without a session", ErrRefused)
 	}
 	c.mux = mux
 	c.sessionID = resp.HelloResp.SessionID
 	c.wg.Go(func() { c.heartbeat(mux) })
-	c.log().Info("connected to edge", "edge", c.Addr, "session", c.sessionID)
+	c.mu.Unlock()
+	close(accepting)
+	c.log().Info("connected to edge", "edge", c.Addr, "session", resp.HelloResp.SessionID)
+	c.emit(Event{Kind: Connected})
 	return mux, nil
+}
+
+// tlsConfig returns the TLS configuration to the edge, or nil for
+// plaintext.
+func (c *Client) tlsConfig() *tls.Config {
+	if c.Plaintext {
+		return nil
+	}
+	if c.TLSConfig != nil {
+		return c.TLSConfig
+	}
+	host, _, err := net.SplitHostPort(c.Addr)
+	if err != nil {
+		host = c.Addr
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if a, err := netip.ParseAddr(host); err == nil && a.IsLoopback() {
+		return nil
+	}
+	return &tls.Config{ServerName: host}
 }
 
 // call sends one control request on its own stream and reads the answer.
@@ -213,43 +391,140 @@ func ctxErr(ctx context.Context, err error) error {
 	return err
 }
 
-// acceptLoop accepts the edge's streams until the session ends.
-func (c *Client) acceptLoop(mux muxado.Session) {
+// acceptLoop accepts the edge's streams until the session ends. Proxy
+// streams wait for accepting, closed once the session is installed.
+func (c *Client) acceptLoop(mux muxado.Session, accepting <-chan struct{}) {
 	var wg sync.WaitGroup
 	for {
 		st, err := mux.AcceptStream()
 		if err != nil {
 			break
 		}
-		wg.Go(func() { c.handleStream(st) })
+		wg.Go(func() { c.handleStream(st, accepting) })
 	}
 	wg.Wait()
 	c.sessionEnded(mux)
 }
 
-// sessionEnded forgets a session that died and ends its listeners.
+// sessionEnded forgets a session that died and reconnects when listeners
+// are open.
 func (c *Client) sessionEnded(mux muxado.Session) {
+	localErr, _, _ := mux.Wait()
 	c.mu.Lock()
 	if c.mux != mux {
 		c.mu.Unlock()
 		return
 	}
 	c.mux = nil
-	ls := c.listeners
-	c.listeners = map[string]*Listener{}
+	c.byTunnel = map[string]*Listener{}
 	closed := c.closed
+	redial := !closed && len(c.listeners) > 0 && !c.redialing
+	if redial {
+		c.redialing = true
+		c.wg.Go(c.reconnectLoop)
+	}
 	c.mu.Unlock()
 	if !closed {
-		c.log().Warn("session to edge ended", "edge", c.Addr)
+		c.log().Warn("session to edge ended", "edge", c.Addr, "err", localErr)
+		c.emit(Event{Kind: Disconnected, Err: localErr})
 	}
+}
+
+// reconnectLoop opens a new session and binds every open listener again,
+// with backoff between attempts, until it succeeds or the client closes.
+func (c *Client) reconnectLoop() {
+	defer func() {
+		c.mu.Lock()
+		c.redialing = false
+		c.mu.Unlock()
+	}()
+	minB, maxB := c.MinBackoff, c.MaxBackoff
+	if minB <= 0 {
+		minB = 250 * time.Millisecond
+	}
+	if maxB <= 0 {
+		maxB = 30 * time.Second
+	}
+	backoff := minB
+	var lastErr error
+	for attempt := 1; ; attempt++ {
+		delay := backoff/2 + rand.N(backoff/2+1)
+		backoff = min(2*backoff, maxB)
+		c.log().Info("reconnecting", "edge", c.Addr, "attempt", attempt, "in", delay.Round(time.Millisecond))
+		c.emit(Event{Kind: Reconnecting, Attempt: attempt, Delay: delay, Err: lastErr})
+		t := time.NewTimer(delay)
+		select {
+		case <-c.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, 15*time.Second)
+		err := c.rebindAll(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		lastErr = err
+		c.log().Warn("reconnect failed", "edge", c.Addr, "attempt", attempt, "err", err)
+	}
+}
+
+// rebindAll opens a session and binds each open listener's endpoint again.
+// A listener whose endpoint is refused for good (its name taken by another
+// identity) is closed with that error; the others go on.
+func (c *Client) rebindAll(ctx context.Context) error {
+	c.connectMu.Lock()
+	defer c.connectMu.Unlock()
+	c.mu.Lock()
+	mux, closed := c.mux, c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil
+	}
+	if mux == nil {
+		var err error
+		if mux, err = c.connect(ctx); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	ls := make([]*Listener, 0, len(c.listeners))
+	for l := range c.listeners {
+		ls = append(ls, l)
+	}
+	c.mu.Unlock()
+	c.binding.RLock()
+	defer c.binding.RUnlock()
 	for _, l := range ls {
-		l.shut()
+		b := l.rebindRequest()
+		resp, err := c.bind(ctx, mux, b)
+		if errors.Is(err, ErrNameTaken) || errors.Is(err, ErrRefused) {
+			c.log().Warn("endpoint lost", "url", l.URL(), "err", err)
+			c.mu.Lock()
+			delete(c.listeners, l)
+			c.mu.Unlock()
+			l.fail(err)
+			continue
+		}
+		if err != nil {
+			mux.Close() // try again with a new session
+			return err
+		}
+		if resp.URL != l.URL() {
+			c.log().Warn("endpoint came back under another URL", "was", l.URL(), "now", resp.URL)
+		}
+		l.setBound(b, resp)
+		c.mu.Lock()
+		c.byTunnel[resp.TunnelID] = l
+		c.mu.Unlock()
 	}
+	return nil
 }
 
 // handleStream reads the header of a stream the edge opened and hands it to
 // its listener.
-func (c *Client) handleStream(st muxado.Stream) {
+func (c *Client) handleStream(st muxado.Stream, accepting <-chan struct{}) {
 	st.SetReadDeadline(time.Now().Add(10 * time.Second))
 	var t [1]byte
 	if _, err := io.ReadFull(st, t[:]); err != nil {
@@ -261,6 +536,13 @@ func (c *Client) handleStream(st muxado.Stream) {
 		st.SetReadDeadline(time.Time{})
 		wire.Echo(st)
 		st.Close()
+	case wire.StreamGoAway:
+		var g wire.GoAway
+		err := wire.ReadMessage(st, &g)
+		st.Close()
+		if err == nil {
+			c.log().Info("edge is going away; will reconnect when the session ends", "edge", c.Addr, "reason", printable(g.Message))
+		}
 	case wire.StreamProxy:
 		h, err := wire.ReadProxyHeader(st)
 		st.SetReadDeadline(time.Time{})
@@ -269,9 +551,20 @@ func (c *Client) handleStream(st muxado.Stream) {
 			st.Close()
 			return
 		}
-		c.mu.Lock()
-		l := c.listeners[h.TunnelID]
-		c.mu.Unlock()
+		select {
+		case <-accepting:
+		case <-c.ctx.Done():
+			st.Close()
+			return
+		}
+		l := c.listener(h.TunnelID)
+		if l == nil {
+			// Perhaps its bind is still in flight: wait for the binds
+			// under way, then look again.
+			c.binding.Lock()
+			c.binding.Unlock()
+			l = c.listener(h.TunnelID)
+		}
 		if l == nil {
 			st.Close()
 			return
@@ -281,6 +574,12 @@ func (c *Client) handleStream(st muxado.Stream) {
 		c.log().Warn("unexpected stream type from edge", "type", t[0])
 		st.Close()
 	}
+}
+
+func (c *Client) listener(tunnelID string) *Listener {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byTunnel[tunnelID]
 }
 
 // heartbeat pings the edge and closes the session when it stops answering.
@@ -308,8 +607,10 @@ func (c *Client) heartbeat(mux muxado.Session) {
 func (c *Client) unbind(l *Listener) {
 	c.mu.Lock()
 	mux := c.mux
-	if c.listeners[l.tunnelID] == l {
-		delete(c.listeners, l.tunnelID)
+	delete(c.listeners, l)
+	id := l.tunnelID
+	if c.byTunnel[id] == l {
+		delete(c.byTunnel, id)
 	}
 	c.mu.Unlock()
 	if mux == nil {
@@ -318,8 +619,8 @@ func (c *Client) unbind(l *Listener) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var resp wire.Response
-	if err := c.call(ctx, mux, wire.Request{Op: wire.OpUnbind, Unbind: &wire.Unbind{TunnelID: l.tunnelID}}, &resp); err != nil {
-		c.log().Debug("unbind", "url", l.url, "err", err)
+	if err := c.call(ctx, mux, wire.Request{Op: wire.OpUnbind, Unbind: &wire.Unbind{TunnelID: id}}, &resp); err != nil {
+		c.log().Debug("unbind", "url", l.URL(), "err", err)
 	}
 }
 
@@ -328,14 +629,16 @@ func (c *Client) unbind(l *Listener) {
 // net.ErrClosed. It is safe to call more than once.
 func (c *Client) Close() error {
 	c.mu.Lock()
+	c.initLocked()
 	if c.closed {
 		c.mu.Unlock()
 		c.wg.Wait()
 		return nil
 	}
 	c.closed = true
+	c.cancel()
 	ls := make([]*Listener, 0, len(c.listeners))
-	for _, l := range c.listeners {
+	for l := range c.listeners {
 		ls = append(ls, l)
 	}
 	c.mu.Unlock()
@@ -351,6 +654,12 @@ func (c *Client) Close() error {
 	}
 	c.wg.Wait()
 	return nil
+}
+
+func (c *Client) emit(e Event) {
+	if c.OnEvent != nil {
+		c.OnEvent(e)
+	}
 }
 
 func (c *Client) log() *slog.Logger {

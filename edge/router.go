@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/tunnelkit/tunnelkit/router"
 )
@@ -13,12 +14,18 @@ import (
 // It is plain data, so a Router can keep it in a shared store and a Dialer
 // can reach an agent held by another edge.
 type Route struct {
-	Proto     string // "http" (later "tls", "tcp")
-	Name      string // the public host name, "abc.example.test"
+	Proto string // "http", "tls" or "tcp"
+	// Name is the public host name or wildcard of an HTTP or TLS endpoint
+	// ("abc.example.test", "*.abc.example.test"), or the port of a TCP
+	// endpoint in decimal ("20001").
+	Name      string
 	TunnelID  string // the endpoint within its session
 	SessionID string // the agent session that bound it
 	Identity  string // who owns Name: the agent's authenticated identity
 	Edge      string // the edge holding the session; empty: this one
+	// Pool asks Bind to add r beside the routes the same identity already
+	// has for Name, rather than fail with ErrNameTaken.
+	Pool bool
 }
 
 // Router decides where public traffic goes. An edge calls Bind and Unbind as
@@ -28,11 +35,16 @@ type Route struct {
 // concurrent use.
 type Router interface {
 	// Bind adds r. It returns an error wrapping ErrNameTaken when another
-	// identity holds r.Name for r.Proto. Name ownership must be decided
-	// atomically (a compare-and-swap in a shared store).
+	// identity holds r.Name for r.Proto, or when r's identity does and
+	// r.Pool is false. Name ownership must be decided atomically (a
+	// compare-and-swap in a shared store).
 	Bind(ctx context.Context, r Route) error
-	// Unbind removes r; removing an absent route is not an error.
-	Unbind(ctx context.Context, r Route) error
+	// Unbind removes r; removing an absent route is not an error. When
+	// reserve is positive and r was the last route of r.Name, the name stays
+	// owned by r.Identity for that long: only the same identity can bind it
+	// meanwhile (a reconnecting agent gets its name back). With a shared
+	// store, that is a lease on the name.
+	Unbind(ctx context.Context, r Route, reserve time.Duration) error
 	// Lookup returns the routes for proto and host, in the order to try
 	// them. No route is an empty slice and a nil error.
 	Lookup(ctx context.Context, proto, host string) ([]Route, error)
@@ -56,11 +68,18 @@ type failReporter interface {
 // is ready to use.
 type MemoryRouter struct {
 	mu     sync.Mutex
-	owners map[ownerKey]string // (proto, name) to identity
-	tables sync.Map            // proto to *router.Table[Route]
+	owners map[ownerKey]owner
+	tables sync.Map // proto to *router.Table[Route]
 }
 
 type ownerKey struct{ proto, name string }
+
+// owner is who holds a name: while it has routes (until is zero), or
+// reserved after its last route went.
+type owner struct {
+	identity string
+	until    time.Time
+}
 
 func (m *MemoryRouter) table(proto string) *router.Table[Route] {
 	if t, ok := m.tables.Load(proto); ok {
@@ -72,7 +91,7 @@ func (m *MemoryRouter) table(proto string) *router.Table[Route] {
 
 // Bind implements Router.
 func (m *MemoryRouter) Bind(_ context.Context, r Route) error {
-	name, ok := router.Normalise(r.Name)
+	name, ok := router.NormalisePattern(r.Name)
 	if !ok {
 		return fmt.Errorf("edge: %w: %q", router.ErrInvalidName, r.Name)
 	}
@@ -80,22 +99,30 @@ func (m *MemoryRouter) Bind(_ context.Context, r Route) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	k := ownerKey{r.Proto, name}
-	if owner, held := m.owners[k]; held && owner != r.Identity {
-		return fmt.Errorf("%w: %s", ErrNameTaken, name)
+	if o, held := m.owners[k]; held {
+		reserved := !o.until.IsZero()
+		switch {
+		case reserved && time.Now().After(o.until):
+			// The reservation lapsed: the name is free.
+		case o.identity != r.Identity:
+			return fmt.Errorf("%w: %s", ErrNameTaken, name)
+		case !reserved && !r.Pool:
+			return fmt.Errorf("%w: %s (bound already; join its pool to share it)", ErrNameTaken, name)
+		}
 	}
 	if err := m.table(r.Proto).Add(name, r); err != nil {
 		return err
 	}
 	if m.owners == nil {
-		m.owners = map[ownerKey]string{}
+		m.owners = map[ownerKey]owner{}
 	}
-	m.owners[k] = r.Identity
+	m.owners[k] = owner{identity: r.Identity}
 	return nil
 }
 
 // Unbind implements Router.
-func (m *MemoryRouter) Unbind(_ context.Context, r Route) error {
-	name, ok := router.Normalise(r.Name)
+func (m *MemoryRouter) Unbind(_ context.Context, r Route, reserve time.Duration) error {
+	name, ok := router.NormalisePattern(r.Name)
 	if !ok {
 		return nil
 	}
@@ -103,11 +130,27 @@ func (m *MemoryRouter) Unbind(_ context.Context, r Route) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t := m.table(r.Proto)
-	t.Remove(name, r)
-	if len(t.Pool(name)) == 0 {
-		delete(m.owners, ownerKey{r.Proto, name})
+	if !t.Remove(name, r) || len(t.Pool(name)) > 0 {
+		return nil
 	}
+	k := ownerKey{r.Proto, name}
+	if reserve > 0 {
+		m.owners[k] = owner{identity: r.Identity, until: time.Now().Add(reserve)}
+	} else {
+		delete(m.owners, k)
+	}
+	m.sweepLocked()
 	return nil
+}
+
+// sweepLocked forgets lapsed reservations.
+func (m *MemoryRouter) sweepLocked() {
+	now := time.Now()
+	for k, o := range m.owners {
+		if !o.until.IsZero() && now.After(o.until) {
+			delete(m.owners, k)
+		}
+	}
 }
 
 // Lookup implements Router.

@@ -3,6 +3,7 @@ package edge
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	"golang.ngrok.com/muxado/v2"
 
+	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 )
 
@@ -31,6 +33,31 @@ type Server struct {
 	// none (port 80) when the server is only used as an http.Handler.
 	HTTPPort string
 
+	// TLSPort is the port written into public TLS URLs. Empty: the port of
+	// the first listener given to ServeSNI.
+	TLSPort string
+
+	// TCPPorts is the range of ports agents may bind TCP endpoints on.
+	// Zero: TCP endpoints are refused.
+	TCPPorts PortRange
+
+	// TCPListenHost is the address TCP endpoints listen on. Empty:
+	// "127.0.0.1". When it is unspecified ("0.0.0.0", "::"), TCP URLs name
+	// Domain instead.
+	TCPListenHost string
+
+	// NotTLS receives the connections on ServeSNI listeners that are not
+	// TLS, with every byte read so far replayed, and owns them. Nil: they
+	// are closed.
+	NotTLS func(net.Conn)
+
+	// ProxyProtocol makes the public listeners (ServeHTTPListener, ServeSNI
+	// and TCP endpoints) expect a PROXY protocol header, version 1 or 2, at
+	// the start of every connection, as a load balancer in front of the
+	// edge sends: the header's source is then the client's address. A
+	// connection without a valid header is closed.
+	ProxyProtocol bool
+
 	// Router decides where public traffic goes. Nil: a MemoryRouter.
 	Router Router
 
@@ -40,8 +67,38 @@ type Server struct {
 
 	// Authenticate checks the token an agent presents in its hello and
 	// returns the agent's identity, which owns the names it binds. Nil:
-	// every agent is accepted and its identity is its session ID.
+	// every agent is accepted with the empty identity: names are first
+	// come, first served, and any agent may join a pool.
 	Authenticate func(ctx context.Context, token string) (identity string, err error)
+
+	// AgentTLS, if set, makes ServeAgents speak TLS with this
+	// configuration to every agent. Nil: the listener's conns are used as
+	// they are (plaintext, or TLS the caller set up).
+	AgentTLS *tls.Config
+
+	// MaxSessionsPerIdentity bounds the sessions one identity holds at
+	// once: a hello past it is refused. Zero: 1024; negative: no bound.
+	MaxSessionsPerIdentity int
+
+	// MaxStreamsPerSession bounds the streams open at once on one agent
+	// session, public connections and the agent's requests together: past
+	// it, a public connection goes to another agent of the endpoint or is
+	// refused, and a stream the agent opens is closed at once. Each stream
+	// buffers at most a window (256 KiB) of unread bytes. Zero: 4096.
+	MaxStreamsPerSession int
+
+	// IdleTimeout closes a public TLS or TCP connection that moved no byte
+	// either way for that long, and an idle public HTTP keep-alive
+	// connection. Zero: 10 minutes for TLS and TCP, 2 minutes for HTTP;
+	// negative: never.
+	IdleTimeout time.Duration
+
+	// Grace is how long the names of an agent session that ended stay
+	// reserved for its identity, so that the agent, reconnecting, gets its
+	// URLs back and nobody else can take them meanwhile. Zero: 30 s;
+	// negative: names are free at once. Names an agent unbinds itself are
+	// free at once.
+	Grace time.Duration
 
 	// HandshakeTimeout bounds the time an agent has to send its hello, and
 	// any peer to send a stream's header. Zero: 10 s.
@@ -60,12 +117,15 @@ type Server struct {
 	mem      *MemoryRouter
 	proxy    *httpProxy
 
-	mu        sync.Mutex
-	closed    bool
-	sessions  map[string]*session
-	listeners map[net.Listener]struct{}
-	servers   map[*http.Server]struct{}
-	wg        sync.WaitGroup // session and listener goroutines
+	mu          sync.Mutex
+	closed      bool
+	sessions    map[string]*session
+	perIdentity map[string]int // sessions that said hello, by identity
+	listeners   map[net.Listener]struct{}
+	servers     map[*http.Server]struct{}
+	tcp         map[string]*tcpEndpoint // by port
+	conns       map[net.Conn]struct{}   // public TLS and TCP conns, and their streams
+	wg          sync.WaitGroup          // session and listener goroutines
 }
 
 func (s *Server) init() {
@@ -98,6 +158,45 @@ func (s *Server) log() *slog.Logger {
 }
 
 var discard = slog.New(slog.DiscardHandler)
+
+// idleTimeout returns IdleTimeout, or def when it is zero; zero when
+// negative (never).
+func (s *Server) idleTimeout(def time.Duration) time.Duration {
+	switch {
+	case s.IdleTimeout < 0:
+		return 0
+	case s.IdleTimeout == 0:
+		return def
+	}
+	return s.IdleTimeout
+}
+
+func (s *Server) maxSessionsPerIdentity() int {
+	switch {
+	case s.MaxSessionsPerIdentity < 0:
+		return 0
+	case s.MaxSessionsPerIdentity == 0:
+		return 1024
+	}
+	return s.MaxSessionsPerIdentity
+}
+
+func (s *Server) maxStreams() int64 {
+	if s.MaxStreamsPerSession > 0 {
+		return int64(s.MaxStreamsPerSession)
+	}
+	return 4096
+}
+
+func (s *Server) grace() time.Duration {
+	switch {
+	case s.Grace < 0:
+		return 0
+	case s.Grace == 0:
+		return 30 * time.Second
+	}
+	return s.Grace
+}
 
 func (s *Server) handshakeTimeout() time.Duration {
 	if s.HandshakeTimeout > 0 {
@@ -145,6 +244,7 @@ func (s *Server) ServeHTTPListener(ln net.Listener) error {
 	hs := &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: s.handshakeTimeout(),
+		IdleTimeout:       s.idleTimeout(2 * time.Minute),
 		ErrorLog:          slog.NewLogLogger(s.log().Handler(), slog.LevelDebug),
 	}
 	s.mu.Lock()
@@ -163,7 +263,7 @@ func (s *Server) ServeHTTPListener(ln net.Listener) error {
 	}
 	s.servers[hs] = struct{}{}
 	s.mu.Unlock()
-	err := hs.Serve(ln)
+	err := hs.Serve(s.publicListener(ln))
 	if errors.Is(err, http.ErrServerClosed) {
 		err = fmt.Errorf("edge: %w", net.ErrClosed)
 	}
@@ -181,6 +281,7 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	s.closeSessions()
+	s.closeConns()
 	s.wg.Wait()
 	if s.proxy != nil {
 		s.proxy.transport.CloseIdleConnections()
@@ -194,6 +295,7 @@ func (s *Server) Close() error {
 // requests were cut short.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stop()
+	s.goAway()
 	s.mu.Lock()
 	servers := make([]*http.Server, 0, len(s.servers))
 	for hs := range s.servers {
@@ -207,7 +309,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			err = e
 		}
 	}
+	// Let public TLS and TCP connections finish until ctx is done.
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for s.connCount() > 0 && err == nil {
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-t.C:
+		}
+	}
 	s.closeSessions()
+	s.closeConns()
 	s.wg.Wait()
 	if s.proxy != nil {
 		s.proxy.transport.CloseIdleConnections()
@@ -223,6 +336,37 @@ func (s *Server) stop() {
 	for ln := range s.listeners {
 		ln.Close()
 	}
+	for port, ep := range s.tcp {
+		ep.ln.Close()
+		delete(s.tcp, port)
+	}
+}
+
+// goAway tells every agent that the edge is going away.
+func (s *Server) goAway() {
+	s.mu.Lock()
+	sessions := make([]*session, 0, len(s.sessions))
+	for _, ss := range s.sessions {
+		sessions = append(sessions, ss)
+	}
+	s.mu.Unlock()
+	for _, ss := range sessions {
+		ss.goAway("edge shutting down")
+	}
+}
+
+func (s *Server) closeConns() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		c.Close()
+	}
+}
+
+func (s *Server) connCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
 }
 
 func (s *Server) closeSessions() {
@@ -258,6 +402,15 @@ func (s *Server) trackListener(ln net.Listener, add bool) bool {
 	}
 	s.listeners[ln] = struct{}{}
 	return true
+}
+
+// publicListener wraps a public listener to read PROXY protocol headers
+// when the server expects them.
+func (s *Server) publicListener(ln net.Listener) net.Listener {
+	if !s.ProxyProtocol {
+		return ln
+	}
+	return &proxyproto.Listener{Listener: ln, Required: true, ReadTimeout: s.handshakeTimeout(), Logger: s.Logger}
 }
 
 // goTracked runs f in a goroutine that Close waits for, unless the server is
@@ -339,5 +492,5 @@ func newID() string {
 
 // muxConfig is the muxado configuration of agent sessions.
 func muxConfig() *muxado.Config {
-	return &muxado.Config{}
+	return wire.MuxConfig()
 }

@@ -3,6 +3,7 @@ package edge
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.ngrok.com/muxado/v2"
@@ -27,6 +29,8 @@ type session struct {
 
 	helloDone chan struct{} // closed once the hello was accepted
 
+	open atomic.Int64 // streams open now, both ways
+
 	mu       sync.Mutex
 	identity string
 	hello    bool
@@ -35,9 +39,26 @@ type session struct {
 	streams  sync.WaitGroup // stream handlers
 }
 
+// errTooManyStreams refuses a stream past Server.MaxStreamsPerSession.
+var errTooManyStreams = errors.New("edge: too many streams on the agent's session")
+
+// acquire counts one more open stream, unless the session is at its bound.
+func (ss *session) acquire() bool {
+	if ss.open.Add(1) > ss.srv.maxStreams() {
+		ss.open.Add(-1)
+		return false
+	}
+	return true
+}
+
 // serveSession runs one agent session until it ends, then removes its
 // routes.
 func (s *Server) serveSession(c net.Conn) {
+	if s.AgentTLS != nil {
+		// The handshake happens on the mux's first read, bounded by the
+		// hello timer below, which closes the conn.
+		c = tls.Server(c, s.AgentTLS)
+	}
 	ss := &session{
 		srv:       s,
 		id:        newID(),
@@ -77,7 +98,14 @@ func (s *Server) serveSession(c net.Conn) {
 		// Accept promptly: each stream's header is read in its own
 		// goroutine, so a peer that opens a stream and stays silent
 		// delays nothing else.
-		ss.streams.Go(func() { ss.handleStream(st) })
+		if !ss.acquire() {
+			st.Close()
+			continue
+		}
+		ss.streams.Go(func() {
+			defer ss.open.Add(-1)
+			ss.handleStream(st)
+		})
 	}
 	ss.close()
 	ss.streams.Wait()
@@ -94,24 +122,35 @@ func (ss *session) close() {
 	ss.closed = true
 	routes := ss.routes
 	ss.routes = nil
+	counted := ss.hello
 	ss.mu.Unlock()
 
 	s := ss.srv
 	s.mu.Lock()
 	delete(s.sessions, ss.id)
+	if counted {
+		if s.perIdentity[ss.identity]--; s.perIdentity[ss.identity] <= 0 {
+			delete(s.perIdentity, ss.identity)
+		}
+	}
 	s.mu.Unlock()
 	for _, r := range routes {
-		s.unbind(r)
+		s.unbind(r, s.grace())
 	}
 	ss.mux.Close()
 	ss.log.Info("session closed", "routes", len(routes))
 }
 
-func (s *Server) unbind(r Route) {
+// unbind removes r from the router, keeping its name reserved for its
+// identity for reserve.
+func (s *Server) unbind(r Route, reserve time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.router().Unbind(ctx, r); err != nil {
+	if err := s.router().Unbind(ctx, r, reserve); err != nil {
 		s.log().Warn("unbind", "name", r.Name, "err", err)
+	}
+	if r.Proto == wire.ProtoTCP {
+		s.closeTCP(r.Name)
 	}
 }
 
@@ -195,7 +234,7 @@ func (ss *session) serveRequest(ctx context.Context, req *wire.Request) wire.Res
 		if !ok {
 			return fail(wire.CodeNotFound, "no such tunnel")
 		}
-		ss.srv.unbind(r)
+		ss.srv.unbind(r, 0)
 		ss.log.Info("unbound", "url", ss.srv.publicURL(r))
 		return wire.Response{}
 	default:
@@ -213,7 +252,7 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 	if h.Version < 1 {
 		return wire.Response{Error: &wire.Error{Code: wire.CodeVersion, Message: fmt.Sprintf("protocol version %d not supported", h.Version)}}
 	}
-	identity := ss.id
+	identity := ""
 	if auth := ss.srv.Authenticate; auth != nil {
 		id, err := auth(ctx, h.Token)
 		if err != nil {
@@ -222,10 +261,25 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 		}
 		identity = id
 	}
+	s := ss.srv
+	s.mu.Lock()
+	if limit := s.maxSessionsPerIdentity(); limit > 0 && s.perIdentity[identity] >= limit {
+		s.mu.Unlock()
+		ss.log.Info("agent refused: too many sessions", "identity", printable(identity))
+		return wire.Response{Error: &wire.Error{Code: wire.CodeUnavailable, Message: "too many sessions for this identity"}}
+	}
+	if s.perIdentity == nil {
+		s.perIdentity = map[string]int{}
+	}
+	// Counted under both locks, so that close uncounts exactly once.
 	ss.mu.Lock()
 	ss.identity = identity
-	ss.hello = true
+	ss.hello = !ss.closed
+	if ss.hello {
+		s.perIdentity[identity]++
+	}
 	ss.mu.Unlock()
+	s.mu.Unlock()
 	close(ss.helloDone)
 	ss.log.Info("agent connected", "identity", identity, "agent", printable(h.Agent))
 	ss.srv.goTracked(ss.heartbeat)
@@ -236,52 +290,69 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	fail := func(code, msg string) wire.Response {
 		return wire.Response{Error: &wire.Error{Code: code, Message: msg}}
 	}
-	if b.Proto != wire.ProtoHTTP {
-		return fail(wire.CodeBadRequest, "unsupported protocol")
-	}
-	if ss.srv.Domain == "" {
-		return fail(wire.CodeUnavailable, "this edge serves no HTTP domain")
-	}
-	name := strings.ToLower(b.Name)
-	random := name == ""
-	if !random && !validLabel(name) {
-		return fail(wire.CodeBadRequest, "invalid name: want a DNS label (a-z, 0-9, '-', at most 63)")
-	}
 	ss.mu.Lock()
 	identity := ss.identity
 	ss.mu.Unlock()
-	for try := 0; ; try++ {
-		if random {
-			name = randomName()
+	r := Route{Proto: b.Proto, SessionID: ss.id, Identity: identity, Pool: b.Pool}
+	var (
+		names func() (string, bool) // the next name to try, and whether to retry on ErrNameTaken
+		err   error
+	)
+	switch b.Proto {
+	case wire.ProtoHTTP, wire.ProtoTLS:
+		names, err = ss.srv.hostNames(b.Name)
+	case wire.ProtoTCP:
+		names, err = ss.srv.tcpPorts(b.Port)
+		r.Pool = r.Pool && b.Port != 0 // "any port" never joins a pool
+	default:
+		return fail(wire.CodeBadRequest, "unsupported protocol")
+	}
+	if err != nil {
+		return fail(wire.CodeBadRequest, err.Error())
+	}
+	for {
+		name, retry := names()
+		if name == "" {
+			return fail(wire.CodeUnavailable, "no free name or port")
 		}
-		host, ok := router.Normalise(name + "." + ss.srv.Domain)
-		if !ok {
-			return fail(wire.CodeBadRequest, "invalid name")
+		r.Name, r.TunnelID = name, newID()
+		if r.Proto == wire.ProtoTCP {
+			// The port must be ours to listen on before it is routed.
+			if err := ss.srv.openTCP(name); err != nil {
+				if retry {
+					continue
+				}
+				ss.log.Info("tcp endpoint", "port", name, "err", err)
+				return fail(wire.CodeUnavailable, "port unavailable: "+name)
+			}
 		}
-		r := Route{Proto: wire.ProtoHTTP, Name: host, TunnelID: newID(), SessionID: ss.id, Identity: identity}
 		err := ss.srv.router().Bind(ctx, r)
+		if err != nil && r.Proto == wire.ProtoTCP {
+			ss.srv.closeTCP(name)
+		}
 		if errors.Is(err, ErrNameTaken) {
-			if random && try < 8 {
+			if retry {
 				continue
 			}
-			return fail(wire.CodeNameTaken, "name taken: "+host)
+			return fail(wire.CodeNameTaken, "name taken: "+name)
 		}
 		if err != nil {
 			ss.log.Warn("bind", "err", err)
 			return fail(wire.CodeUnavailable, "bind failed")
 		}
-		ss.mu.Lock()
-		if ss.closed {
-			ss.mu.Unlock()
-			ss.srv.unbind(r)
-			return fail(wire.CodeUnavailable, "session closed")
-		}
-		ss.routes[r.TunnelID] = r
-		ss.mu.Unlock()
-		url := ss.srv.publicURL(r)
-		ss.log.Info("bound", "url", url)
-		return wire.Response{BindResp: &wire.BindResp{TunnelID: r.TunnelID, URL: url}}
+		break
 	}
+	ss.mu.Lock()
+	if ss.closed {
+		ss.mu.Unlock()
+		ss.srv.unbind(r, 0)
+		return fail(wire.CodeUnavailable, "session closed")
+	}
+	ss.routes[r.TunnelID] = r
+	ss.mu.Unlock()
+	url := ss.srv.publicURL(r)
+	ss.log.Info("bound", "url", url, "pool", r.Pool)
+	return wire.Response{BindResp: &wire.BindResp{TunnelID: r.TunnelID, URL: url}}
 }
 
 // heartbeat pings the agent and closes the session when it stops answering.
@@ -310,25 +381,109 @@ func (ss *session) openProxy(ctx context.Context, h wire.ProxyHeader) (net.Conn,
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if !ss.acquire() {
+		return nil, errTooManyStreams
+	}
 	st, err := ss.mux.OpenStream()
 	if err != nil {
+		ss.open.Add(-1)
 		return nil, fmt.Errorf("edge: open stream: %w", err)
 	}
+	c := &proxyStream{Stream: st, release: func() { ss.open.Add(-1) }}
 	buf, err := wire.AppendProxyStream(nil, h)
 	if err != nil {
-		st.Close()
+		c.Close()
 		return nil, err
 	}
 	// The header is the stream's first write: the agent sees the stream
 	// even when the client sends nothing (a server-speaks-first protocol).
 	if _, err := st.Write(buf); err != nil {
-		st.Close()
+		c.Close()
 		return nil, fmt.Errorf("edge: open stream: %w", err)
 	}
-	return st, nil
+	return c, nil
+}
+
+// proxyStream is a stream to an agent that counts against the session's
+// bound until closed.
+type proxyStream struct {
+	muxado.Stream
+	once    sync.Once
+	release func()
+}
+
+func (p *proxyStream) Close() error {
+	err := p.Stream.Close()
+	p.once.Do(p.release)
+	return err
+}
+
+// goAway tells the agent that the edge is going away: it should expect the
+// session to end, and reconnect then.
+func (ss *session) goAway(reason string) {
+	st, err := ss.mux.OpenStream()
+	if err != nil {
+		return
+	}
+	defer st.Close()
+	st.SetWriteDeadline(time.Now().Add(time.Second))
+	wire.WriteMessage(st, []byte{byte(wire.StreamGoAway)}, wire.GoAway{Message: reason})
+}
+
+// hostNames validates a requested HTTP or TLS name and returns the names
+// to try: the name itself, under the domain, or random labels.
+func (s *Server) hostNames(req string) (func() (string, bool), error) {
+	domain, ok := router.Normalise(s.Domain)
+	if !ok {
+		return nil, errors.New("this edge serves no domain")
+	}
+	if req == "" {
+		tries := 0
+		return func() (string, bool) {
+			if tries++; tries > 8 {
+				return "", false
+			}
+			return randomName() + "." + domain, true
+		}, nil
+	}
+	name := strings.ToLower(strings.TrimSuffix(req, "."))
+	if !strings.Contains(name, ".") {
+		name += "." + domain
+	}
+	name, ok = router.NormalisePattern(name)
+	if !ok || len(name) > 253 {
+		return nil, errors.New("invalid name: want DNS labels of a-z, 0-9 and '-'")
+	}
+	if !strings.HasSuffix(name, "."+domain) || strings.Contains(name, "_") {
+		return nil, fmt.Errorf("invalid name: want a name under %s", domain)
+	}
+	labels := strings.Split(strings.TrimSuffix(strings.TrimPrefix(name, "*."), "."+domain), ".")
+	for _, l := range labels {
+		if !validLabel(l) {
+			return nil, errors.New("invalid name: want DNS labels of a-z, 0-9 and '-'")
+		}
+	}
+	done := false
+	return func() (string, bool) {
+		if done {
+			return "", false
+		}
+		done = true
+		return name, false
+	}, nil
 }
 
 func (s *Server) publicURL(r Route) string {
+	switch r.Proto {
+	case wire.ProtoTCP:
+		return "tcp://" + net.JoinHostPort(s.tcpURLHost(), r.Name)
+	case wire.ProtoTLS:
+		host := r.Name
+		if s.TLSPort != "" && s.TLSPort != "443" {
+			host = net.JoinHostPort(host, s.TLSPort)
+		}
+		return "tls://" + host
+	}
 	host := r.Name
 	if s.HTTPPort != "" && s.HTTPPort != "80" {
 		host = net.JoinHostPort(host, s.HTTPPort)

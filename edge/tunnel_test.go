@@ -567,10 +567,10 @@ func TestCloseAndShutdownLeaveNoGoroutine(t *testing.T) {
 					t.Fatal(err)
 				}
 				wg.Wait()
-				// The agent sees its session end; its listener's Accept
-				// returns, and Close waits for the client's goroutines.
-				<-served
+				// The agent sees its session end and tries to reconnect
+				// until it is closed; Close waits for its goroutines.
 				c.Close()
+				<-served
 			}()
 			deadline := time.Now().Add(10 * time.Second)
 			for runtime.NumGoroutine() > base {

@@ -5,8 +5,15 @@ package examples_test
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -165,6 +172,112 @@ func TestEdgeAgentHello(t *testing.T) {
 	}
 }
 
+// TestL4Endpoints runs the edge with -tls and -tcp-ports, and agents that
+// expose a TLS server (terminated by the app) and a TCP echo in a pool.
+func TestL4Endpoints(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds binaries")
+	}
+	bin := build(t, "edge", "agent")
+	agents, pub, tlsAddr := freePort(t), freePort(t), freePort(t)
+	start(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test",
+		"-tls", tlsAddr, "-tcp-ports", "21000-21010")
+	waitListening(t, agents)
+	waitListening(t, tlsAddr)
+
+	// A TLS app with its own certificate; the edge never sees the key.
+	cert, pool := selfSigned(t, "app.example.test")
+	tl, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tl.Close()
+	go func() {
+		for {
+			c, err := tl.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.WriteString(c, "tls app") }()
+		}
+	}()
+	_, tlsPort, _ := net.SplitHostPort(tlsAddr)
+	url := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-url", "tls://app.example.test", "-to", tl.Addr().String()))
+	if want := "tls://app.example.test:" + tlsPort; url != want {
+		t.Fatalf("agent printed %q, want %q", url, want)
+	}
+	c, err := tls.Dial("tcp", tlsAddr, &tls.Config{ServerName: "app.example.test", RootCAs: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(c)
+	c.Close()
+	if string(b) != "tls app" {
+		t.Fatalf("TLS through the edge: %q", b)
+	}
+
+	// A TCP endpoint on a chosen port, served by two agents in a pool, each
+	// sending a PROXY v1 header to its upstream.
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	go func() {
+		for {
+			c, err := up.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				line, _ := bufio.NewReader(c).ReadString('\n')
+				io.WriteString(c, line)
+			}()
+		}
+	}()
+	for range 2 {
+		url = readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-url", "tcp://:21005", "-pool", "-proxy-proto", "1", "-to", up.Addr().String()))
+		if url != "tcp://127.0.0.1:21005" {
+			t.Fatalf("agent printed %q", url)
+		}
+	}
+	conn, err := net.Dial("tcp", "127.0.0.1:21005")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	line, _ := bufio.NewReader(conn).ReadString('\n')
+	if want := fmt.Sprintf("PROXY TCP4 127.0.0.1 127.0.0.1 %d ", conn.LocalAddr().(*net.TCPAddr).Port); !strings.HasPrefix(line, want) {
+		t.Fatalf("upstream got %q, want a line starting %q", line, want)
+	}
+}
+
+// selfSigned returns a certificate for names and a pool trusting it.
+func selfSigned(t *testing.T, names ...string) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: names[0]},
+		DNSNames:              names,
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, pool
+}
+
 func TestBadFlags(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
@@ -176,6 +289,10 @@ func TestBadFlags(t *testing.T) {
 		{"agent", "-to", ""},
 		{"agent", "-to", "no-port"},
 		{"agent", "-to", "127.0.0.1:1", "-url", "ftp://x"},
+		{"agent", "-to", "127.0.0.1:1", "-proxy-proto", "3"},
+		{"agent", "-to", "127.0.0.1:1", "-url", "tcp://:99999"},
+		{"edge", "-tcp-ports", "20-10"},
+		{"edge", "-tcp-ports", "x"},
 	} {
 		out, err := exec.Command(filepath.Join(bin, c[0]), c[1:]...).CombinedOutput()
 		if err == nil {

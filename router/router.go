@@ -365,14 +365,24 @@ func Normalise(name string) (string, bool) {
 	return lowerASCII(name), true
 }
 
-func normaliseKey(name string) (string, error) {
-	host, wild := strings.CutPrefix(name, "*.")
+// NormalisePattern is Normalise for the patterns a Table routes by: a host
+// name, or a wildcard "*.<host name>".
+func NormalisePattern(pattern string) (string, bool) {
+	host, wild := strings.CutPrefix(pattern, "*.")
 	n, ok := Normalise(host)
 	if !ok {
-		return "", fmt.Errorf("%w: %q", ErrInvalidName, name)
+		return "", false
 	}
 	if wild {
-		return "*." + n, nil
+		return "*." + n, true
+	}
+	return n, true
+}
+
+func normaliseKey(name string) (string, error) {
+	n, ok := NormalisePattern(name)
+	if !ok {
+		return "", fmt.Errorf("%w: %q", ErrInvalidName, name)
 	}
 	return n, nil
 }

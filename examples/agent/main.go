@@ -2,6 +2,8 @@
 // the public URL alone on one stdout line and logs to stderr.
 //
 //	agent -edge 127.0.0.1:7000 -url http://abc.example.test -to 127.0.0.1:3001
+//	agent -edge 127.0.0.1:7000 -url tls://app.example.test -to 127.0.0.1:9443
+//	agent -edge 127.0.0.1:7000 -url tcp://:20001 -proxy-proto 2 -pool -to 127.0.0.1:22
 package main
 
 import (
@@ -33,8 +35,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	edgeAddr := fs.String("edge", "127.0.0.1:7000", "the edge's agent address")
-	url := fs.String("url", "", "public URL to ask for, e.g. http://abc.example.test (empty: a random name)")
+	url := fs.String("url", "", "public URL to ask for: http://abc.example.test, tls://app.example.test, tcp:// (any port) or tcp://:20001 (empty: http with a random name)")
 	to := fs.String("to", "", "local address to forward connections to, e.g. 127.0.0.1:3001")
+	proxyProto := fs.Int("proxy-proto", 0, "send a PROXY protocol header of this version (1 or 2) to -to first; 0: none")
+	pool := fs.Bool("pool", false, "join the endpoint's pool rather than fail when it is already bound")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -47,19 +51,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if _, _, err := net.SplitHostPort(*to); err != nil {
 		return fmt.Errorf("-to %q: %v", *to, err)
 	}
+	if *proxyProto < 0 || *proxyProto > 2 {
+		return fmt.Errorf("-proxy-proto %d: want 1 or 2 (0: none)", *proxyProto)
+	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	c := &agent.Client{Addr: *edgeAddr, Logger: log}
 	defer c.Close()
 	setup, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	l, err := c.Listen(setup, *url)
+	l, err := c.ListenEndpoint(setup, agent.Endpoint{URL: *url, Pool: *pool})
 	if err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, l.URL())
 	log.Info("forwarding", "url", l.URL(), "to", *to)
 	go func() { <-ctx.Done(); l.Close() }()
-	if err := agent.Forward(l, *to, log); err != nil {
+	fwd := &agent.Forwarder{To: *to, ProxyProtocol: *proxyProto, Logger: log}
+	if err := fwd.Serve(l); err != nil {
 		return err
 	}
 	if ctx.Err() == nil {

@@ -1,7 +1,10 @@
-// Command edge runs a tunnel edge: agents connect on -agents, and public
-// HTTP requests on -http reach them by name under -domain.
+// Command edge runs a tunnel edge: agents connect on -agents; public HTTP
+// requests on -http reach them by name under -domain, public TLS on -tls by
+// server name (passed through, never terminated), and TCP endpoints are
+// opened on ports of -tcp-ports.
 //
-//	edge -agents 127.0.0.1:7000 -http 127.0.0.1:8080 -domain example.test
+//	edge -agents 127.0.0.1:7000 -http 127.0.0.1:8080 -domain example.test \
+//	     -tls 127.0.0.1:8443 -tcp-ports 20000-20100
 package main
 
 import (
@@ -35,6 +38,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	agents := fs.String("agents", "127.0.0.1:7000", "address agents connect to")
 	httpAddr := fs.String("http", "127.0.0.1:8080", "address of public HTTP")
 	domain := fs.String("domain", "example.test", "domain HTTP endpoints are named under")
+	tlsAddr := fs.String("tls", "", "address of public TLS, routed by SNI (empty: none)")
+	tcpPorts := fs.String("tcp-ports", "", "range of ports for TCP endpoints, e.g. 20000-20100 (empty: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -46,19 +51,49 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	srv := &edge.Server{Domain: *domain, Logger: log}
-	agentLn, err := net.Listen("tcp", *agents)
+	if *tcpPorts != "" {
+		r, err := edge.ParsePortRange(*tcpPorts)
+		if err != nil {
+			return err
+		}
+		srv.TCPPorts = r
+		if host, _, err := net.SplitHostPort(*httpAddr); err == nil {
+			srv.TCPListenHost = host
+		}
+	}
+	var lns []net.Listener
+	listen := func(addr string) (net.Listener, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, err
+		}
+		lns = append(lns, ln)
+		return ln, nil
+	}
+	agentLn, err := listen(*agents)
 	if err != nil {
 		return err
 	}
-	httpLn, err := net.Listen("tcp", *httpAddr)
+	httpLn, err := listen(*httpAddr)
 	if err != nil {
-		agentLn.Close()
 		return err
 	}
-	log.Info("edge up", "agents", agentLn.Addr().String(), "http", httpLn.Addr().String(), "domain", *domain)
-	errc := make(chan error, 2)
+	var tlsLn net.Listener
+	if *tlsAddr != "" {
+		if tlsLn, err = listen(*tlsAddr); err != nil {
+			return err
+		}
+	}
+	log.Info("edge up", "agents", agentLn.Addr().String(), "http", httpLn.Addr().String(), "tls", *tlsAddr, "tcp_ports", *tcpPorts, "domain", *domain)
+	errc := make(chan error, 3)
 	go func() { errc <- srv.ServeAgents(agentLn) }()
 	go func() { errc <- srv.ServeHTTPListener(httpLn) }()
+	if tlsLn != nil {
+		go func() { errc <- srv.ServeSNI(tlsLn) }()
+	}
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // closeWriter is a conn whose write half can be closed alone
@@ -54,4 +56,69 @@ func copyHalf(dst, src net.Conn) (int64, error) {
 	}
 	dst.Close()
 	return n, nil
+}
+
+// JoinIdle is Join that also closes both conns once no byte moved either
+// way for idle. A zero or negative idle is Join. The conns are wrapped to
+// see their traffic, which costs the splice fast path between two TCP
+// conns: use it where one side is a mux stream anyway.
+func JoinIdle(a, b net.Conn, idle time.Duration) (aToB, bToA int64, err error) {
+	if idle <= 0 {
+		return Join(a, b)
+	}
+	act := &activity{}
+	act.touch()
+	var timer *time.Timer
+	var mu sync.Mutex
+	check := func() {
+		since := time.Duration(time.Now().UnixNano() - act.last.Load())
+		if since >= idle {
+			a.Close()
+			b.Close()
+			return
+		}
+		mu.Lock()
+		timer.Reset(idle - since)
+		mu.Unlock()
+	}
+	mu.Lock()
+	timer = time.AfterFunc(idle, check)
+	mu.Unlock()
+	defer timer.Stop()
+	return Join(&idleConn{a, act}, &idleConn{b, act})
+}
+
+// activity is the time of the last byte moved on a pair of conns.
+type activity struct{ last atomic.Int64 }
+
+func (a *activity) touch() { a.last.Store(time.Now().UnixNano()) }
+
+// idleConn records its traffic in an activity.
+type idleConn struct {
+	net.Conn
+	act *activity
+}
+
+func (c *idleConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.act.touch()
+	}
+	return n, err
+}
+
+func (c *idleConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if n > 0 {
+		c.act.touch()
+	}
+	return n, err
+}
+
+// CloseWrite closes the write half of the wrapped conn.
+func (c *idleConn) CloseWrite() error {
+	if cw, ok := c.Conn.(closeWriter); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
 }

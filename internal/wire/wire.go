@@ -34,7 +34,16 @@ const (
 	// StreamHeartbeat is opened by either side once per session: the opener
 	// writes 8-byte pings and the other side echoes each one.
 	StreamHeartbeat StreamType = 3
+	// StreamGoAway is opened by the edge when it shuts down:
+	// [type][u32 length][JSON GoAway]. The agent expects the session to
+	// end, and reconnects then.
+	StreamGoAway StreamType = 4
 )
+
+// GoAway tells an agent why the edge is going away.
+type GoAway struct {
+	Message string `json:"message"`
+}
 
 // MaxMessage bounds a control message.
 const MaxMessage = 64 << 10
@@ -107,8 +116,16 @@ type HelloResp struct {
 
 // Bind asks for a public endpoint.
 type Bind struct {
-	Proto string `json:"proto"`          // ProtoHTTP
-	Name  string `json:"name,omitempty"` // the label under the edge's domain; empty: random
+	Proto string `json:"proto"` // ProtoHTTP, ProtoTLS or ProtoTCP
+	// Name is the host name of an HTTP or TLS endpoint: one label under
+	// the edge's domain ("abc"), or a full name or wildcard under it
+	// ("abc.example.test", "*.abc.example.test"). Empty: a random label.
+	Name string `json:"name,omitempty"`
+	// Port is the port of a TCP endpoint; zero: any free one.
+	Port int `json:"port,omitempty"`
+	// Pool joins the endpoint's pool when the same identity holds it
+	// already, rather than fail.
+	Pool bool `json:"pool,omitempty"`
 	// Options is reserved for per-endpoint settings (traffic policy).
 	Options map[string]string `json:"options,omitempty"`
 }

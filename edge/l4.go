@@ -1,0 +1,267 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/tunnelkit/tunnelkit/internal/pipe"
+	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"github.com/tunnelkit/tunnelkit/sni"
+)
+
+// PortRange is an inclusive range of TCP ports.
+type PortRange struct{ Min, Max int }
+
+// ParsePortRange parses "20000-20100" or a single port "20000".
+func ParsePortRange(s string) (PortRange, error) {
+	lo, hi, found := cutDash(s)
+	min, err1 := strconv.Atoi(lo)
+	max := min
+	var err2 error
+	if found {
+		max, err2 = strconv.Atoi(hi)
+	}
+	r := PortRange{min, max}
+	if err1 != nil || err2 != nil || !r.valid() {
+		return PortRange{}, fmt.Errorf("edge: bad port range %q: want MIN-MAX within 1-65535", s)
+	}
+	return r, nil
+}
+
+func cutDash(s string) (string, string, bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '-' {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+func (r PortRange) valid() bool { return 1 <= r.Min && r.Min <= r.Max && r.Max <= 65535 }
+
+func (r PortRange) contains(p int) bool { return r.valid() && r.Min <= p && p <= r.Max }
+
+// ServeSNI serves public TLS on ln: each connection's server name is read
+// with sni.Peek, without terminating TLS, and the untouched bytes go to an
+// agent that bound that name (exact or wildcard). A connection that is not
+// TLS is decided on its first byte and handed to NotTLS (closed when nil);
+// one whose hello is malformed, late or names no route is closed. It
+// returns an error wrapping net.ErrClosed after Close or Shutdown.
+func (s *Server) ServeSNI(ln net.Listener) error {
+	s.init()
+	s.mu.Lock()
+	if s.TLSPort == "" {
+		if _, port, err := net.SplitHostPort(ln.Addr().String()); err == nil {
+			s.TLSPort = port
+		}
+	}
+	s.mu.Unlock()
+	return s.serveL4(s.publicListener(ln), s.handleSNI)
+}
+
+// serveL4 accepts conns on ln and runs handle for each in a tracked
+// goroutine.
+func (s *Server) serveL4(ln net.Listener, handle func(net.Conn)) error {
+	s.init()
+	if !s.trackListener(ln, true) {
+		ln.Close()
+		return fmt.Errorf("edge: %w", net.ErrClosed)
+	}
+	defer s.trackListener(ln, false)
+	var delay time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			if s.isClosed() || errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("edge: %w", net.ErrClosed)
+			}
+			return err
+		}
+		delay = 0
+		if !s.trackConn(c, true) {
+			c.Close()
+			continue
+		}
+		s.wg.Go(func() {
+			defer s.trackConn(c, false)
+			handle(c)
+		})
+	}
+}
+
+func (s *Server) handleSNI(c net.Conn) {
+	hello, pc, err := (&sni.Peeker{Timeout: s.handshakeTimeout()}).Peek(c)
+	if errors.Is(err, sni.ErrNotTLS) {
+		if s.NotTLS != nil {
+			s.NotTLS(pc)
+			return
+		}
+		pc.Close()
+		return
+	}
+	if err != nil {
+		s.log().Debug("tls hello", "client", c.RemoteAddr().String(), "err", err)
+		pc.Close()
+		return
+	}
+	s.proxyL4(pc, wire.ProtoTLS, hello.ServerName, hello.ServerName)
+}
+
+// proxyL4 routes a public TLS or TCP conn to an agent and copies both ways
+// until both sides are done.
+func (s *Server) proxyL4(c net.Conn, proto, name, host string) {
+	defer c.Close()
+	routes, err := s.router().Lookup(context.Background(), proto, name)
+	if err != nil || len(routes) == 0 {
+		s.log().Debug("no route", "proto", proto, "name", name, "err", err)
+		return
+	}
+	info := ConnInfo{Client: addrPort(c.RemoteAddr()), Host: host}
+	ctx, cancel := context.WithTimeout(context.Background(), s.handshakeTimeout())
+	up, _, err := s.dialRoutes(ctx, routes, info)
+	cancel()
+	if err != nil {
+		s.log().Info("agent unreachable", "proto", proto, "name", name, "err", err)
+		return
+	}
+	if !s.trackConn(up, true) {
+		up.Close()
+		return
+	}
+	defer s.trackConn(up, false)
+	in, out, err := pipe.JoinIdle(c, up, s.idleTimeout(10*time.Minute))
+	s.log().Debug("conn", "proto", proto, "name", name, "client", info.Client.String(), "bytes_in", in, "bytes_out", out, "err", err)
+}
+
+// addrPort returns a conn address as a netip.AddrPort, IPv4 unmapped.
+func addrPort(a net.Addr) netip.AddrPort {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		ap := ta.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	ap, _ := netip.ParseAddrPort(a.String())
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// tcpEndpoint is a public TCP listener the edge opened for bound routes.
+type tcpEndpoint struct {
+	ln   net.Listener
+	refs int // bound routes on this port
+}
+
+// tcpPorts returns the ports to try for a TCP bind: the one requested, or
+// each port of the allowed range once, from a random start.
+func (s *Server) tcpPorts(req int) (func() (string, bool), error) {
+	r := s.TCPPorts
+	if !r.valid() {
+		return nil, errors.New("this edge serves no TCP endpoints")
+	}
+	if req != 0 {
+		if !r.contains(req) {
+			return nil, fmt.Errorf("port %d outside %d-%d", req, r.Min, r.Max)
+		}
+		done := false
+		return func() (string, bool) {
+			if done {
+				return "", false
+			}
+			done = true
+			return strconv.Itoa(req), false
+		}, nil
+	}
+	n := r.Max - r.Min + 1
+	start, i := rand.IntN(n), 0
+	return func() (string, bool) {
+		if i >= n {
+			return "", false
+		}
+		p := r.Min + (start+i)%n
+		i++
+		return strconv.Itoa(p), true
+	}, nil
+}
+
+// openTCP makes sure the edge listens on port, counting one more route.
+func (s *Server) openTCP(port string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrServerClosed
+	}
+	if ep := s.tcp[port]; ep != nil {
+		ep.refs++
+		return nil
+	}
+	raw, err := net.Listen("tcp", net.JoinHostPort(s.tcpListenHost(), port))
+	if err != nil {
+		return err
+	}
+	ln := s.publicListener(raw)
+	if s.tcp == nil {
+		s.tcp = map[string]*tcpEndpoint{}
+	}
+	s.tcp[port] = &tcpEndpoint{ln: ln, refs: 1}
+	s.wg.Go(func() {
+		s.serveL4(ln, func(c net.Conn) { s.proxyL4(c, wire.ProtoTCP, port, "") })
+	})
+	return nil
+}
+
+// closeTCP counts one route less on port and stops listening at zero.
+func (s *Server) closeTCP(port string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ep := s.tcp[port]
+	if ep == nil {
+		return
+	}
+	if ep.refs--; ep.refs <= 0 {
+		ep.ln.Close()
+		delete(s.tcp, port)
+	}
+}
+
+func (s *Server) tcpListenHost() string {
+	if s.TCPListenHost == "" {
+		return "127.0.0.1"
+	}
+	return s.TCPListenHost
+}
+
+// tcpURLHost is the host written in TCP endpoints' URLs.
+func (s *Server) tcpURLHost() string {
+	h := s.tcpListenHost()
+	if a, err := netip.ParseAddr(h); err == nil && a.IsUnspecified() && s.Domain != "" {
+		return s.Domain
+	}
+	return h
+}
+
+// trackConn registers a public conn so that Close can end it.
+func (s *Server) trackConn(c net.Conn, add bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !add {
+		delete(s.conns, c)
+		return true
+	}
+	if s.closed {
+		return false
+	}
+	if s.conns == nil {
+		s.conns = map[net.Conn]struct{}{}
+	}
+	s.conns[c] = struct{}{}
+	return true
+}

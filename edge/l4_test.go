@@ -1,0 +1,535 @@
+package edge_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
+)
+
+// testPKI is a CA and a way to issue server certificates from it.
+type testPKI struct {
+	caCert *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	pool   *x509.CertPool
+	caPEM  []byte
+}
+
+func newPKI(t testing.TB) *testPKI {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "tunnelkit test CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &testPKI{cert, key, pool, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+func (p *testPKI) issue(t testing.TB, names ...string) tls.Certificate {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: names[0]},
+		DNSNames:     names,
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// l4Edge is an edge with SNI and TCP endpoints on loopback.
+type l4Edge struct {
+	srv       *edge.Server
+	router    *edge.MemoryRouter
+	agentAddr string
+	tlsAddr   string
+}
+
+func startL4Edge(t testing.TB) *l4Edge {
+	t.Helper()
+	rt := &edge.MemoryRouter{}
+	srv := &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 20000, Max: 29999}, Router: rt}
+	agents, pub := listen(t), listen(t)
+	var wg sync.WaitGroup
+	wg.Go(func() { srv.ServeAgents(agents) })
+	wg.Go(func() { srv.ServeSNI(pub) })
+	t.Cleanup(func() { srv.Close(); wg.Wait() })
+	return &l4Edge{srv: srv, router: rt, agentAddr: agents.Addr().String(), tlsAddr: pub.Addr().String()}
+}
+
+// serveTLSApp binds url with its own agent and serves TLS with cert on the
+// listener: the app terminates TLS and answers each line with name + line.
+func (e *l4Edge) serveTLSApp(t testing.TB, url, name string, cert tls.Certificate) *agent.Client {
+	t.Helper()
+	c := &agent.Client{Addr: e.agentAddr}
+	l, err := c.Listen(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl := tls.NewListener(l, &tls.Config{Certificates: []tls.Certificate{cert}})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			conn, err := tl.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				buf := make([]byte, 256)
+				n, _ := conn.Read(buf)
+				fmt.Fprintf(conn, "%s: %s", name, buf[:n])
+			}()
+		}
+	}()
+	t.Cleanup(func() { c.Close(); <-done })
+	return c
+}
+
+// tlsRoundTrip dials the edge's TLS port as serverName, verifying the
+// certificate against pool, and returns the app's answer to "ping".
+func tlsRoundTrip(addr, serverName string, pool *x509.CertPool) (string, error) {
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, &tls.Config{ServerName: serverName, RootCAs: pool})
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "ping"); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(conn)
+	return string(b), err
+}
+
+func TestTLSBySNIThroughTunnel(t *testing.T) {
+	pki := newPKI(t)
+	e := startL4Edge(t)
+	e.serveTLSApp(t, "tls://app.example.test", "app", pki.issue(t, "app.example.test"))
+	e.serveTLSApp(t, "tls://other.example.test", "other", pki.issue(t, "other.example.test"))
+	e.serveTLSApp(t, "tls://*.wild.example.test", "wild", pki.issue(t, "*.wild.example.test"))
+
+	for _, c := range []struct{ name, want string }{
+		{"app.example.test", "app: ping"},
+		{"other.example.test", "other: ping"},
+		{"x.wild.example.test", "wild: ping"},
+		{"APP.example.test", "app: ping"},
+	} {
+		got, err := tlsRoundTrip(e.tlsAddr, c.name, pki.pool)
+		if err != nil || got != c.want {
+			t.Errorf("%s: %q, %v; want %q", c.name, got, err, c.want)
+		}
+	}
+	// A name nobody bound: the edge closes the connection.
+	if _, err := tlsRoundTrip(e.tlsAddr, "nobody.example.test", pki.pool); err == nil {
+		t.Error("unknown name: handshake succeeded")
+	}
+	// Not TLS: closed at once, without waiting for a timeout.
+	conn, err := net.Dial("tcp", e.tlsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GET / HTTP/1.1\r\n")
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := conn.Read(make([]byte, 10)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("not-TLS conn: read %d, %v; want closed at once", n, err)
+	}
+}
+
+func TestTLSWithOpenSSL(t *testing.T) {
+	if _, err := exec.LookPath("openssl"); err != nil {
+		t.Skip("openssl not installed")
+	}
+	pki := newPKI(t)
+	e := startL4Edge(t)
+	e.serveTLSApp(t, "tls://app.example.test", "app", pki.issue(t, "app.example.test"))
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	os.WriteFile(ca, pki.caPEM, 0o600)
+	cmd := exec.Command("openssl", "s_client", "-connect", e.tlsAddr, "-servername", "app.example.test",
+		"-CAfile", ca, "-verify_return_error", "-verify_hostname", "app.example.test", "-quiet")
+	cmd.Stdin = strings.NewReader("ping")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("openssl s_client: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "app: ping") {
+		t.Fatalf("openssl s_client got %q", out)
+	}
+}
+
+// startEchoUpstream runs a TCP server on loopback that echoes every byte
+// until EOF, then closes its write half.
+func startEchoUpstream(t testing.TB) string {
+	t.Helper()
+	ln := listen(t)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.Copy(c, c)
+				c.(*net.TCPConn).CloseWrite()
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// forwardTCP binds a TCP endpoint with its own agent, forwarding to to.
+func (e *l4Edge) forwardTCP(t testing.TB, ep agent.Endpoint, to string, proxyProto int) (*agent.Listener, *agent.Client) {
+	t.Helper()
+	c := &agent.Client{Addr: e.agentAddr}
+	l, err := c.ListenEndpoint(context.Background(), ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		(&agent.Forwarder{To: to, ProxyProtocol: proxyProto}).Serve(l)
+	}()
+	t.Cleanup(func() { c.Close(); <-done })
+	return l, c
+}
+
+func tcpAddrOf(t testing.TB, url string) string {
+	t.Helper()
+	rest, ok := strings.CutPrefix(url, "tcp://")
+	if !ok {
+		t.Fatalf("URL %q is not tcp://", url)
+	}
+	return rest
+}
+
+func TestTCPEchoHalfClose(t *testing.T) {
+	size := int64(256 << 20)
+	if testing.Short() {
+		size = 16 << 20
+	}
+	e := startL4Edge(t)
+	l, _ := e.forwardTCP(t, agent.Endpoint{URL: "tcp://"}, startEchoUpstream(t), 0)
+	conn, err := net.Dial("tcp", tcpAddrOf(t, l.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	want := sha256.New()
+	sent := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(conn, io.TeeReader(pattern(size), want))
+		if err == nil {
+			err = conn.(*net.TCPConn).CloseWrite()
+		}
+		sent <- err
+	}()
+	got := sha256.New()
+	n, err := io.Copy(got, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if n != size || !bytes.Equal(got.Sum(nil), want.Sum(nil)) {
+		t.Fatalf("echoed %d of %d bytes; same bytes in order: %v", n, size, bytes.Equal(got.Sum(nil), want.Sum(nil)))
+	}
+}
+
+func TestTCPEndpointLifetime(t *testing.T) {
+	e := startL4Edge(t)
+	l, c := e.forwardTCP(t, agent.Endpoint{URL: "tcp://:20001"}, startEchoUpstream(t), 0)
+	if l.URL() != "tcp://127.0.0.1:20001" {
+		t.Fatalf("URL = %q", l.URL())
+	}
+	// Taken by another agent, outside the range, in use.
+	other := &agent.Client{Addr: e.agentAddr}
+	defer other.Close()
+	if _, err := other.Listen(context.Background(), "tcp://:20001"); !errors.Is(err, agent.ErrNameTaken) {
+		t.Errorf("second bind without pool: %v, want ErrNameTaken", err)
+	}
+	if _, err := other.Listen(context.Background(), "tcp://:80"); err == nil {
+		t.Error("port outside the range was granted")
+	}
+	// The edge stops listening when the binding ends.
+	c.Close()
+	waitFor(t, func() bool {
+		conn, err := net.Dial("tcp", "127.0.0.1:20001")
+		if err == nil {
+			conn.Close()
+		}
+		return err != nil
+	})
+}
+
+// TestPoolSpreadAndFailover binds one TCP port from three agents; new
+// connections spread over all three; one agent dies abruptly (its TCP
+// connection to the edge is cut) while clients keep connecting, and once the
+// edge has noticed, no new connection fails.
+func TestPoolSpreadAndFailover(t *testing.T) {
+	e := startL4Edge(t)
+	type member struct {
+		c    *agent.Client
+		conn net.Conn // the agent's connection to the edge
+		hits atomic.Int32
+	}
+	members := make([]*member, 3)
+	var url string
+	for i := range members {
+		m := &member{}
+		members[i] = m
+		m.c = &agent.Client{Addr: e.agentAddr, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			m.conn = c
+			return c, err
+		}}
+		l, err := m.c.ListenEndpoint(context.Background(), agent.Endpoint{URL: "tcp://:20002", Pool: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		url = l.URL()
+		go func() {
+			for {
+				conn, err := l.Accept()
+				if err != nil {
+					return
+				}
+				m.hits.Add(1)
+				fmt.Fprintf(conn, "member %d\n", i)
+				conn.Close()
+			}
+		}()
+		t.Cleanup(func() { m.c.Close() })
+	}
+	addr := tcpAddrOf(t, url)
+	dial := func() (string, error) {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			return "", err
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		b, err := io.ReadAll(conn)
+		if err == nil && len(b) == 0 {
+			err = errors.New("closed without an answer")
+		}
+		return string(b), err
+	}
+	for range 30 {
+		if _, err := dial(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, m := range members {
+		if m.hits.Load() != 10 {
+			t.Errorf("member %d got %d of 30 connections, want 10", i, m.hits.Load())
+		}
+	}
+
+	// Clients keep connecting while member 1 dies.
+	stop := make(chan struct{})
+	var during sync.WaitGroup
+	var served atomic.Int32
+	for range 4 {
+		during.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := dial(); err == nil {
+					served.Add(1)
+				}
+			}
+		})
+	}
+	members[1].conn.Close()
+	waitFor(t, func() bool {
+		routes, _ := e.router.Lookup(context.Background(), "tcp", "20002")
+		return len(routes) == 2
+	})
+	close(stop)
+	during.Wait()
+	t.Logf("%d connections served while member 1 died", served.Load())
+
+	before := members[1].hits.Load()
+	for range 60 {
+		got, err := dial()
+		if err != nil {
+			t.Fatalf("after member 1 was gone: %v", err)
+		}
+		if got == "member 1\n" {
+			t.Fatal("a connection reached the dead member")
+		}
+	}
+	if members[1].hits.Load() != before {
+		t.Fatal("the dead member accepted connections")
+	}
+	if members[0].hits.Load() == 10 || members[2].hits.Load() == 10 {
+		t.Errorf("the survivors did not share the load: %d, %d", members[0].hits.Load(), members[2].hits.Load())
+	}
+}
+
+// proxyProtoUpstream reads a PROXY header from each conn and answers with
+// the source it names, then echoes the rest.
+func proxyProtoUpstream(t testing.TB) string {
+	t.Helper()
+	ln := listen(t)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				h, err := proxyproto.Read(br)
+				if err != nil {
+					fmt.Fprintf(c, "no header: %v\n", err)
+					return
+				}
+				fmt.Fprintf(c, "v%d from %s\n", h.Version, h.Source)
+				io.Copy(c, br)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func TestProxyProtocolToUpstream(t *testing.T) {
+	e := startL4Edge(t)
+	up := proxyProtoUpstream(t)
+	for _, v := range []int{1, 2} {
+		l, _ := e.forwardTCP(t, agent.Endpoint{URL: "tcp://"}, up, v)
+		conn, err := net.Dial("tcp", tcpAddrOf(t, l.URL()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(conn, "payload after the header")
+		conn.(*net.TCPConn).CloseWrite()
+		got, err := io.ReadAll(conn)
+		conn.Close()
+		want := fmt.Sprintf("v%d from %s\npayload after the header", v, conn.LocalAddr())
+		if err != nil || string(got) != want {
+			t.Errorf("PROXY v%d: upstream answered %q, %v; want %q", v, got, err, want)
+		}
+	}
+}
+
+// TestProxyProtocolFromLoadBalancer puts a load balancer's PROXY header in
+// front of the edge's public listeners: the client address it names is the
+// one the agent and the upstream see.
+func TestProxyProtocolFromLoadBalancer(t *testing.T) {
+	rt := &edge.MemoryRouter{}
+	srv := &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 20000, Max: 29999}, Router: rt, ProxyProtocol: true}
+	agents, pubHTTP := listen(t), listen(t)
+	var wg sync.WaitGroup
+	wg.Go(func() { srv.ServeAgents(agents) })
+	wg.Go(func() { srv.ServeHTTPListener(pubHTTP) })
+	t.Cleanup(func() { srv.Close(); wg.Wait() })
+	e := &l4Edge{srv: srv, router: rt, agentAddr: agents.Addr().String()}
+
+	lbClient := netip.MustParseAddrPort("203.0.113.9:5555")
+	l, _ := e.forwardTCP(t, agent.Endpoint{URL: "tcp://"}, proxyProtoUpstream(t), 2)
+	conn, err := net.Dial("tcp", tcpAddrOf(t, l.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	proxyproto.Write(conn, 1, lbClient, netip.MustParseAddrPort("192.0.2.1:20000"))
+	conn.(*net.TCPConn).CloseWrite()
+	got, _ := io.ReadAll(conn)
+	if want := "v2 from 203.0.113.9:5555\n"; string(got) != want {
+		t.Fatalf("upstream saw %q, want %q", got, want)
+	}
+
+	// Without a header, the edge closes the connection.
+	conn2, err := net.Dial("tcp", tcpAddrOf(t, l.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn2.Close()
+	io.WriteString(conn2, "GET / HTTP/1.1\r\n\r\n")
+	conn2.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if b, err := io.ReadAll(conn2); len(b) != 0 || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("conn without a PROXY header: read %q, %v", b, err)
+	}
+
+	// HTTP: the header's client is the one in X-Forwarded-For.
+	c := &agent.Client{Addr: e.agentAddr}
+	defer c.Close()
+	hl, err := c.Listen(context.Background(), "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go http.Serve(hl, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s|%s", r.RemoteAddr, r.Header.Get("X-Forwarded-For"))
+	}))
+	hc, err := net.Dial("tcp", pubHTTP.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	proxyproto.Write(hc, 2, lbClient, netip.MustParseAddrPort("192.0.2.1:80"))
+	io.WriteString(hc, "GET / HTTP/1.1\r\nHost: app.example.test\r\nConnection: close\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(hc), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if string(body) != "203.0.113.9:5555|203.0.113.9" {
+		t.Fatalf("app saw %q", body)
+	}
+}

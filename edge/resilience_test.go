@@ -1,0 +1,570 @@
+package edge_test
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.ngrok.com/muxado/v2"
+
+	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/internal/wire"
+)
+
+// edgeOn runs srv on the given agent and HTTP listeners until cleanup.
+func edgeOn(t testing.TB, srv *edge.Server, agents, pub net.Listener) *testEdge {
+	t.Helper()
+	te := &testEdge{srv: srv, agentAddr: agents.Addr().String(), httpAddr: pub.Addr().String(), serveDone: make(chan struct{})}
+	var wg sync.WaitGroup
+	wg.Go(func() { srv.ServeAgents(agents) })
+	wg.Go(func() { srv.ServeHTTPListener(pub) })
+	go func() { wg.Wait(); close(te.serveDone) }()
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, te.httpAddr)
+	}}
+	te.httpClient = &http.Client{Transport: tr, Timeout: 20 * time.Second}
+	t.Cleanup(func() {
+		tr.CloseIdleConnections()
+		srv.Close()
+		<-te.serveDone
+	})
+	return te
+}
+
+// tokens authenticates "alice-token" as alice and "bob-token" as bob.
+func tokens(_ context.Context, token string) (string, error) {
+	for _, id := range []string{"alice", "bob"} {
+		if subtle.ConstantTimeCompare([]byte(token), []byte(id+"-token")) == 1 {
+			return id, nil
+		}
+	}
+	return "", errors.New("unknown token")
+}
+
+func TestWrongTokenRefused(t *testing.T) {
+	rt := &edge.MemoryRouter{}
+	te := edgeOn(t, &edge.Server{Domain: "example.test", Router: rt, Authenticate: tokens}, listen(t), listen(t))
+	good := &agent.Client{Addr: te.agentAddr, Token: "alice-token"}
+	defer good.Close()
+	l, err := good.Listen(context.Background(), "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go http.Serve(l, nameHandler("app"))
+
+	for _, tok := range []string{"", "wrong", "alice-token-x"} {
+		bad := &agent.Client{Addr: te.agentAddr, Token: tok}
+		_, err := bad.Listen(context.Background(), "other")
+		bad.Close()
+		if !errors.Is(err, agent.ErrUnauthorized) {
+			t.Errorf("token %q: %v, want ErrUnauthorized", tok, err)
+		}
+	}
+	if routes, _ := rt.Lookup(context.Background(), "http", "other.example.test"); len(routes) != 0 {
+		t.Fatal("a refused agent got a route")
+	}
+	if resp, body := get(t, te, te.url("app")+"/", nil); resp.StatusCode != 200 || body != "app /" {
+		t.Fatalf("the good agent: %d %q", resp.StatusCode, body)
+	}
+}
+
+// TestGraceKeepsNameForIdentity cuts alice's session: during the grace
+// period bob cannot take her name, and alice, reconnecting, gets it back.
+func TestGraceKeepsNameForIdentity(t *testing.T) {
+	rt := &edge.MemoryRouter{}
+	te := edgeOn(t, &edge.Server{Domain: "example.test", Router: rt, Authenticate: tokens, Grace: time.Minute}, listen(t), listen(t))
+
+	var conn atomic.Pointer[net.Conn]
+	gate := make(chan struct{})
+	dials := 0
+	alice := &agent.Client{Addr: te.agentAddr, Token: "alice-token", MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if dials++; dials > 1 {
+				<-gate // reconnect only once bob has tried
+			}
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err == nil {
+				conn.Store(&c)
+			}
+			return c, err
+		}}
+	defer alice.Close()
+	l, err := alice.Listen(context.Background(), "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := l.URL()
+	go http.Serve(l, nameHandler("alice"))
+
+	(*conn.Load()).Close() // the network drops alice's session
+	waitFor(t, func() bool {
+		routes, _ := rt.Lookup(context.Background(), "http", "app.example.test")
+		return len(routes) == 0
+	})
+	bob := &agent.Client{Addr: te.agentAddr, Token: "bob-token"}
+	defer bob.Close()
+	if _, err := bob.Listen(context.Background(), "app"); !errors.Is(err, agent.ErrNameTaken) {
+		t.Fatalf("bob took alice's name during the grace period: %v", err)
+	}
+	close(gate)
+	waitFor(t, func() bool {
+		routes, _ := rt.Lookup(context.Background(), "http", "app.example.test")
+		return len(routes) == 1
+	})
+	if l.URL() != url {
+		t.Fatalf("alice came back as %q, want %q", l.URL(), url)
+	}
+	if resp, body := get(t, te, url+"/", nil); resp.StatusCode != 200 || body != "alice /" {
+		t.Fatalf("after reconnect: %d %q", resp.StatusCode, body)
+	}
+}
+
+// rawSession opens a muxado session to the edge as a hand-written agent.
+func rawSession(t testing.TB, addr string) muxado.Session {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := muxado.Client(c, nil)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestMalformedControlMessages(t *testing.T) {
+	te := startEdge(t)
+	te.serveApp(t, "app", nameHandler("app"))
+	cases := map[string][]byte{
+		"huge length":   {byte(wire.StreamControl), 0xff, 0xff, 0xff, 0xff, 'x'},
+		"not JSON":      append([]byte{byte(wire.StreamControl), 0, 0, 0, 5}, "{{{{{"...),
+		"unknown type":  {0x7f, 1, 2, 3},
+		"bind first":    mustMessage(t, wire.Request{Op: wire.OpBind, Bind: &wire.Bind{Proto: "http", Name: "evil"}}),
+		"hello no body": mustMessage(t, wire.Request{Op: wire.OpHello}),
+	}
+	for name, msg := range cases {
+		s := rawSession(t, te.agentAddr)
+		st, err := s.OpenStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Write(msg)
+		st.SetReadDeadline(time.Now().Add(10 * time.Second))
+		// Either an error response or a closed stream; never a grant.
+		var resp wire.Response
+		if err := wire.ReadMessage(st, &resp); err == nil && resp.Error == nil {
+			t.Errorf("%s: accepted: %+v", name, resp)
+		}
+	}
+	// The edge keeps serving the good agent.
+	if resp, _ := get(t, te, te.url("app")+"/", nil); resp.StatusCode != 200 {
+		t.Fatalf("good agent after hostile ones: %d", resp.StatusCode)
+	}
+	if resp, _ := get(t, te, te.url("evil")+"/", nil); resp.StatusCode != 404 {
+		t.Fatalf("a hostile bind got a route: %d", resp.StatusCode)
+	}
+}
+
+func mustMessage(t testing.TB, req wire.Request) []byte {
+	var b strings.Builder
+	if err := wire.WriteMessage(&b, []byte{byte(wire.StreamControl)}, req); err != nil {
+		t.Fatal(err)
+	}
+	return []byte(b.String())
+}
+
+// TestHostileEdgeProxyHeaders runs a fake edge that sends the agent broken
+// proxy headers: the agent drops those streams, and delivers the good one.
+func TestHostileEdgeProxyHeaders(t *testing.T) {
+	ln := listen(t)
+	defer ln.Close()
+	edgeDone := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			edgeDone <- err
+			return
+		}
+		s := muxado.Server(c, nil)
+		defer s.Close()
+		// Serve the agent's streams like an edge: answer its requests and
+		// its heartbeat.
+		bound := make(chan struct{})
+		go func() {
+			for {
+				st, err := s.AcceptStream()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer st.Close()
+					var typ [1]byte
+					io.ReadFull(st, typ[:])
+					if wire.StreamType(typ[0]) == wire.StreamHeartbeat {
+						wire.Echo(st)
+						return
+					}
+					var req wire.Request
+					wire.ReadMessage(st, &req)
+					switch req.Op {
+					case wire.OpHello:
+						wire.WriteMessage(st, nil, wire.Response{HelloResp: &wire.HelloResp{Version: 1, SessionID: "s"}})
+					case wire.OpBind:
+						wire.WriteMessage(st, nil, wire.Response{BindResp: &wire.BindResp{TunnelID: "t1", URL: "http://app.example.test"}})
+						close(bound)
+					default:
+						wire.WriteMessage(st, nil, wire.Response{})
+					}
+				}()
+			}
+		}()
+		<-bound
+		good, _ := wire.AppendProxyStream(nil, wire.ProxyHeader{TunnelID: "t1", Proto: "http"})
+		unknown, _ := wire.AppendProxyStream(nil, wire.ProxyHeader{TunnelID: "nope", Proto: "http"})
+		for _, b := range [][]byte{
+			{byte(wire.StreamProxy), 0x00, 0x05, 1, 2, 3, 4, 5},          // fields overrun the body
+			{byte(wire.StreamProxy), 0xff, 0xff},                         // long header, then silence
+			{byte(wire.StreamProxy), 0x00, 0x03, 0x00, 0x00, 0x09, 0x01}, // bad address
+			{0x99},  // unknown type
+			unknown, // no such tunnel
+			append(good, "good"...),
+		} {
+			st, err := s.OpenStream()
+			if err != nil {
+				edgeDone <- err
+				return
+			}
+			st.Write(b)
+			defer st.Close()
+		}
+		edgeDone <- nil
+		s.Wait()
+	}()
+	c := &agent.Client{Addr: ln.Addr().String()}
+	defer c.Close()
+	l, err := c.Listen(context.Background(), "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(conn, buf); err != nil || string(buf) != "good" {
+		t.Fatalf("delivered stream: %q, %v", buf, err)
+	}
+	if err := <-edgeDone; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSilentAndSlowClientsTimedOut(t *testing.T) {
+	srv := &edge.Server{Domain: "example.test", HandshakeTimeout: 300 * time.Millisecond}
+	pubTLS := listen(t)
+	te := edgeOn(t, srv, listen(t), listen(t))
+	go srv.ServeSNI(pubTLS)
+	te.serveApp(t, "app", nameHandler("app"))
+
+	// A TLS client that sends nothing, and a slowloris HTTP client that
+	// never finishes its header.
+	silent, err := net.Dial("tcp", pubTLS.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	slow, err := net.Dial("tcp", te.httpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	io.WriteString(slow, "GET / HTTP/1.1\r\nHost: app.example.test\r\nX-Slow: a")
+
+	// Meanwhile the edge serves others.
+	if resp, _ := get(t, te, te.url("app")+"/", nil); resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	for name, c := range map[string]net.Conn{"silent TLS client": silent, "slowloris": slow} {
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		b, err := io.ReadAll(c)
+		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+			t.Errorf("%s: not closed by the edge", name)
+		}
+		// The HTTP server may answer 408 before closing.
+		if len(b) > 0 && !strings.Contains(string(b), "408") {
+			t.Errorf("%s: got %q", name, b)
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// relay forwards between a client and addr until frozen, when it stops
+// moving bytes without closing anything: a network that stops delivering.
+type relay struct {
+	ln     net.Listener
+	frozen atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newRelay(t testing.TB, addr string) *relay {
+	r := &relay{ln: listen(t)}
+	go func() {
+		for {
+			c, err := r.ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			r.mu.Lock()
+			r.conns = append(r.conns, c, up)
+			r.mu.Unlock()
+			go r.copy(up, c)
+			go r.copy(c, up)
+		}
+	}()
+	t.Cleanup(func() {
+		r.ln.Close()
+		r.mu.Lock()
+		for _, c := range r.conns {
+			c.Close()
+		}
+		r.mu.Unlock()
+	})
+	return r
+}
+
+func (r *relay) copy(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if err != nil {
+			return
+		}
+		for r.frozen.Load() {
+			time.Sleep(10 * time.Millisecond) // hold the bytes: frozen
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			return
+		}
+	}
+}
+
+func TestFrozenNetworkDetectedByHeartbeat(t *testing.T) {
+	const interval, timeout = 50 * time.Millisecond, 200 * time.Millisecond
+	rt := &edge.MemoryRouter{}
+	te := edgeOn(t, &edge.Server{Domain: "example.test", Router: rt, HeartbeatInterval: interval, HeartbeatTimeout: timeout}, listen(t), listen(t))
+	r := newRelay(t, te.agentAddr)
+	disconnected := make(chan time.Time, 1)
+	c := &agent.Client{Addr: r.ln.Addr().String(), HeartbeatInterval: interval, HeartbeatTimeout: timeout, MinBackoff: time.Hour,
+		OnEvent: func(e agent.Event) {
+			if e.Kind == agent.Disconnected {
+				select {
+				case disconnected <- time.Now():
+				default:
+				}
+			}
+		}}
+	defer c.Close()
+	if _, err := c.Listen(context.Background(), "app"); err != nil {
+		t.Fatal(err)
+	}
+	frozeAt := time.Now()
+	r.frozen.Store(true)
+	bound := interval + timeout
+	// Edge side: the route goes when the edge gives up on the session.
+	waitFor(t, func() bool {
+		routes, _ := rt.Lookup(context.Background(), "http", "app.example.test")
+		return len(routes) == 0
+	})
+	edgeDetect := time.Since(frozeAt)
+	select {
+	case at := <-disconnected:
+		t.Logf("frozen link detected: edge after %v, agent after %v (bound %v + one interval of phase)", edgeDetect.Round(time.Millisecond), at.Sub(frozeAt).Round(time.Millisecond), bound)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the agent did not detect the frozen link")
+	}
+}
+
+// TestEdgeRestartSameURL restarts the edge on the same addresses: the agent
+// comes back with the same URL, and requests succeed without the app doing
+// anything.
+func TestEdgeRestartSameURL(t *testing.T) {
+	agentsLn, pubLn := listen(t), listen(t)
+	agentsAddr, pubAddr := agentsLn.Addr().String(), pubLn.Addr().String()
+	srv1 := &edge.Server{Domain: "example.test"}
+	te := edgeOn(t, srv1, agentsLn, pubLn)
+	reconnected := make(chan time.Time, 4)
+	c := &agent.Client{Addr: agentsAddr, MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+		OnEvent: func(e agent.Event) {
+			if e.Kind == agent.Connected {
+				reconnected <- time.Now()
+			}
+		}}
+	defer c.Close()
+	l, err := c.Listen(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-reconnected
+	url := l.URL()
+	go http.Serve(l, nameHandler("app"))
+	if resp, _ := get(t, te, url+"/", nil); resp.StatusCode != 200 {
+		t.Fatalf("before restart: %d", resp.StatusCode)
+	}
+
+	stopped := time.Now()
+	srv1.Close()
+	<-te.serveDone
+	agentsLn2, err := net.Listen("tcp", agentsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubLn2, err := net.Listen("tcp", pubAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	te2 := edgeOn(t, &edge.Server{Domain: "example.test"}, agentsLn2, pubLn2)
+	select {
+	case at := <-reconnected:
+		t.Logf("agent reconnected %v after the edge stopped", at.Sub(stopped).Round(time.Millisecond))
+	case <-time.After(20 * time.Second):
+		t.Fatal("agent did not reconnect")
+	}
+	waitFor(t, func() bool { return l.URL() == url })
+	var resp *http.Response
+	var body string
+	waitFor(t, func() bool {
+		resp, body = get(t, te2, url+"/", nil)
+		return resp.StatusCode == 200
+	})
+	if body != "app /" {
+		t.Fatalf("after restart: %q", body)
+	}
+}
+
+// TestKillAgentMidTransfer cuts an agent's connection during a download:
+// the client gets an error promptly, and the edge releases everything.
+func TestKillAgentMidTransfer(t *testing.T) {
+	te := startEdge(t)
+	base := runtime.NumGoroutine()
+	var conn atomic.Pointer[net.Conn]
+	c := &agent.Client{Addr: te.agentAddr, MinBackoff: time.Hour, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err == nil {
+			conn.Store(&nc)
+		}
+		return nc, err
+	}}
+	l, err := c.Listen(context.Background(), "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(w, pattern(1<<40)) // endless
+	}))
+	resp, err := te.httpClient.Get(te.url("big") + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.CopyN(io.Discard, resp.Body, 8<<20); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	(*conn.Load()).Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err == nil {
+		t.Fatal("the download ended cleanly after the agent died")
+	}
+	t.Logf("client saw %v after %v", err, time.Since(killed).Round(time.Millisecond))
+	c.Close()
+	te.httpClient.Transport.(*http.Transport).CloseIdleConnections()
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > base {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestSessionsPerIdentityAndStreamLimits(t *testing.T) {
+	srv := &edge.Server{Domain: "example.test", MaxSessionsPerIdentity: 2, MaxStreamsPerSession: 4}
+	te := edgeOn(t, srv, listen(t), listen(t))
+	var clients []*agent.Client
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
+	for i := range 3 {
+		c := &agent.Client{Addr: te.agentAddr}
+		clients = append(clients, c)
+		_, err := c.Listen(context.Background(), fmt.Sprintf("n%d", i))
+		if i < 2 && err != nil {
+			t.Fatalf("session %d: %v", i, err)
+		}
+		if i == 2 && !errors.Is(err, agent.ErrRefused) {
+			t.Fatalf("third session of one identity: %v, want refused", err)
+		}
+	}
+	// Streams: the agent holds each connection open; past the bound the
+	// edge answers 502 instead of opening more streams.
+	release := make(chan struct{})
+	l, err := clients[0].Listen(context.Background(), "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
+	var wg sync.WaitGroup
+	codes := make(chan int, 8)
+	for range 8 {
+		wg.Go(func() {
+			c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, network, te.httpAddr)
+			}}}
+			resp, err := c.Get(te.url("busy") + "/")
+			if err != nil {
+				codes <- 0
+				return
+			}
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		})
+	}
+	// The session's heartbeat holds one stream; three requests fit.
+	got := map[int]int{}
+	for range 5 {
+		got[<-codes]++
+	}
+	close(release)
+	wg.Wait()
+	close(codes)
+	for c := range codes {
+		got[c]++
+	}
+	if got[502] != 5 || got[200] != 3 {
+		t.Fatalf("status counts %v, want 3x200 and 5x502", got)
+	}
+}

@@ -1,0 +1,188 @@
+package wire
+
+import (
+	"bufio"
+	"encoding/binary"
+	"io"
+	"net"
+	"sync"
+
+	"golang.ngrok.com/muxado/v2"
+	"golang.ngrok.com/muxado/v2/frame"
+)
+
+// Session tuning. Both ends of a session must use the same window:
+// muxado takes the peer's receive window to be its own.
+const (
+	// muxWindow is the receive window of each stream, muxado's default.
+	muxWindow = 256 << 10
+
+	// readBufferSize is the framer's read buffer. It holds many small
+	// frames (an HTTP request or response and the window updates around
+	// it); the bodies of large frames are read past it.
+	readBufferSize = 4 << 10
+
+	// windowHold is how much window a stream's reader may have consumed
+	// before the framer sends the update at once rather than with the next
+	// frame. It must be well below muxWindow: held updates keep at most
+	// windowHold of a stream's window from its sender, so the sender
+	// always has muxWindow-windowHold to send into once the reader has read.
+	windowHold = muxWindow / 8
+
+	// maxHeld bounds the streams with held window updates.
+	maxHeld = 16
+
+	// copyLimit is the largest payload the framer copies to write it with
+	// its header in one Write; larger ones go as net.Buffers (writev on TCP).
+	copyLimit = 16 << 10
+)
+
+// Sizes of the muxado frame layout: an 8-byte header (24-bit length, 4-bit
+// type, 4-bit flags, 32-bit stream ID), then the body; WNDINC and RST have
+// a 4-byte body.
+const (
+	headerSize    = 8
+	wndIncSize    = headerSize + 4
+	rstSize       = headerSize + 4
+	maxLength     = 1<<24 - 1
+	wndIncMaxIncr = 1<<31 - 1
+)
+
+// MuxConfig returns the muxado configuration of an agent session, the same
+// at both ends.
+func MuxConfig() *muxado.Config {
+	return &muxado.Config{MaxWindowSize: muxWindow, NewFramer: NewFramer}
+}
+
+// NewFramer returns a muxado framer that cuts the syscalls per frame: it
+// reads through a buffer, writes each frame's header and payload in one
+// Write, and holds back small window updates to send them with the next
+// frame written (or alone once a stream's held update reaches windowHold).
+// Each frame is encoded exactly as the stock framer does; only window
+// updates are sent later, and those of one stream merged into one, so
+// either end may use the stock framer.
+//
+// As muxado uses it, ReadFrame and WriteFrame each run in one goroutine;
+// WriteFrame must not be called concurrently with itself.
+func NewFramer(r io.Reader, w io.Writer) frame.Framer {
+	return newFramer(r, w, windowHold)
+}
+
+func newFramer(r io.Reader, w io.Writer, hold uint32) *framer {
+	f := &framer{w: w, hold: hold}
+	f.stock = frame.NewFramer(bufio.NewReaderSize(r, readBufferSize), w)
+	f.held = f.heldArr[:0]
+	return f
+}
+
+type framer struct {
+	// stock reads every frame (through the buffer) and writes the frames
+	// this framer does not encode itself (GOAWAY).
+	stock frame.Framer
+	w     io.Writer
+	hold  uint32
+
+	held    []heldInc // window updates not sent yet, one per stream
+	heldArr [maxHeld]heldInc
+}
+
+type heldInc struct {
+	id  frame.StreamId
+	inc uint32
+}
+
+func (f *framer) ReadFrame() (frame.Frame, error) { return f.stock.ReadFrame() }
+
+func (f *framer) WriteFrame(fr frame.Frame) error {
+	switch fr := fr.(type) {
+	case *frame.Data:
+		p := fr.Bytes()
+		if int(fr.Length()) != len(p) || len(p) > maxLength {
+			break
+		}
+		var b [headerSize]byte
+		putHeader(b[:], len(p), frame.TypeData, fr.Flags(), fr.StreamId())
+		return f.write(b[:], p)
+	case *frame.WndInc:
+		return f.windowUpdate(fr.StreamId(), fr.WindowIncrement())
+	case *frame.Rst:
+		var b [rstSize]byte
+		putHeader(b[:], 4, frame.TypeRst, 0, fr.StreamId())
+		binary.BigEndian.PutUint32(b[headerSize:], uint32(fr.ErrorCode()))
+		return f.write(b[:], nil)
+	}
+	if err := f.write(nil, nil); err != nil {
+		return err
+	}
+	return f.stock.WriteFrame(fr)
+}
+
+// windowUpdate adds inc to the window update held for stream id, and
+// writes the held updates when this one reached the threshold or no room
+// is left to hold it.
+func (f *framer) windowUpdate(id frame.StreamId, inc uint32) error {
+	for i := range f.held {
+		h := &f.held[i]
+		if h.id != id {
+			continue
+		}
+		if uint64(h.inc)+uint64(inc) > wndIncMaxIncr {
+			if err := f.write(nil, nil); err != nil {
+				return err
+			}
+			break
+		}
+		h.inc += inc
+		if h.inc >= f.hold {
+			return f.write(nil, nil)
+		}
+		return nil
+	}
+	f.held = append(f.held, heldInc{id, inc})
+	if inc >= f.hold || len(f.held) == maxHeld {
+		return f.write(nil, nil)
+	}
+	return nil
+}
+
+var writeBuffers = sync.Pool{New: func() any {
+	b := make([]byte, 0, maxHeld*wndIncSize+rstSize+copyLimit)
+	return &b
+}}
+
+// write writes the held window updates, then head and payload, in one
+// Write when the payload is small, as net.Buffers when it is large.
+func (f *framer) write(head, payload []byte) error {
+	if len(f.held) == 0 && len(head) == 0 {
+		return nil
+	}
+	bp := writeBuffers.Get().(*[]byte)
+	b := (*bp)[:0]
+	for _, h := range f.held {
+		var u [wndIncSize]byte
+		putHeader(u[:], 4, frame.TypeWndInc, 0, h.id)
+		binary.BigEndian.PutUint32(u[headerSize:], h.inc)
+		b = append(b, u[:]...)
+	}
+	f.held = f.held[:0]
+	b = append(b, head...)
+	var err error
+	if len(payload) <= copyLimit {
+		b = append(b, payload...)
+		_, err = f.w.Write(b)
+	} else {
+		bufs := net.Buffers{b, payload}
+		_, err = bufs.WriteTo(f.w)
+	}
+	*bp = b
+	writeBuffers.Put(bp)
+	return err
+}
+
+func putHeader(b []byte, length int, t frame.Type, flags frame.Flags, id frame.StreamId) {
+	b[0] = byte(length >> 16)
+	b[1] = byte(length >> 8)
+	b[2] = byte(length)
+	b[3] = byte(t)<<4 | byte(flags)&0x0f
+	binary.BigEndian.PutUint32(b[4:8], uint32(id))
+}
