@@ -294,7 +294,8 @@ func (c *Client) connect(ctx context.Context) (muxado.Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: dial edge: %w", err)
 	}
-	if cfg := c.tlsConfig(); cfg != nil {
+	cfg := c.tlsConfig()
+	if cfg != nil {
 		tc := tls.Client(conn, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			conn.Close()
@@ -312,6 +313,9 @@ func (c *Client) connect(ctx context.Context) (muxado.Session, error) {
 	err = c.call(ctx, mux, hello, &resp)
 	if err == nil && resp.HelloResp == nil {
 		err = fmt.Errorf("%w: hello answered without a session", ErrRefused)
+	}
+	if err != nil && cfg == nil && ctx.Err() == nil && !errors.Is(err, ErrUnauthorized) && !errors.Is(err, ErrRefused) {
+		err = fmt.Errorf("%w (over plaintext: does the edge expect TLS?)", err)
 	}
 	c.mu.Lock()
 	if err == nil && c.closed {

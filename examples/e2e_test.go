@@ -11,6 +11,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"math/big"
@@ -261,6 +262,7 @@ func selfSigned(t *testing.T, names ...string) (tls.Certificate, *x509.CertPool)
 		SerialNumber:          big.NewInt(1),
 		Subject:               pkix.Name{CommonName: names[0]},
 		DNSNames:              names,
+		IPAddresses:           ipsOf(names),
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(time.Hour),
 		IsCA:                  true,
@@ -278,6 +280,76 @@ func selfSigned(t *testing.T, names ...string) (tls.Certificate, *x509.CertPool)
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, pool
 }
 
+// TestTokenAndTLS runs the edge with a token and TLS on its agent port: an
+// agent with the token and the CA gets through; a wrong token is refused
+// with a clear message.
+func TestTokenAndTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds binaries")
+	}
+	bin := build(t, "edge", "agent")
+	dir := t.TempDir()
+	cert, _ := selfSigned(t, "127.0.0.1")
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]})
+	keyDER, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(dir, "edge.pem"), filepath.Join(dir, "edge-key.pem")
+	os.WriteFile(certFile, certPEM, 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600)
+
+	agents, pub := freePort(t), freePort(t)
+	start(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test",
+		"-token", "s3cret", "-agent-cert", certFile, "-agent-key", keyFile)
+	waitListening(t, agents)
+	waitListening(t, pub)
+	app := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "behind TLS") })}
+	appLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go app.Serve(appLn)
+	t.Cleanup(func() { app.Close() })
+
+	url := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-token", "s3cret", "-edge-ca", certFile,
+		"-url", "http://secure", "-to", appLn.Addr().String()))
+	if got := getVia(t, pub, url+"/"); got != "behind TLS" {
+		t.Fatalf("through the TLS session: %q", got)
+	}
+	other, _ := selfSigned(t, "127.0.0.1")
+	otherCA := filepath.Join(dir, "other.pem")
+	os.WriteFile(otherCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: other.Certificate[0]}), 0o600)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-token", "wrong", "-edge-ca", certFile}, "refused the token"},
+		{[]string{"-token", "s3cret"}, "does the edge expect TLS?"}, // plaintext to a loopback edge that speaks TLS
+		{[]string{"-token", "s3cret", "-edge-ca", otherCA}, "certificate"},
+	} {
+		args, want := c.args, c.want
+		cmd := exec.Command(filepath.Join(bin, "agent"), append([]string{"-edge", agents, "-to", appLn.Addr().String()}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Fatalf("agent %v succeeded", args)
+		}
+		if !strings.Contains(string(out), want) {
+			t.Errorf("agent %v: %q, want a message with %q", args, out, want)
+		}
+	}
+}
+
+func ipsOf(names []string) []net.IP {
+	var ips []net.IP
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil {
+			ips = append(ips, ip)
+		}
+	}
+	return ips
+}
+
 func TestBadFlags(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
@@ -293,6 +365,9 @@ func TestBadFlags(t *testing.T) {
 		{"agent", "-to", "127.0.0.1:1", "-url", "tcp://:99999"},
 		{"edge", "-tcp-ports", "20-10"},
 		{"edge", "-tcp-ports", "x"},
+		{"edge", "-agent-cert", "x.pem"},
+		{"edge", "-agent-cert", "/nonexistent", "-agent-key", "/nonexistent"},
+		{"agent", "-to", "127.0.0.1:1", "-edge-ca", "/nonexistent"},
 	} {
 		out, err := exec.Command(filepath.Join(bin, c[0]), c[1:]...).CombinedOutput()
 		if err == nil {

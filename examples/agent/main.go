@@ -8,6 +8,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,6 +18,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -26,7 +29,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "agent:", err)
+		if !strings.HasPrefix(err.Error(), "agent:") {
+			err = fmt.Errorf("agent: %w", err)
+		}
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
 }
@@ -39,6 +45,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	to := fs.String("to", "", "local address to forward connections to, e.g. 127.0.0.1:3001")
 	proxyProto := fs.Int("proxy-proto", 0, "send a PROXY protocol header of this version (1 or 2) to -to first; 0: none")
 	pool := fs.Bool("pool", false, "join the endpoint's pool rather than fail when it is already bound")
+	token := fs.String("token", "", "token to present to the edge")
+	edgeCA := fs.String("edge-ca", "", "PEM file of the CA that signed the edge's certificate (default: the system's roots)")
+	plaintext := fs.Bool("plaintext", false, "connect to the edge without TLS (the default for a loopback edge)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -55,7 +64,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-proxy-proto %d: want 1 or 2 (0: none)", *proxyProto)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	c := &agent.Client{Addr: *edgeAddr, Logger: log}
+	c := &agent.Client{Addr: *edgeAddr, Token: *token, Plaintext: *plaintext, Logger: log}
+	if *edgeCA != "" {
+		pem, err := os.ReadFile(*edgeCA)
+		if err != nil {
+			return fmt.Errorf("-edge-ca: %w", err)
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("-edge-ca %s: no PEM certificate", *edgeCA)
+		}
+		host, _, _ := net.SplitHostPort(*edgeAddr)
+		c.TLSConfig = &tls.Config{RootCAs: roots, ServerName: host}
+	}
 	defer c.Close()
 	setup, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()

@@ -4,11 +4,14 @@
 // opened on ports of -tcp-ports.
 //
 //	edge -agents 127.0.0.1:7000 -http 127.0.0.1:8080 -domain example.test \
-//	     -tls 127.0.0.1:8443 -tcp-ports 20000-20100
+//	     -tls 127.0.0.1:8443 -tcp-ports 20000-20100 \
+//	     -token "$SECRET" -agent-cert edge.pem -agent-key edge-key.pem
 package main
 
 import (
 	"context"
+	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -40,6 +43,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	domain := fs.String("domain", "example.test", "domain HTTP endpoints are named under")
 	tlsAddr := fs.String("tls", "", "address of public TLS, routed by SNI (empty: none)")
 	tcpPorts := fs.String("tcp-ports", "", "range of ports for TCP endpoints, e.g. 20000-20100 (empty: none)")
+	token := fs.String("token", "", "shared secret agents must present (empty: any agent is accepted)")
+	agentCert := fs.String("agent-cert", "", "PEM certificate for TLS on -agents (with -agent-key; empty: plaintext)")
+	agentKey := fs.String("agent-key", "", "PEM private key of -agent-cert")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,6 +57,25 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	srv := &edge.Server{Domain: *domain, Logger: log}
+	if *token != "" {
+		secret := []byte(*token)
+		srv.Authenticate = func(_ context.Context, got string) (string, error) {
+			if subtle.ConstantTimeCompare([]byte(got), secret) != 1 {
+				return "", errors.New("wrong token")
+			}
+			return "token", nil
+		}
+	}
+	if (*agentCert == "") != (*agentKey == "") {
+		return errors.New("-agent-cert and -agent-key go together")
+	}
+	if *agentCert != "" {
+		cert, err := tls.LoadX509KeyPair(*agentCert, *agentKey)
+		if err != nil {
+			return fmt.Errorf("-agent-cert: %w", err)
+		}
+		srv.AgentTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	if *tcpPorts != "" {
 		r, err := edge.ParsePortRange(*tcpPorts)
 		if err != nil {
