@@ -247,21 +247,3 @@ func (s *Server) tcpURLHost() string {
 	}
 	return h
 }
-
-// trackConn registers a public conn so that Close can end it.
-func (s *Server) trackConn(c net.Conn, add bool) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !add {
-		delete(s.conns, c)
-		return true
-	}
-	if s.closed {
-		return false
-	}
-	if s.conns == nil {
-		s.conns = map[net.Conn]struct{}{}
-	}
-	s.conns[c] = struct{}{}
-	return true
-}

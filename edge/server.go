@@ -387,20 +387,33 @@ func (s *Server) isClosed() bool {
 	return s.closed
 }
 
+// trackListener registers ln so that Close can stop it, or forgets it.
 func (s *Server) trackListener(ln net.Listener, add bool) bool {
+	return track(s, &s.listeners, ln, add)
+}
+
+// trackConn registers a public conn so that Close can end it, or forgets
+// it.
+func (s *Server) trackConn(c net.Conn, add bool) bool {
+	return track(s, &s.conns, c, add)
+}
+
+// track adds v to the set *m under s.mu, unless the server is closed
+// (then it reports false), or removes it.
+func track[T comparable](s *Server, m *map[T]struct{}, v T, add bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !add {
-		delete(s.listeners, ln)
+		delete(*m, v)
 		return true
 	}
 	if s.closed {
 		return false
 	}
-	if s.listeners == nil {
-		s.listeners = map[net.Listener]struct{}{}
+	if *m == nil {
+		*m = map[T]struct{}{}
 	}
-	s.listeners[ln] = struct{}{}
+	(*m)[v] = struct{}{}
 	return true
 }
 
