@@ -4,18 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/netip"
@@ -31,56 +25,8 @@ import (
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
+	"github.com/tunnelkit/tunnelkit/internal/testpki"
 )
-
-// testPKI is a CA and a way to issue server certificates from it.
-type testPKI struct {
-	caCert *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-	pool   *x509.CertPool
-	caPEM  []byte
-}
-
-func newPKI(t testing.TB) *testPKI {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "tunnelkit test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testPKI{cert, key, pool, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-func (p *testPKI) issue(t testing.TB, names ...string) tls.Certificate {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: names[0]},
-		DNSNames:     names,
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
 
 // l4Edge is an edge with SNI and TCP endpoints on loopback.
 type l4Edge struct {
@@ -148,11 +94,11 @@ func tlsRoundTrip(addr, serverName string, pool *x509.CertPool) (string, error) 
 }
 
 func TestTLSBySNIThroughTunnel(t *testing.T) {
-	pki := newPKI(t)
+	pki := testpki.New(t)
 	e := startL4Edge(t)
-	e.serveTLSApp(t, "tls://app.example.test", "app", pki.issue(t, "app.example.test"))
-	e.serveTLSApp(t, "tls://other.example.test", "other", pki.issue(t, "other.example.test"))
-	e.serveTLSApp(t, "tls://*.wild.example.test", "wild", pki.issue(t, "*.wild.example.test"))
+	e.serveTLSApp(t, "tls://app.example.test", "app", pki.Issue(t, "app.example.test"))
+	e.serveTLSApp(t, "tls://other.example.test", "other", pki.Issue(t, "other.example.test"))
+	e.serveTLSApp(t, "tls://*.wild.example.test", "wild", pki.Issue(t, "*.wild.example.test"))
 
 	for _, c := range []struct{ name, want string }{
 		{"app.example.test", "app: ping"},
@@ -160,13 +106,13 @@ func TestTLSBySNIThroughTunnel(t *testing.T) {
 		{"x.wild.example.test", "wild: ping"},
 		{"APP.example.test", "app: ping"},
 	} {
-		got, err := tlsRoundTrip(e.tlsAddr, c.name, pki.pool)
+		got, err := tlsRoundTrip(e.tlsAddr, c.name, pki.Pool)
 		if err != nil || got != c.want {
 			t.Errorf("%s: %q, %v; want %q", c.name, got, err, c.want)
 		}
 	}
 	// A name nobody bound: the edge closes the connection.
-	if _, err := tlsRoundTrip(e.tlsAddr, "nobody.example.test", pki.pool); err == nil {
+	if _, err := tlsRoundTrip(e.tlsAddr, "nobody.example.test", pki.Pool); err == nil {
 		t.Error("unknown name: handshake succeeded")
 	}
 	// Not TLS: closed at once, without waiting for a timeout.
@@ -186,11 +132,11 @@ func TestTLSWithOpenSSL(t *testing.T) {
 	if _, err := exec.LookPath("openssl"); err != nil {
 		t.Skip("openssl not installed")
 	}
-	pki := newPKI(t)
+	pki := testpki.New(t)
 	e := startL4Edge(t)
-	e.serveTLSApp(t, "tls://app.example.test", "app", pki.issue(t, "app.example.test"))
+	e.serveTLSApp(t, "tls://app.example.test", "app", pki.Issue(t, "app.example.test"))
 	ca := filepath.Join(t.TempDir(), "ca.pem")
-	os.WriteFile(ca, pki.caPEM, 0o600)
+	os.WriteFile(ca, pki.PEM, 0o600)
 	cmd := exec.Command("openssl", "s_client", "-connect", e.tlsAddr, "-servername", "app.example.test",
 		"-CAfile", ca, "-verify_return_error", "-verify_hostname", "app.example.test", "-quiet")
 	cmd.Stdin = strings.NewReader("ping")

@@ -5,16 +5,10 @@ package examples_test
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -24,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/internal/testpki"
 )
 
 // build compiles the named examples into a temporary directory.
@@ -256,28 +252,8 @@ func TestL4Endpoints(t *testing.T) {
 
 // selfSigned returns a certificate for names and a pool trusting it.
 func selfSigned(t *testing.T, names ...string) (tls.Certificate, *x509.CertPool) {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: names[0]},
-		DNSNames:              names,
-		IPAddresses:           ipsOf(names),
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, pool
+	ca := testpki.New(t)
+	return ca.Issue(t, names...), ca.Pool
 }
 
 // TestTokenAndTLS runs the edge with a token and TLS on its agent port: an
@@ -289,15 +265,12 @@ func TestTokenAndTLS(t *testing.T) {
 	}
 	bin := build(t, "edge", "agent")
 	dir := t.TempDir()
-	cert, _ := selfSigned(t, "127.0.0.1")
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]})
-	keyDER, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile := filepath.Join(dir, "edge.pem"), filepath.Join(dir, "edge-key.pem")
+	ca := testpki.New(t)
+	certPEM, keyPEM := testpki.PEMFiles(t, ca.Issue(t, "127.0.0.1"))
+	certFile, keyFile, caFile := filepath.Join(dir, "edge.pem"), filepath.Join(dir, "edge-key.pem"), filepath.Join(dir, "ca.pem")
 	os.WriteFile(certFile, certPEM, 0o600)
-	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600)
+	os.WriteFile(keyFile, keyPEM, 0o600)
+	os.WriteFile(caFile, ca.PEM, 0o600)
 
 	agents, pub := freePort(t), freePort(t)
 	start(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test",
@@ -312,19 +285,18 @@ func TestTokenAndTLS(t *testing.T) {
 	go app.Serve(appLn)
 	t.Cleanup(func() { app.Close() })
 
-	url := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-token", "s3cret", "-edge-ca", certFile,
+	url := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-token", "s3cret", "-edge-ca", caFile,
 		"-url", "http://secure", "-to", appLn.Addr().String()))
 	if got := getVia(t, pub, url+"/"); got != "behind TLS" {
 		t.Fatalf("through the TLS session: %q", got)
 	}
-	other, _ := selfSigned(t, "127.0.0.1")
 	otherCA := filepath.Join(dir, "other.pem")
-	os.WriteFile(otherCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: other.Certificate[0]}), 0o600)
+	os.WriteFile(otherCA, testpki.New(t).PEM, 0o600)
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"-token", "wrong", "-edge-ca", certFile}, "refused the token"},
+		{[]string{"-token", "wrong", "-edge-ca", caFile}, "refused the token"},
 		{[]string{"-token", "s3cret"}, "does the edge expect TLS?"}, // plaintext to a loopback edge that speaks TLS
 		{[]string{"-token", "s3cret", "-edge-ca", otherCA}, "certificate"},
 	} {
@@ -338,16 +310,6 @@ func TestTokenAndTLS(t *testing.T) {
 			t.Errorf("agent %v: %q, want a message with %q", args, out, want)
 		}
 	}
-}
-
-func ipsOf(names []string) []net.IP {
-	var ips []net.IP
-	for _, n := range names {
-		if ip := net.ParseIP(n); ip != nil {
-			ips = append(ips, ip)
-		}
-	}
-	return ips
 }
 
 func TestBadFlags(t *testing.T) {
