@@ -479,3 +479,73 @@ func TestProxyProtocolFromLoadBalancer(t *testing.T) {
 		t.Fatalf("app saw %q", body)
 	}
 }
+
+func TestNotTLSFallback(t *testing.T) {
+	srv := &edge.Server{Domain: "example.test", NotTLS: func(c net.Conn) {
+		defer c.Close()
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		fmt.Fprintf(c, "fallback got %q", line)
+	}}
+	pub := listen(t)
+	done := make(chan struct{})
+	go func() { defer close(done); srv.ServeSNI(pub) }()
+	t.Cleanup(func() { srv.Close(); <-done })
+	c, err := net.Dial("tcp", pub.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET / HTTP/1.1\r\n")
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b, err := io.ReadAll(c)
+	if want := `fallback got "GET / HTTP/1.1\r\n"`; string(b) != want {
+		t.Fatalf("got %q, %v; want %q", b, err, want)
+	}
+}
+
+// TestHTTPPool spreads new client connections over the agents of one HTTP
+// name, and fails over when one is gone.
+func TestHTTPPool(t *testing.T) {
+	te := startEdge(t)
+	var clients []*agent.Client
+	for i := range 2 {
+		c := &agent.Client{Addr: te.agentAddr}
+		l, err := c.ListenEndpoint(context.Background(), agent.Endpoint{URL: "http://pool", Pool: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, c)
+		go http.Serve(l, nameHandler(fmt.Sprint("member", i)))
+		t.Cleanup(func() { c.Close() })
+	}
+	fresh := func() string {
+		// A new client connection each time: the edge keeps one stream per
+		// client connection, so spreading is per connection.
+		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, te.httpAddr)
+		}}}
+		resp, err := c.Get(te.url("pool") + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d %q", resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	seen := map[string]int{}
+	for range 10 {
+		seen[fresh()]++
+	}
+	if seen["member0 /"] != 5 || seen["member1 /"] != 5 {
+		t.Fatalf("spread %v, want 5 each", seen)
+	}
+	clients[0].Close()
+	for range 6 {
+		if got := fresh(); got != "member1 /" {
+			t.Fatalf("after member0 left: %q", got)
+		}
+	}
+}
