@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -255,5 +256,57 @@ func TestListenErrors(t *testing.T) {
 	defer cancel()
 	if _, err := agent.Listen(ctx, silent.Addr().String(), "x"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Listen to a silent edge: %v, want context.DeadlineExceeded", err)
+	}
+}
+
+// TestReconnectWhileStreamsWait: a public connection nobody accepts must
+// not keep the client from noticing its session died and reconnecting.
+func TestReconnectWhileStreamsWait(t *testing.T) {
+	srv, rt, addr := startEdge(t)
+	var conn atomic.Pointer[net.Conn]
+	connected := make(chan struct{}, 4)
+	c := &agent.Client{Addr: addr, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
+		OnEvent: func(e agent.Event) {
+			if e.Kind == agent.Connected {
+				connected <- struct{}{}
+			}
+		},
+		DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
+			nc, err := (&net.Dialer{}).DialContext(ctx, network, a)
+			if err == nil {
+				conn.Store(&nc)
+			}
+			return nc, err
+		}}
+	defer c.Close()
+	l, err := c.Listen(context.Background(), "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-connected
+	pc := dialEndpoint(t, srv, rt, "app.example.test", netip.MustParseAddrPort("192.0.2.1:1"))
+	defer pc.Close()
+	pc.Write([]byte("x")) // a stream waits in deliver: nobody calls Accept
+	(*conn.Load()).Close()
+	select {
+	case <-connected:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reconnection while a stream waited for Accept")
+	}
+	waitFor(t, func() bool {
+		routes, _ := rt.Lookup(context.Background(), "http", "app.example.test")
+		return len(routes) == 1
+	})
+	_ = l
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10 s")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -399,13 +399,15 @@ func ctxErr(ctx context.Context, err error) error {
 // streams wait for accepting, closed once the session is installed.
 func (c *Client) acceptLoop(mux muxado.Session, accepting <-chan struct{}) {
 	var wg sync.WaitGroup
+	dead := make(chan struct{}) // closed when the session ends
 	for {
 		st, err := mux.AcceptStream()
 		if err != nil {
 			break
 		}
-		wg.Go(func() { c.handleStream(st, accepting) })
+		wg.Go(func() { c.handleStream(st, accepting, dead) })
 	}
+	close(dead)
 	wg.Wait()
 	c.sessionEnded(mux)
 }
@@ -528,7 +530,8 @@ func (c *Client) rebindAll(ctx context.Context) error {
 
 // handleStream reads the header of a stream the edge opened and hands it to
 // its listener.
-func (c *Client) handleStream(st muxado.Stream, accepting <-chan struct{}) {
+// A stream waiting for Accept is dropped when dead is closed.
+func (c *Client) handleStream(st muxado.Stream, accepting, dead <-chan struct{}) {
 	st.SetReadDeadline(time.Now().Add(10 * time.Second))
 	var t [1]byte
 	if _, err := io.ReadFull(st, t[:]); err != nil {
@@ -573,7 +576,7 @@ func (c *Client) handleStream(st muxado.Stream, accepting <-chan struct{}) {
 			st.Close()
 			return
 		}
-		l.deliver(newConn(st, h))
+		l.deliver(newConn(st, h), dead)
 	default:
 		c.log().Warn("unexpected stream type from edge", "type", t[0])
 		st.Close()

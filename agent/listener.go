@@ -116,11 +116,14 @@ func (l *Listener) rebindRequest() wire.Bind {
 	return l.bind
 }
 
-// deliver hands c to Accept, or closes it once the listener is closed.
-func (l *Listener) deliver(c net.Conn) {
+// deliver hands c to Accept, or closes it once the listener is closed or
+// its session dead.
+func (l *Listener) deliver(c net.Conn, dead <-chan struct{}) {
 	select {
 	case l.conns <- c:
 	case <-l.done:
+		c.Close()
+	case <-dead:
 		c.Close()
 	}
 }
