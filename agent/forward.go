@@ -114,7 +114,7 @@ func (f *Forwarder) forwardConn(c net.Conn, track func(net.Conn, bool)) {
 			return
 		}
 	}
-	in, out, err := pipe.Join(c, up)
+	in, out, err := pipe.JoinStreams(c, up, 0)
 	attrs := []any{"client", client, "to", f.To, "bytes_in", in, "bytes_out", out, "duration", time.Since(start).Round(time.Millisecond)}
 	if err != nil {
 		attrs = append(attrs, "err", err)

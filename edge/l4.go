@@ -140,7 +140,7 @@ func (s *Server) proxyL4(c net.Conn, proto, name, host string) {
 		return
 	}
 	defer s.trackConn(up, false)
-	in, out, err := pipe.JoinIdle(c, up, s.idleTimeout(10*time.Minute))
+	in, out, err := pipe.JoinStreams(c, up, s.idleTimeout(10*time.Minute))
 	s.log().Debug("conn", "proto", proto, "name", name, "client", info.Client.String(), "bytes_in", in, "bytes_out", out, "err", err)
 }
 

@@ -25,10 +25,15 @@ type closeWriter interface {
 // direction ends too. Join returns the bytes copied each way and the first
 // error other than a clean end.
 func Join(a, b net.Conn) (aToB, bToA int64, err error) {
+	return join(a, b, func(dst, src net.Conn) (int64, error) { return io.Copy(dst, src) })
+}
+
+// join runs copyHalf both ways with copy, then closes both conns.
+func join(a, b net.Conn, copy func(dst, src net.Conn) (int64, error)) (aToB, bToA int64, err error) {
 	var wg sync.WaitGroup
 	var errB error
-	wg.Go(func() { bToA, errB = copyHalf(a, b) })
-	aToB, err = copyHalf(b, a)
+	wg.Go(func() { bToA, errB = copyHalf(a, b, copy) })
+	aToB, err = copyHalf(b, a, copy)
 	wg.Wait()
 	a.Close()
 	b.Close()
@@ -40,8 +45,8 @@ func Join(a, b net.Conn) (aToB, bToA int64, err error) {
 
 // copyHalf copies src to dst, then closes dst's write half. It is a named
 // function so that goroutine dumps show what a proxy is doing.
-func copyHalf(dst, src net.Conn) (int64, error) {
-	n, err := io.Copy(dst, src)
+func copyHalf(dst, src net.Conn, copy func(dst, src net.Conn) (int64, error)) (int64, error) {
+	n, err := copy(dst, src)
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		// Unblock the other direction: its reader would otherwise wait on
 		// a peer that may never send again.
@@ -58,34 +63,48 @@ func copyHalf(dst, src net.Conn) (int64, error) {
 	return n, nil
 }
 
-// JoinIdle is Join that also closes both conns once no byte moved either
-// way for idle. A zero or negative idle is Join. The conns are wrapped to
-// see their traffic, which costs the splice fast path between two TCP
-// conns: use it where one side is a mux stream anyway.
-func JoinIdle(a, b net.Conn, idle time.Duration) (aToB, bToA int64, err error) {
-	if idle <= 0 {
-		return Join(a, b)
-	}
+// JoinStreams is Join for pairs where a side is a mux stream (or any conn
+// without kernel fast paths): it copies through pooled 256 KiB buffers,
+// which move a stream's bytes in far fewer, larger frames than io.Copy's
+// 32 KiB, and, when idle is positive, closes both conns once no byte moved
+// either way for idle. The conns are wrapped to see their traffic, so the
+// splice path between two TCP conns is lost: use Join for those.
+func JoinStreams(a, b net.Conn, idle time.Duration) (aToB, bToA int64, err error) {
 	act := &activity{}
 	act.touch()
-	var timer *time.Timer
-	var mu sync.Mutex
-	check := func() {
-		since := time.Duration(time.Now().UnixNano() - act.last.Load())
-		if since >= idle {
-			a.Close()
-			b.Close()
-			return
+	if idle > 0 {
+		var timer *time.Timer
+		var mu sync.Mutex
+		check := func() {
+			since := time.Duration(time.Now().UnixNano() - act.last.Load())
+			if since >= idle {
+				a.Close()
+				b.Close()
+				return
+			}
+			mu.Lock()
+			timer.Reset(idle - since)
+			mu.Unlock()
 		}
 		mu.Lock()
-		timer.Reset(idle - since)
+		timer = time.AfterFunc(idle, check)
 		mu.Unlock()
+		defer timer.Stop()
 	}
-	mu.Lock()
-	timer = time.AfterFunc(idle, check)
-	mu.Unlock()
-	defer timer.Stop()
-	return Join(&idleConn{a, act}, &idleConn{b, act})
+	return join(&idleConn{a, act}, &idleConn{b, act}, copyBuffered)
+}
+
+// bufferSize is the copy buffer of JoinStreams.
+const bufferSize = 256 << 10
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, bufferSize); return &b }}
+
+// copyBuffered copies through a pooled buffer. Its conns are idleConns,
+// which have neither ReadFrom nor WriteTo, so the buffer is used.
+func copyBuffered(dst, src net.Conn) (int64, error) {
+	buf := buffers.Get().(*[]byte)
+	defer buffers.Put(buf)
+	return io.CopyBuffer(dst, src, *buf)
 }
 
 // activity is the time of the last byte moved on a pair of conns.
