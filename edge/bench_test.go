@@ -3,7 +3,11 @@ package edge_test
 // Benchmarks of the public HTTP data path and of an idle agent session's
 // memory on the edge. Run them with, for example:
 //
-//	go test ./edge -run '^$' -bench 'HTTP|IdleSession' -benchtime 3s -count 3
+//	go test ./edge -run '^$' -bench HTTP -benchtime 3s -count 3
+//	go test ./edge -run '^$' -bench IdleSession -benchtime 1x -count 3
+//
+// (BenchmarkIdleSessionHeap opens 1000 sessions per op: give it 1x, not a
+// large count.)
 //
 // BenchmarkHTTPRatio is the one to quote: it interleaves rounds of the
 // tunnel and of the baseline in one process, so machine noise (other

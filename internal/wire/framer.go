@@ -3,6 +3,7 @@ package wire
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"sync"
@@ -62,6 +63,14 @@ func MuxConfig() *muxado.Config {
 // updates are sent later, and those of one stream merged into one, so
 // either end may use the stock framer.
 //
+// Once a write failed, or a GOAWAY was written, WriteFrame fails without
+// looking at the frame it is given. muxado sends GOAWAY only as the session
+// dies (tunnelkit never calls the session's own GoAway method), and then may
+// still hand the framer frames whose writers gave up and are packing them
+// anew; reading those would be a data race (the stock
+// framer gets away with it because its first touch is a Write on the closed
+// transport, which fails before reading anything).
+//
 // As muxado uses it, ReadFrame and WriteFrame each run in one goroutine;
 // WriteFrame must not be called concurrently with itself.
 func NewFramer(r io.Reader, w io.Writer) frame.Framer {
@@ -84,7 +93,11 @@ type framer struct {
 
 	held    []heldInc // window updates not sent yet, one per stream
 	heldArr [maxHeld]heldInc
+
+	err error // the first write error, or errGoneAway: every later write fails with it
 }
+
+var errGoneAway = errors.New("wire: session going away")
 
 type heldInc struct {
 	id  frame.StreamId
@@ -94,6 +107,9 @@ type heldInc struct {
 func (f *framer) ReadFrame() (frame.Frame, error) { return f.stock.ReadFrame() }
 
 func (f *framer) WriteFrame(fr frame.Frame) error {
+	if f.err != nil {
+		return f.err
+	}
 	switch fr := fr.(type) {
 	case *frame.Data:
 		p := fr.Bytes()
@@ -114,7 +130,13 @@ func (f *framer) WriteFrame(fr frame.Frame) error {
 	if err := f.write(nil, nil); err != nil {
 		return err
 	}
-	return f.stock.WriteFrame(fr)
+	err := f.stock.WriteFrame(fr)
+	if _, ok := fr.(*frame.GoAway); ok && err == nil {
+		f.err = errGoneAway
+	} else if err != nil {
+		f.err = err
+	}
+	return err
 }
 
 // windowUpdate adds inc to the window update held for stream id, and
@@ -176,6 +198,9 @@ func (f *framer) write(head, payload []byte) error {
 	}
 	*bp = b
 	writeBuffers.Put(bp)
+	if err != nil {
+		f.err = err
+	}
 	return err
 }
 

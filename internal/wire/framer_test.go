@@ -304,6 +304,63 @@ func TestFramerWriteError(t *testing.T) {
 	}
 }
 
+// failOnce is a writer whose first Write fails.
+type failOnce struct {
+	recorder
+	failed bool
+}
+
+func (w *failOnce) Write(p []byte) (int, error) {
+	if !w.failed {
+		w.failed = true
+		return 0, errWrite
+	}
+	return w.recorder.Write(p)
+}
+
+// TestFramerStopsAfterGoAwayOrError checks that after a GOAWAY or a failed
+// write the framer writes nothing more and does not read the frames it is
+// given: muxado may hand it frames whose writers gave up on the dying
+// session and are packing them again. Run with -race, the concurrent Pack
+// shows any read.
+func TestFramerStopsAfterGoAwayOrError(t *testing.T) {
+	var rec recorder
+	fr := newFramer(nil, &rec, 100)
+	if err := fr.WriteFrame(packGoAway(t, 0, 0, []byte("no error"))); err != nil {
+		t.Fatal(err)
+	}
+	rec.writes = nil
+	var repacks sync.WaitGroup
+	defer repacks.Wait()
+	abandoned := func() *frame.Data {
+		d := packData(t, 1, []byte("abandoned"), false, false)
+		repacks.Go(func() { d.Pack(1, nil, true, false) }) // its writer packs it again
+		return d
+	}
+	for _, f := range []frame.Frame{abandoned(), packWndInc(t, 1, 1000), packRst(t, 1, 1)} {
+		if err := fr.WriteFrame(f); !errors.Is(err, errGoneAway) {
+			t.Errorf("%v after GOAWAY: %v, want %v", f.Type(), err, errGoneAway)
+		}
+	}
+	if len(rec.writes) != 0 {
+		t.Errorf("wrote % x after GOAWAY", rec.all())
+	}
+
+	var w failOnce
+	fr = newFramer(nil, &w, 100)
+	if err := fr.WriteFrame(packData(t, 1, []byte("x"), false, false)); !errors.Is(err, errWrite) {
+		t.Fatalf("first write: %v, want %v", err, errWrite)
+	}
+	for _, f := range []frame.Frame{abandoned(), packWndInc(t, 1, 1000), packGoAway(t, 0, 0, nil)} {
+		if err := fr.WriteFrame(f); !errors.Is(err, errWrite) {
+			t.Errorf("%v after a failed write: %v, want %v", f.Type(), err, errWrite)
+		}
+	}
+	if len(w.writes) != 0 {
+		t.Errorf("wrote % x after a failed write", w.all())
+	}
+}
+
 // A session pairing: the framer of each end, or nil for the stock one.
 type pairing struct {
 	name           string
