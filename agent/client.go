@@ -294,16 +294,21 @@ func (c *Client) connect(ctx context.Context) (muxado.Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: dial edge: %w", err)
 	}
-	cfg := c.tlsConfig()
-	if cfg != nil {
-		tc := tls.Client(conn, cfg)
+	tlsCfg := c.tlsConfig()
+	if tlsCfg != nil {
+		tc := tls.Client(conn, tlsCfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			conn.Close()
 			return nil, fmt.Errorf("agent: TLS to edge: %w", err)
 		}
 		conn = tc
 	}
-	mux := muxado.Client(conn, wire.MuxConfig())
+	cfg := wire.MuxConfig()
+	// The edge opens a stream per public connection: a burst of them must
+	// not overflow muxado's accept queue (128 by default), which resets
+	// the streams it cannot queue.
+	cfg.AcceptBacklog = 1024
+	mux := muxado.Client(conn, cfg)
 	// Serve the edge's streams before the hello, so that its heartbeat is
 	// answered from the start.
 	accepting := make(chan struct{})
@@ -314,7 +319,7 @@ func (c *Client) connect(ctx context.Context) (muxado.Session, error) {
 	if err == nil && resp.HelloResp == nil {
 		err = fmt.Errorf("%w: hello answered without a session", ErrRefused)
 	}
-	if err != nil && cfg == nil && ctx.Err() == nil && !errors.Is(err, ErrUnauthorized) && !errors.Is(err, ErrRefused) {
+	if err != nil && tlsCfg == nil && ctx.Err() == nil && !errors.Is(err, ErrUnauthorized) && !errors.Is(err, ErrRefused) {
 		err = fmt.Errorf("%w (over plaintext: does the edge expect TLS?)", err)
 	}
 	c.mu.Lock()

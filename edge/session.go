@@ -474,21 +474,24 @@ func (s *Server) hostNames(req string) (func() (string, bool), error) {
 }
 
 func (s *Server) publicURL(r Route) string {
+	s.mu.Lock()
+	httpPort, tlsPort := s.HTTPPort, s.TLSPort
+	s.mu.Unlock()
 	switch r.Proto {
 	case wire.ProtoTCP:
 		return "tcp://" + net.JoinHostPort(s.tcpURLHost(), r.Name)
 	case wire.ProtoTLS:
-		host := r.Name
-		if s.TLSPort != "" && s.TLSPort != "443" {
-			host = net.JoinHostPort(host, s.TLSPort)
-		}
-		return "tls://" + host
+		return "tls://" + withPort(r.Name, tlsPort, "443")
 	}
-	host := r.Name
-	if s.HTTPPort != "" && s.HTTPPort != "80" {
-		host = net.JoinHostPort(host, s.HTTPPort)
+	return "http://" + withPort(r.Name, httpPort, "80")
+}
+
+// withPort joins host and port, leaving out the scheme's default port.
+func withPort(host, port, def string) string {
+	if port == "" || port == def {
+		return host
 	}
-	return "http://" + host
+	return net.JoinHostPort(host, port)
 }
 
 // validLabel reports whether s is one DNS label: 1 to 63 of a-z, 0-9 and
