@@ -1,0 +1,91 @@
+package pipe
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// tcpPair returns the two ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c, s
+}
+
+// TestHalfClose joins client<->proxy<->server: the client half-closes, and
+// every byte the server sends afterwards still reaches it.
+func TestHalfClose(t *testing.T) {
+	for name, join := range map[string]func(a, b net.Conn) (int64, int64, error){
+		"Join":        Join,
+		"JoinStreams": func(a, b net.Conn) (int64, int64, error) { return JoinStreams(a, b, time.Minute) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			client, proxyIn := tcpPair(t)
+			proxyOut, server := tcpPair(t)
+			done := make(chan [2]int64, 1)
+			go func() {
+				in, out, _ := join(proxyIn, proxyOut)
+				done <- [2]int64{in, out}
+			}()
+			payload := bytes.Repeat([]byte("abc"), 100000)
+			go func() {
+				client.Write(payload)
+				client.(*net.TCPConn).CloseWrite()
+			}()
+			got, err := io.ReadAll(server)
+			if err != nil || !bytes.Equal(got, payload) {
+				t.Fatalf("server got %d bytes, %v", len(got), err)
+			}
+			reply := bytes.Repeat([]byte("after EOF;"), 50000)
+			server.Write(reply)
+			server.Close()
+			back, err := io.ReadAll(client)
+			if err != nil || !bytes.Equal(back, reply) {
+				t.Fatalf("client got %d of %d bytes after its half-close, %v", len(back), len(reply), err)
+			}
+			if n := <-done; n != [2]int64{int64(len(payload)), int64(len(reply))} {
+				t.Fatalf("counted %v", n)
+			}
+		})
+	}
+}
+
+func TestJoinStreamsIdleTimeout(t *testing.T) {
+	client, proxyIn := tcpPair(t)
+	proxyOut, server := tcpPair(t)
+	done := make(chan struct{})
+	go func() { JoinStreams(proxyIn, proxyOut, 50*time.Millisecond); close(done) }()
+	// Some traffic, then silence: the pair is closed, both ends see EOF.
+	client.Write([]byte("x"))
+	buf := make([]byte, 1)
+	if _, err := io.ReadFull(server, buf); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("an idle pair was not closed")
+	}
+	for _, c := range []net.Conn{client, server} {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Read(buf); err != io.EOF {
+			t.Errorf("after the idle timeout: %v, want EOF", err)
+		}
+	}
+}
