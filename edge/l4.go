@@ -65,39 +65,17 @@ func (s *Server) ServeSNI(ln net.Listener) error {
 	return s.serveL4(s.publicListener(ln), s.handleSNI)
 }
 
-// serveL4 accepts conns on ln and runs handle for each in a tracked
-// goroutine.
+// serveL4 serves public TLS or TCP conns on ln with handle, tracking each
+// conn so that Close ends it and Shutdown waits for it.
 func (s *Server) serveL4(ln net.Listener, handle func(net.Conn)) error {
-	s.init()
-	if !s.trackListener(ln, true) {
-		ln.Close()
-		return fmt.Errorf("edge: %w", net.ErrClosed)
-	}
-	defer s.trackListener(ln, false)
-	var delay time.Duration
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				time.Sleep(delay)
-				continue
-			}
-			if s.isClosed() || errors.Is(err, net.ErrClosed) {
-				return fmt.Errorf("edge: %w", net.ErrClosed)
-			}
-			return err
-		}
-		delay = 0
+	return s.serve(ln, "public", func(c net.Conn) {
 		if !s.trackConn(c, true) {
 			c.Close()
-			continue
+			return
 		}
-		s.wg.Go(func() {
-			defer s.trackConn(c, false)
-			handle(c)
-		})
-	}
+		defer s.trackConn(c, false)
+		handle(c)
+	})
 }
 
 func (s *Server) handleSNI(c net.Conn) {

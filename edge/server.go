@@ -209,6 +209,14 @@ func (s *Server) handshakeTimeout() time.Duration {
 // closed, then returns an error (wrapping net.ErrClosed after Close or
 // Shutdown).
 func (s *Server) ServeAgents(ln net.Listener) error {
+	return s.serve(ln, "agents", s.serveSession)
+}
+
+// serve accepts conns on ln until ln fails or the server is closed, and
+// runs handle for each in a goroutine that Close waits for. It backs off
+// on temporary errors (out of file descriptors), and returns an error
+// wrapping net.ErrClosed after Close or Shutdown.
+func (s *Server) serve(ln net.Listener, what string, handle func(net.Conn)) error {
 	s.init()
 	if !s.trackListener(ln, true) {
 		ln.Close()
@@ -221,17 +229,17 @@ func (s *Server) ServeAgents(ln net.Listener) error {
 		if err != nil {
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				s.log().Warn("accept agents", "err", err, "retry_in", delay)
+				s.log().Warn("accept", "listener", what, "err", err, "retry_in", delay)
 				time.Sleep(delay)
 				continue
 			}
-			if s.isClosed() {
+			if s.isClosed() || errors.Is(err, net.ErrClosed) {
 				return fmt.Errorf("edge: %w", net.ErrClosed)
 			}
 			return err
 		}
 		delay = 0
-		if !s.goTracked(func() { s.serveSession(c) }) {
+		if !s.goTracked(func() { handle(c) }) {
 			c.Close()
 		}
 	}
@@ -344,15 +352,20 @@ func (s *Server) stop() {
 
 // goAway tells every agent that the edge is going away.
 func (s *Server) goAway() {
+	for _, ss := range s.sessionList() {
+		ss.goAway("edge shutting down")
+	}
+}
+
+// sessionList returns the sessions held now.
+func (s *Server) sessionList() []*session {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	sessions := make([]*session, 0, len(s.sessions))
 	for _, ss := range s.sessions {
 		sessions = append(sessions, ss)
 	}
-	s.mu.Unlock()
-	for _, ss := range sessions {
-		ss.goAway("edge shutting down")
-	}
+	return sessions
 }
 
 func (s *Server) closeConns() {
@@ -370,13 +383,7 @@ func (s *Server) connCount() int {
 }
 
 func (s *Server) closeSessions() {
-	s.mu.Lock()
-	sessions := make([]*session, 0, len(s.sessions))
-	for _, ss := range s.sessions {
-		sessions = append(sessions, ss)
-	}
-	s.mu.Unlock()
-	for _, ss := range sessions {
+	for _, ss := range s.sessionList() {
 		ss.close()
 	}
 }
