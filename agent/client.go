@@ -388,7 +388,7 @@ func (c *Client) call(ctx context.Context, mux muxado.Session, req wire.Request,
 		case wire.CodeNameTaken:
 			sentinel = ErrNameTaken
 		}
-		return fmt.Errorf("%w: %s", sentinel, printable(e.Message))
+		return fmt.Errorf("%w: %s", sentinel, wire.Printable(e.Message, 200))
 	}
 	return nil
 }
@@ -553,7 +553,7 @@ func (c *Client) handleStream(st muxado.Stream, accepting, dead <-chan struct{})
 		err := wire.ReadMessage(st, &g)
 		st.Close()
 		if err == nil {
-			c.log().Info("edge is going away; will reconnect when the session ends", "edge", c.Addr, "reason", printable(g.Message))
+			c.log().Info("edge is going away; will reconnect when the session ends", "edge", c.Addr, "reason", wire.Printable(g.Message, 200))
 		}
 	case wire.StreamProxy:
 		h, err := wire.ReadProxyHeader(st)
@@ -682,16 +682,3 @@ func (c *Client) log() *slog.Logger {
 }
 
 var discard = slog.New(slog.DiscardHandler)
-
-// printable keeps a message from the edge to printable ASCII.
-func printable(s string) string {
-	if len(s) > 200 {
-		s = s[:200]
-	}
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r > 0x7e {
-			return '?'
-		}
-		return r
-	}, s)
-}

@@ -265,7 +265,7 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 	s.mu.Lock()
 	if limit := s.maxSessionsPerIdentity(); limit > 0 && s.perIdentity[identity] >= limit {
 		s.mu.Unlock()
-		ss.log.Info("agent refused: too many sessions", "identity", printable(identity))
+		ss.log.Info("agent refused: too many sessions", "identity", wire.Printable(identity, 64))
 		return wire.Response{Error: &wire.Error{Code: wire.CodeUnavailable, Message: "too many sessions for this identity"}}
 	}
 	if s.perIdentity == nil {
@@ -281,7 +281,7 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 	ss.mu.Unlock()
 	s.mu.Unlock()
 	close(ss.helloDone)
-	ss.log.Info("agent connected", "identity", identity, "agent", printable(h.Agent))
+	ss.log.Info("agent connected", "identity", identity, "agent", wire.Printable(h.Agent, 64))
 	ss.srv.goTracked(ss.heartbeat)
 	return wire.Response{HelloResp: &wire.HelloResp{Version: min(h.Version, wire.Version), SessionID: ss.id}}
 }
@@ -518,18 +518,4 @@ func randomName() string {
 		b[i] = alphabet[int(b[i])%len(alphabet)]
 	}
 	return string(b)
-}
-
-// printable returns s with anything but printable ASCII replaced, so a
-// client's string cannot forge log lines.
-func printable(s string) string {
-	if len(s) > 64 {
-		s = s[:64]
-	}
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r > 0x7e {
-			return '?'
-		}
-		return r
-	}, s)
 }

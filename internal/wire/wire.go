@@ -251,3 +251,19 @@ func unexpected(err error) error {
 	}
 	return err
 }
+
+// Printable returns s cut to max bytes with every byte outside printable
+// ASCII replaced by '?': a string a peer sent, made safe for a log line or
+// an error message.
+func Printable(s string, max int) string {
+	if len(s) > max {
+		s = s[:max]
+	}
+	b := []byte(s)
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			b[i] = '?'
+		}
+	}
+	return string(b)
+}
