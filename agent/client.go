@@ -61,6 +61,11 @@ type Client struct {
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
 
+	// StreamWindow is the most unread bytes each stream buffers, at both
+	// ends; the edge may grant less. Zero: 256 KiB; it is kept within
+	// 64 KiB and 16 MiB.
+	StreamWindow int
+
 	// MinBackoff and MaxBackoff bound the wait before each reconnection
 	// attempt: it starts at MinBackoff and doubles up to MaxBackoff, each
 	// wait drawn at random between half and all of it. Zero: 250 ms and
@@ -303,7 +308,15 @@ func (c *Client) connect(ctx context.Context) (muxado.Session, error) {
 		}
 		conn = tc
 	}
-	cfg := wire.MuxConfig()
+	window, err := c.preamble(ctx, conn)
+	if err != nil {
+		conn.Close()
+		if tlsCfg == nil && ctx.Err() == nil {
+			err = fmt.Errorf("%w (over plaintext: does the edge expect TLS?)", err)
+		}
+		return nil, fmt.Errorf("agent: %w", ctxErr(ctx, err))
+	}
+	cfg := wire.MuxConfig(window)
 	// The edge opens a stream per public connection: a burst of them must
 	// not overflow muxado's accept queue (128 by default), which resets
 	// the streams it cannot queue.
@@ -340,6 +353,24 @@ func (c *Client) connect(ctx context.Context) (muxado.Session, error) {
 	c.log().Info("connected to edge", "edge", c.Addr, "session", resp.HelloResp.SessionID)
 	c.emit(Event{Kind: Connected})
 	return mux, nil
+}
+
+// preamble asks the edge for the stream window and returns the one it
+// grants, within ctx.
+func (c *Client) preamble(ctx context.Context, conn net.Conn) (uint32, error) {
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+	defer stop()
+	if err := wire.WritePreamble(conn, wire.ClampWindow(c.StreamWindow)); err != nil {
+		return 0, err
+	}
+	window, err := wire.ReadPreamble(conn)
+	if err != nil {
+		return 0, err
+	}
+	if !stop() {
+		return 0, ctx.Err()
+	}
+	return window, conn.SetDeadline(time.Time{})
 }
 
 // tlsConfig returns the TLS configuration to the edge, or nil for

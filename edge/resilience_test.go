@@ -137,7 +137,14 @@ func rawSession(t testing.TB, addr string) muxado.Session {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := muxado.Client(c, nil)
+	if err := wire.WritePreamble(c, wire.DefaultWindow); err != nil {
+		t.Fatal(err)
+	}
+	window, err := wire.ReadPreamble(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := muxado.Client(c, wire.MuxConfig(window))
 	t.Cleanup(func() { s.Close() })
 	return s
 }
@@ -195,7 +202,15 @@ func TestHostileEdgeProxyHeaders(t *testing.T) {
 			edgeDone <- err
 			return
 		}
-		s := muxado.Server(c, nil)
+		window, err := wire.ReadPreamble(c)
+		if err == nil {
+			err = wire.WritePreamble(c, window)
+		}
+		if err != nil {
+			edgeDone <- err
+			return
+		}
+		s := muxado.Server(c, wire.MuxConfig(window))
 		defer s.Close()
 		// Serve the agent's streams like an edge: answer its requests and
 		// its heartbeat.
@@ -566,5 +581,59 @@ func TestSessionsPerIdentityAndStreamLimits(t *testing.T) {
 	}
 	if got[502] != 5 || got[200] != 3 {
 		t.Fatalf("status counts %v, want 3x200 and 5x502", got)
+	}
+}
+
+// TestStreamWindowNegotiated: the edge grants the smaller of its window and
+// the agent's, and large transfers work at every combination.
+func TestStreamWindowNegotiated(t *testing.T) {
+	for _, c := range []struct{ edge, agent int }{
+		{128 << 10, 1 << 20},
+		{0, 64 << 10},
+		{4 << 20, 0},
+	} {
+		srv := &edge.Server{Domain: "example.test", StreamWindow: c.edge}
+		te := edgeOn(t, srv, listen(t), listen(t))
+		a := &agent.Client{Addr: te.agentAddr, StreamWindow: c.agent}
+		l, err := a.Listen(context.Background(), "app")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n, _ := io.Copy(io.Discard, r.Body)
+			io.Copy(w, pattern(n))
+		}))
+		const size = 4 << 20
+		resp, err := te.httpClient.Post(te.url("app")+"/", "application/octet-stream", pattern(size))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil || n != size {
+			t.Fatalf("windows edge %d agent %d: %d bytes back, %v", c.edge, c.agent, n, err)
+		}
+		a.Close()
+	}
+}
+
+func TestBadPreambleRefused(t *testing.T) {
+	te := startEdge(t)
+	te.serveApp(t, "app", nameHandler("app"))
+	for _, first := range []string{"GET / HTTP/1.1\r\n\r\n", "TKT1\x00\x00\x00\x01", "TKT9\x00\x04\x00\x00"} {
+		c, err := net.Dial("tcp", te.agentAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(c, first)
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		b, err := io.ReadAll(c)
+		c.Close()
+		if len(b) != 0 || isTimeout(err) {
+			t.Errorf("%q: got %q, %v; want closed", first, b, err)
+		}
+	}
+	if resp, _ := get(t, te, te.url("app")+"/", nil); resp.StatusCode != 200 {
+		t.Fatalf("good agent: %d", resp.StatusCode)
 	}
 }

@@ -14,8 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.ngrok.com/muxado/v2"
-
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 )
@@ -86,6 +84,11 @@ type Server struct {
 	// refused, and a stream the agent opens is closed at once. Each stream
 	// buffers at most a window (256 KiB) of unread bytes. Zero: 4096.
 	MaxStreamsPerSession int
+
+	// StreamWindow is the most unread bytes each stream of an agent
+	// session buffers, at both ends: an agent asking for more gets this
+	// much. Zero: 256 KiB; it is kept within 64 KiB and 16 MiB.
+	StreamWindow int
 
 	// IdleTimeout closes a public TLS or TCP connection that moved no byte
 	// either way for that long, and an idle public HTTP keep-alive
@@ -508,9 +511,4 @@ func newID() string {
 	var b [8]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// muxConfig is the muxado configuration of agent sessions.
-func muxConfig() *muxado.Config {
-	return wire.MuxConfig()
 }

@@ -55,14 +55,20 @@ func (ss *session) acquire() bool {
 // routes.
 func (s *Server) serveSession(c net.Conn) {
 	if s.AgentTLS != nil {
-		// The handshake happens on the mux's first read, bounded by the
-		// hello timer below, which closes the conn.
+		// The handshake happens on the preamble's first read, bounded by
+		// its deadline.
 		c = tls.Server(c, s.AgentTLS)
+	}
+	window, err := s.preamble(c)
+	if err != nil {
+		s.log().Info("agent session refused", "agent_addr", c.RemoteAddr().String(), "err", err)
+		c.Close()
+		return
 	}
 	ss := &session{
 		srv:       s,
 		id:        newID(),
-		mux:       muxado.Server(c, muxConfig()),
+		mux:       muxado.Server(c, wire.MuxConfig(window)),
 		helloDone: make(chan struct{}),
 		routes:    map[string]Route{},
 	}
@@ -109,6 +115,26 @@ func (s *Server) serveSession(c net.Conn) {
 	}
 	ss.close()
 	ss.streams.Wait()
+}
+
+// preamble reads the agent's session preamble and answers with the stream
+// window both ends will use, within the handshake timeout. Close ends it
+// early: the conn is tracked meanwhile.
+func (s *Server) preamble(c net.Conn) (uint32, error) {
+	if !s.trackConn(c, true) {
+		return 0, ErrServerClosed
+	}
+	defer s.trackConn(c, false)
+	c.SetDeadline(time.Now().Add(s.handshakeTimeout()))
+	want, err := wire.ReadPreamble(c)
+	if err != nil {
+		return 0, err
+	}
+	window := min(want, wire.ClampWindow(s.StreamWindow))
+	if err := wire.WritePreamble(c, window); err != nil {
+		return 0, err
+	}
+	return window, c.SetDeadline(time.Time{})
 }
 
 // close ends the session: its routes go at once, then the mux is closed,

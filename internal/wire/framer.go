@@ -8,16 +8,11 @@ import (
 	"net"
 	"sync"
 
-	"golang.ngrok.com/muxado/v2"
 	"golang.ngrok.com/muxado/v2/frame"
 )
 
-// Session tuning. Both ends of a session must use the same window:
-// muxado takes the peer's receive window to be its own.
+// Framer tuning.
 const (
-	// muxWindow is the receive window of each stream, muxado's default.
-	muxWindow = 256 << 10
-
 	// readBufferSize is the framer's read buffer. It holds many small
 	// frames (an HTTP request or response and the window updates around
 	// it); the bodies of large frames are read past it.
@@ -25,10 +20,11 @@ const (
 
 	// windowHold is how much window a stream's reader may have consumed
 	// before the framer sends the update at once rather than with the next
-	// frame. It must be well below muxWindow: held updates keep at most
+	// frame. It must be well below the window: held updates keep at most
 	// windowHold of a stream's window from its sender, so the sender
-	// always has muxWindow-windowHold to send into once the reader has read.
-	windowHold = muxWindow / 8
+	// always has window-windowHold to send into once the reader has read.
+	// It is at most half of MinWindow.
+	windowHold = DefaultWindow / 8
 
 	// maxHeld bounds the streams with held window updates.
 	maxHeld = 16
@@ -48,12 +44,6 @@ const (
 	maxLength     = 1<<24 - 1
 	wndIncMaxIncr = 1<<31 - 1
 )
-
-// MuxConfig returns the muxado configuration of an agent session, the same
-// at both ends.
-func MuxConfig() *muxado.Config {
-	return &muxado.Config{MaxWindowSize: muxWindow, NewFramer: NewFramer}
-}
 
 // NewFramer returns a muxado framer that cuts the syscalls per frame: it
 // reads through a buffer, writes each frame's header and payload in one

@@ -382,7 +382,7 @@ func pairings() []pairing {
 func (p pairing) config(nf func(io.Reader, io.Writer) frame.Framer) *muxado.Config {
 	c := &muxado.Config{MaxWindowSize: p.window, NewFramer: nf}
 	if c.MaxWindowSize == 0 {
-		c.MaxWindowSize = muxWindow
+		c.MaxWindowSize = DefaultWindow
 	}
 	return c
 }
@@ -621,15 +621,15 @@ func TestFramerSmallReadsDoNotStall(t *testing.T) {
 
 // TestMuxConfig checks the configuration both ends use.
 func TestMuxConfig(t *testing.T) {
-	a, b := MuxConfig(), MuxConfig()
+	a, b := MuxConfig(DefaultWindow), MuxConfig(DefaultWindow)
 	if a == b {
 		t.Error("MuxConfig returned the same *Config twice")
 	}
-	if a.MaxWindowSize != muxWindow || a.NewFramer == nil {
+	if a.MaxWindowSize != DefaultWindow || a.NewFramer == nil {
 		t.Errorf("MuxConfig() = %+v", a)
 	}
-	if windowHold >= muxWindow/2 {
-		t.Errorf("windowHold %d too close to the window %d", windowHold, muxWindow)
+	if windowHold > MinWindow/2 {
+		t.Errorf("windowHold %d too close to the smallest window %d", windowHold, MinWindow)
 	}
 }
 
