@@ -98,6 +98,16 @@ var (
 	errOtherHost     = errors.New("edge: host names no tunnel")
 )
 
+func (s *Server) responseHeaderTimeout() time.Duration {
+	switch {
+	case s.ResponseHeaderTimeout < 0:
+		return 0
+	case s.ResponseHeaderTimeout == 0:
+		return 5 * time.Minute
+	}
+	return s.ResponseHeaderTimeout
+}
+
 // clientAddr parses an http.Request's RemoteAddr.
 func clientAddr(remote string) netip.AddrPort {
 	ap, err := netip.ParseAddrPort(remote)
@@ -140,6 +150,7 @@ func newHTTPProxy(s *Server) *httpProxy {
 		IdleConnTimeout:       30 * time.Second,
 		DisableCompression:    true,
 		ExpectContinueTimeout: time.Second,
+		ResponseHeaderTimeout: s.responseHeaderTimeout(),
 		WriteBufferSize:       32 << 10,
 		ReadBufferSize:        32 << 10,
 	}

@@ -637,3 +637,16 @@ func TestBadPreambleRefused(t *testing.T) {
 		t.Fatalf("good agent: %d", resp.StatusCode)
 	}
 }
+
+// TestSilentAppTimedOut: an app that never answers costs the edge a
+// goroutine only until ResponseHeaderTimeout; the client gets 502.
+func TestSilentAppTimedOut(t *testing.T) {
+	te := edgeOn(t, &edge.Server{Domain: "example.test", ResponseHeaderTimeout: 100 * time.Millisecond}, listen(t), listen(t))
+	release := make(chan struct{})
+	defer close(release)
+	te.serveApp(t, "silent", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
+	resp, body := get(t, te, te.url("silent")+"/", nil)
+	if resp.StatusCode != 502 {
+		t.Fatalf("silent app: %d %q, want 502", resp.StatusCode, body)
+	}
+}

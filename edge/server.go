@@ -96,6 +96,11 @@ type Server struct {
 	// negative: never.
 	IdleTimeout time.Duration
 
+	// ResponseHeaderTimeout bounds how long the edge waits for an agent's
+	// app to start answering an HTTP request; past it the client gets 502.
+	// Zero: 5 minutes (long polls fit); negative: no bound.
+	ResponseHeaderTimeout time.Duration
+
 	// Grace is how long the names of an agent session that ended stay
 	// reserved for its identity, so that the agent, reconnecting, gets its
 	// URLs back and nobody else can take them meanwhile. Zero: 30 s;
