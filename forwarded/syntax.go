@@ -46,12 +46,16 @@ func usable(elem string) bool {
 }
 
 // hasListElement reports whether lines hold a usable element.
-func hasListElement(lines []string) bool {
+func hasListElement(lines []string) bool { return hasElement(lines, nextElement, usable) }
+
+// hasElement reports whether lines, split into elements by next, hold one
+// that ok accepts.
+func hasElement(lines []string, next func(string) (elem, rest string), ok func(string) bool) bool {
 	for _, line := range lines {
 		for s := line; s != ""; {
 			var elem string
-			elem, s = nextElement(s)
-			if usable(elem) {
+			elem, s = next(s)
+			if ok(elem) {
 				return true
 			}
 		}
@@ -328,16 +332,7 @@ func skipOWS(s string, i int) int {
 
 // hasForwardedElement reports whether lines hold a valid forwarded-element.
 func hasForwardedElement(lines []string) bool {
-	for _, line := range lines {
-		for s := line; s != ""; {
-			var elem string
-			elem, s = nextForwardedElement(s)
-			if validElement(elem) {
-				return true
-			}
-		}
-	}
-	return false
+	return hasElement(lines, nextForwardedElement, validElement)
 }
 
 // joinForwarded returns the valid elements of lines, verbatim, followed by
