@@ -15,6 +15,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/internal/testnet"
 )
 
 // startEdge runs an edge whose router the test can query, and returns it
@@ -90,22 +91,12 @@ func TestForwardHalfClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer up.Close()
-	go func() {
-		for {
-			c, err := up.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				h := sha256.New()
-				io.Copy(h, c)
-				c.Write(h.Sum(nil))
-				c.Write(bytes.Repeat([]byte("after-half-close "), 20000))
-			}()
-		}
-	}()
+	upAddr := testnet.Serve(t, up, func(c net.Conn) {
+		h := sha256.New()
+		io.Copy(h, c)
+		c.Write(h.Sum(nil))
+		c.Write(bytes.Repeat([]byte("after-half-close "), 20000))
+	})
 	c := &agent.Client{Addr: addr}
 	defer c.Close()
 	l, err := c.Listen(context.Background(), "echo")
@@ -113,7 +104,7 @@ func TestForwardHalfClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	fwd := make(chan error, 1)
-	go func() { fwd <- agent.Forward(l, up.Addr().String(), nil) }()
+	go func() { fwd <- agent.Forward(l, upAddr, nil) }()
 
 	pc := dialEndpoint(t, srv, rt, "echo.example.test", netip.MustParseAddrPort("192.0.2.1:1234"))
 	defer pc.Close()

@@ -25,6 +25,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
+	"github.com/tunnelkit/tunnelkit/internal/testnet"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
 )
 
@@ -153,22 +154,10 @@ func TestTLSWithOpenSSL(t *testing.T) {
 // until EOF, then closes its write half.
 func startEchoUpstream(t testing.TB) string {
 	t.Helper()
-	ln := listen(t)
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.Copy(c, c)
-				c.(*net.TCPConn).CloseWrite()
-			}()
-		}
-	}()
-	return ln.Addr().String()
+	return testnet.Serve(t, listen(t), func(c net.Conn) {
+		io.Copy(c, c)
+		c.(*net.TCPConn).CloseWrite()
+	})
 }
 
 // forwardTCP binds a TCP endpoint with its own agent, forwarding to to.
@@ -370,28 +359,16 @@ func TestPoolSpreadAndFailover(t *testing.T) {
 // the source it names, then echoes the rest.
 func proxyProtoUpstream(t testing.TB) string {
 	t.Helper()
-	ln := listen(t)
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				h, err := proxyproto.Read(br)
-				if err != nil {
-					fmt.Fprintf(c, "no header: %v\n", err)
-					return
-				}
-				fmt.Fprintf(c, "v%d from %s\n", h.Version, h.Source)
-				io.Copy(c, br)
-			}()
+	return testnet.Serve(t, listen(t), func(c net.Conn) {
+		br := bufio.NewReader(c)
+		h, err := proxyproto.Read(br)
+		if err != nil {
+			fmt.Fprintf(c, "no header: %v\n", err)
+			return
 		}
-	}()
-	return ln.Addr().String()
+		fmt.Fprintf(c, "v%d from %s\n", h.Version, h.Source)
+		io.Copy(c, br)
+	})
 }
 
 func TestProxyProtocolToUpstream(t *testing.T) {

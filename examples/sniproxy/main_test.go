@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/internal/testnet"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
 )
 
@@ -39,40 +40,17 @@ func selfSigned(t testing.TB, names ...string) (tls.Certificate, *x509.CertPool)
 func tlsBackend(t testing.TB, id string, cert tls.Certificate) string {
 	t.Helper()
 	ln := tls.NewListener(listen(t), &tls.Config{Certificates: []tls.Certificate{cert}})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.WriteString(c, id)
-			}()
-		}
-	}()
-	return ln.Addr().String()
+	return testnet.Serve(t, ln, func(c net.Conn) { io.WriteString(c, id) })
 }
 
 // echoBackend echoes every byte until EOF, then sends trailer and closes:
 // bytes sent after the client's half-close must still reach it.
 func echoBackend(t testing.TB, trailer []byte) string {
 	t.Helper()
-	ln := listen(t)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.Copy(c, c)
-				c.Write(trailer)
-			}()
-		}
-	}()
-	return ln.Addr().String()
+	return testnet.Serve(t, listen(t), func(c net.Conn) {
+		io.Copy(c, c)
+		c.Write(trailer)
+	})
 }
 
 // deadAddr returns a loopback address nothing listens on.
