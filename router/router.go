@@ -23,8 +23,9 @@
 //		break
 //	}
 //
-// Reads take no lock: the table is an immutable snapshot behind an atomic
-// pointer, replaced as a whole by writers, which are serialised.
+// Reads take no lock: each name's pool of backends is immutable, replaced as
+// a whole by writers, which are serialised. A write costs the size of the one
+// pool it changes, not the size of the table.
 package router
 
 import (
@@ -57,80 +58,88 @@ type Table[B comparable] struct {
 	// now returns the current time; nil means time.Now. Tests set it.
 	now func() time.Time
 
-	mu   sync.Mutex // serialises writers
-	snap atomic.Pointer[snapshot[B]]
-}
+	mu sync.Mutex // serialises writers, and Names against them
 
-// snapshot is an immutable view of the table. Writers copy it and swap it in.
-type snapshot[B comparable] struct {
-	names map[string]*pool[B] // key: normalised name, "*." prefix for wildcards
+	// Readers load from these maps without a lock; only writers, holding
+	// mu, store to them.
+	exact syncMap[string, *pool[B]] // key: normalised host name
+	wild  syncMap[string, *pool[B]] // key: "example.test" for "*.example.test"
 	// members holds one health record per distinct backend, shared by every
 	// pool that contains it, so a backend that fails is skipped under every
 	// name.
-	members map[B]*member[B]
+	members syncMap[B, *member[B]]
 }
 
-// pool is the backends of one name. Its slice is never modified in place.
+// pool is the backends of one name. It is never modified once stored in
+// the table: a writer stores a new pool in its place.
 type pool[B comparable] struct {
-	pattern string // the key of this pool in snapshot.names
+	pattern string // the normalised name or wildcard it is the pool of
 	members []*member[B]
 	next    atomic.Uint64 // round-robin cursor
+}
+
+func (p *pool[B]) has(b B) bool {
+	return p != nil && slices.ContainsFunc(p.members, func(m *member[B]) bool { return m.b == b })
 }
 
 type member[B comparable] struct {
 	b         B
 	downUntil atomic.Int64 // unix nanoseconds; zero or past means healthy
+
+	// patterns are the patterns whose pools hold b. Only writers use it,
+	// holding Table.mu.
+	patterns map[string]struct{}
 }
 
 // Add adds backend b to the pool of name, a host name or a wildcard such as
 // "*.example.test". Adding a backend already in the pool does nothing.
 func (t *Table[B]) Add(name string, b B) error {
-	key, err := normaliseKey(name)
+	pattern, err := normaliseKey(name)
 	if err != nil {
 		return err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	old := t.load()
-	if p := old.names[key]; p != nil && slices.ContainsFunc(p.members, func(m *member[B]) bool { return m.b == b }) {
+	names, key := t.namesOf(pattern)
+	old, _ := names.load(key)
+	if old.has(b) {
 		return nil
 	}
-	next := old.clone()
-	m := next.members[b]
+	m, _ := t.members.load(b)
 	if m == nil {
-		m = &member[B]{b: b}
-		next.members[b] = m
+		m = &member[B]{b: b, patterns: map[string]struct{}{}}
+		t.members.store(b, m)
 	}
-	np := &pool[B]{pattern: key}
-	if p := old.names[key]; p != nil {
-		np.members = append(slices.Clip(p.members), m)
-		np.next.Store(p.next.Load())
+	m.patterns[pattern] = struct{}{}
+	p := &pool[B]{pattern: pattern}
+	if old != nil {
+		p.members = append(slices.Clip(old.members), m)
+		p.next.Store(old.next.Load())
 	} else {
-		np.members = []*member[B]{m}
+		p.members = []*member[B]{m}
 	}
-	next.names[key] = np
-	t.snap.Store(next)
+	names.store(key, p)
 	return nil
 }
 
 // Remove removes backend b from the pool of name and reports whether it was
 // there. A name whose pool becomes empty is removed.
 func (t *Table[B]) Remove(name string, b B) bool {
-	key, err := normaliseKey(name)
+	pattern, err := normaliseKey(name)
 	if err != nil {
 		return false
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	old := t.load()
-	p := old.names[key]
-	if p == nil || !slices.ContainsFunc(p.members, func(m *member[B]) bool { return m.b == b }) {
+	if p := t.pool(pattern); !p.has(b) {
 		return false
 	}
-	next := old.clone()
-	next.setPool(key, p, b)
-	next.dropUnused(b)
-	t.snap.Store(next)
+	t.removeFrom(pattern, b)
+	m, _ := t.members.load(b)
+	delete(m.patterns, pattern)
+	if len(m.patterns) == 0 {
+		t.members.delete(b) // no pool holds b: forget its health
+	}
 	return true
 }
 
@@ -139,57 +148,45 @@ func (t *Table[B]) Remove(name string, b B) bool {
 func (t *Table[B]) RemoveBackend(b B) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	old := t.load()
-	if old.members[b] == nil {
+	m, _ := t.members.load(b)
+	if m == nil {
 		return 0
 	}
-	next := old.clone()
-	n := 0
-	for key, p := range old.names {
-		if slices.ContainsFunc(p.members, func(m *member[B]) bool { return m.b == b }) {
-			next.setPool(key, p, b)
-			n++
-		}
+	for pattern := range m.patterns {
+		t.removeFrom(pattern, b)
 	}
-	delete(next.members, b)
-	t.snap.Store(next)
-	return n
+	t.members.delete(b)
+	return len(m.patterns)
 }
 
-// setPool stores in s the pool p without backend b, or deletes key when that
-// leaves it empty.
-func (s *snapshot[B]) setPool(key string, p *pool[B], b B) {
-	rest := slices.DeleteFunc(slices.Clone(p.members), func(m *member[B]) bool { return m.b == b })
+// removeFrom replaces the pool of pattern, which holds b, with one without
+// b, or removes pattern when that leaves it empty. t.mu must be held.
+func (t *Table[B]) removeFrom(pattern string, b B) {
+	names, key := t.namesOf(pattern)
+	old, _ := names.load(key)
+	rest := slices.DeleteFunc(slices.Clone(old.members), func(m *member[B]) bool { return m.b == b })
 	if len(rest) == 0 {
-		delete(s.names, key)
+		names.delete(key)
 		return
 	}
-	np := &pool[B]{pattern: key, members: rest}
-	np.next.Store(p.next.Load())
-	s.names[key] = np
-}
-
-// dropUnused forgets the health record of b when no pool holds it any more.
-func (s *snapshot[B]) dropUnused(b B) {
-	for _, p := range s.names {
-		if slices.ContainsFunc(p.members, func(m *member[B]) bool { return m.b == b }) {
-			return
-		}
-	}
-	delete(s.members, b)
+	p := &pool[B]{pattern: pattern, members: rest}
+	p.next.Store(old.next.Load())
+	names.store(key, p)
 }
 
 // Match returns the pattern that name is routed by: name itself normalised,
 // or the wildcard that covers it. ok is false when no route matches.
 func (t *Table[B]) Match(name string) (pattern string, ok bool) {
-	key, p := t.load().lookup(name)
-	return key, p != nil
+	p := t.lookup(name)
+	if p == nil {
+		return "", false
+	}
+	return p.pattern, true
 }
 
 // Has reports whether any route matches name.
 func (t *Table[B]) Has(name string) bool {
-	_, p := t.load().lookup(name)
-	return p != nil
+	return t.lookup(name) != nil
 }
 
 // Backends returns the backends routed to name, in the order to try them:
@@ -198,7 +195,7 @@ func (t *Table[B]) Has(name string) bool {
 // sequence is empty when no route matches. Report a backend that could not be
 // reached with Fail, then take the next one from the sequence.
 func (t *Table[B]) Backends(name string) iter.Seq[B] {
-	_, p := t.load().lookup(name)
+	p := t.lookup(name)
 	return func(yield func(B) bool) {
 		if p == nil {
 			return
@@ -228,7 +225,7 @@ func (t *Table[B]) Backends(name string) iter.Seq[B] {
 // Next returns the first backend Backends(name) would yield, advancing the
 // round-robin cursor the same way. It does not allocate.
 func (t *Table[B]) Next(name string) (b B, ok bool) {
-	_, p := t.load().lookup(name)
+	p := t.lookup(name)
 	if p == nil {
 		return b, false
 	}
@@ -253,25 +250,29 @@ func (t *Table[B]) Fail(b B) {
 	if cd == 0 {
 		cd = DefaultCooldown
 	}
-	if m := t.load().members[b]; m != nil {
+	if m, ok := t.members.load(b); ok {
 		m.downUntil.Store(t.clock().Add(cd).UnixNano())
 	}
 }
 
 // Succeed reports that b was reached, ending any cooldown early.
 func (t *Table[B]) Succeed(b B) {
-	if m := t.load().members[b]; m != nil && m.downUntil.Load() != 0 {
+	if m, ok := t.members.load(b); ok && m.downUntil.Load() != 0 {
 		m.downUntil.Store(0)
 	}
 }
 
 // Names returns the routed names and wildcards, sorted.
 func (t *Table[B]) Names() []string {
-	s := t.load()
-	names := make([]string, 0, len(s.names))
-	for k := range s.names {
-		names = append(names, k)
+	var names []string
+	t.mu.Lock() // a consistent view: no write half done
+	for _, p := range t.exact.all() {
+		names = append(names, p.pattern)
 	}
+	for _, p := range t.wild.all() {
+		names = append(names, p.pattern)
+	}
+	t.mu.Unlock()
 	slices.Sort(names)
 	return names
 }
@@ -279,11 +280,11 @@ func (t *Table[B]) Names() []string {
 // Pool returns the backends of the pattern name (an exact name or a
 // wildcard, not resolved through wildcards), in pool order.
 func (t *Table[B]) Pool(name string) []B {
-	key, err := normaliseKey(name)
+	pattern, err := normaliseKey(name)
 	if err != nil {
 		return nil
 	}
-	p := t.load().names[key]
+	p := t.pool(pattern)
 	if p == nil {
 		return nil
 	}
@@ -301,54 +302,43 @@ func (t *Table[B]) clock() time.Time {
 	return time.Now()
 }
 
-func (t *Table[B]) load() *snapshot[B] {
-	if s := t.snap.Load(); s != nil {
-		return s
+// namesOf returns the map that holds the pool of a normalised pattern and
+// its key there.
+func (t *Table[B]) namesOf(pattern string) (*syncMap[string, *pool[B]], string) {
+	if host, ok := strings.CutPrefix(pattern, "*."); ok {
+		return &t.wild, host
 	}
-	return &snapshot[B]{}
+	return &t.exact, pattern
 }
 
-func (s *snapshot[B]) clone() *snapshot[B] {
-	n := &snapshot[B]{
-		names:   make(map[string]*pool[B], len(s.names)+1),
-		members: make(map[B]*member[B], len(s.members)+1),
-	}
-	for k, v := range s.names {
-		n.names[k] = v
-	}
-	for k, v := range s.members {
-		n.members[k] = v
-	}
-	return n
+// pool returns the pool of a normalised pattern, or nil.
+func (t *Table[B]) pool(pattern string) *pool[B] {
+	names, key := t.namesOf(pattern)
+	p, _ := names.load(key)
+	return p
 }
 
 // lookup finds the pool for name: the exact name, else the longest wildcard
 // covering it. A wildcard "*.example.test" covers one or more labels in
 // front of "example.test", never "example.test" itself.
-func (s *snapshot[B]) lookup(name string) (string, *pool[B]) {
-	if len(s.names) == 0 {
-		return "", nil
-	}
+func (t *Table[B]) lookup(name string) *pool[B] {
 	name, ok := Normalise(name)
 	if !ok {
-		return "", nil
+		return nil
 	}
-	if p := s.names[name]; p != nil {
-		return name, p
+	if p, ok := t.exact.load(name); ok {
+		return p
 	}
-	// Try "*.b.c" for "a.b.c", then "*.c". The key is built in one buffer so
-	// the common miss allocates once.
-	var arr [256]byte
-	buf := arr[:0]
+	// Try "*.b.c" for "a.b.c", then "*.c". Wildcards are keyed without
+	// their "*." so each key is a suffix of name: no key is built.
 	for rest := name; ; {
 		i := strings.IndexByte(rest, '.')
 		if i < 0 {
-			return "", nil
+			return nil
 		}
 		rest = rest[i+1:]
-		buf = append(append(buf[:0], '*', '.'), rest...)
-		if p := s.names[string(buf)]; p != nil { // map index by string(bytes) does not allocate
-			return p.pattern, p
+		if p, ok := t.wild.load(rest); ok {
+			return p
 		}
 	}
 }

@@ -3,6 +3,7 @@ package router
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -276,6 +277,76 @@ func TestConcurrent(t *testing.T) {
 	writers.Wait()
 }
 
+func TestNextDoesNotAllocate(t *testing.T) {
+	tb := tableOf(t, 1000)
+	must(t, tb.Add("*.example.test", "wild"))
+	for _, name := range []string{"app500.example.test", "a.b.example.test", "app.example.org"} {
+		if n := testing.AllocsPerRun(100, func() { tb.Next(name) }); n != 0 {
+			t.Errorf("Next(%q) allocates %v times", name, n)
+		}
+	}
+}
+
+func TestConcurrentRemoveBackend(t *testing.T) {
+	// Sessions bind exact names and wildcards and are torn down whole while
+	// readers look up names. Readers must see each pool whole: no backend
+	// twice, none that was never added, a pattern that is one of the names.
+	patterns := []string{"a.x.test", "b.x.test", "*.x.test", "*.y.x.test"}
+	var tb Table[int]
+	var writers, readers sync.WaitGroup
+	stop := make(chan struct{})
+	for w := range 4 {
+		writers.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for _, p := range patterns {
+					_ = tb.Add(p, w)
+				}
+				tb.Fail(w)
+				if n := tb.RemoveBackend(w); n != len(patterns) {
+					t.Errorf("RemoveBackend(%d) = %d, want %d", w, n, len(patterns))
+					return
+				}
+			}
+		})
+	}
+	for range 4 {
+		readers.Go(func() {
+			for i := range 20000 {
+				name := []string{"a.x.test", "z.y.x.test", "q.x.test", "b.x.test"}[i%4]
+				seen := map[int]bool{}
+				for b := range tb.Backends(name) {
+					if b < 0 || b > 3 || seen[b] {
+						t.Errorf("Backends(%q) yielded %d (seen %v)", name, b, seen)
+						return
+					}
+					seen[b] = true
+				}
+				if p, ok := tb.Match(name); ok && !slices.Contains(patterns, p) {
+					t.Errorf("Match(%q) = %q", name, p)
+					return
+				}
+				if i%1000 == 0 {
+					if names := tb.Names(); len(names) > len(patterns) || !slices.IsSorted(names) {
+						t.Errorf("Names = %v", names)
+						return
+					}
+				}
+			}
+		})
+	}
+	readers.Wait()
+	close(stop)
+	writers.Wait()
+	if names := tb.Names(); len(names) != 0 {
+		t.Fatalf("names left: %v", names)
+	}
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -310,4 +381,73 @@ func BenchmarkLookupWildcard(b *testing.B) {
 			}
 		}
 	})
+}
+
+// tableOf returns a table of n names, each bound to the same backend, as an
+// edge holds the names of one agent session.
+func tableOf(tb testing.TB, n int) *Table[string] {
+	tb.Helper()
+	t := new(Table[string])
+	for i := range n {
+		if err := t.Add(fmt.Sprintf("app%d.example.test", i), "session"); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return t
+}
+
+// addRemove binds one more name to the table's backend and unbinds it.
+func addRemove(t *Table[string]) {
+	_ = t.Add("new.example.test", "session")
+	t.Remove("new.example.test", "session")
+}
+
+// bytesPerRun is testing.AllocsPerRun for bytes: the average number of bytes
+// allocated by one call of f.
+func bytesPerRun(runs int, f func()) float64 {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	f() // warm up
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range runs {
+		f()
+	}
+	runtime.ReadMemStats(&after)
+	return float64(after.TotalAlloc-before.TotalAlloc) / float64(runs)
+}
+
+// TestWriteCostIndependentOfSize checks that a write does not copy the table:
+// binding and unbinding one name allocates about as much in a table of 10,000
+// names as in one of 10. A write that cloned the table would allocate in
+// proportion to its size.
+func TestWriteCostIndependentOfSize(t *testing.T) {
+	small, large := tableOf(t, 10), tableOf(t, 10_000)
+	bSmall := bytesPerRun(1000, func() { addRemove(small) })
+	bLarge := bytesPerRun(1000, func() { addRemove(large) })
+	t.Logf("bytes per Add+Remove: %.0f with 10 names, %.0f with 10,000", bSmall, bLarge)
+	if bLarge > 2*bSmall+512 {
+		t.Fatalf("Add+Remove allocates %.0f bytes with 10,000 names, %.0f with 10: writes grow with the table", bLarge, bSmall)
+	}
+}
+
+// BenchmarkAddRemoveScaling reports the cost of one Add+Remove on a table of
+// 10,000 names relative to one of 10 as the metric "ratio"; it is about 1
+// when writes do not depend on the size of the table.
+func BenchmarkAddRemoveScaling(b *testing.B) {
+	small, large := tableOf(b, 10), tableOf(b, 10_000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		addRemove(small)
+	}
+	mid := time.Now()
+	for range b.N {
+		addRemove(large)
+	}
+	end := time.Now()
+	dSmall, dLarge := mid.Sub(start), end.Sub(mid)
+	b.ReportMetric(float64(dSmall.Nanoseconds())/float64(b.N), "ns/op-10")
+	b.ReportMetric(float64(dLarge.Nanoseconds())/float64(b.N), "ns/op-10000")
+	b.ReportMetric(float64(dLarge)/float64(dSmall), "ratio")
 }
