@@ -24,9 +24,17 @@ import (
 // Errors of the agent. Errors from the edge wrap one of these, so callers
 // can tell them apart with errors.Is.
 var (
+	// ErrUnauthorized: the edge refused the token.
 	ErrUnauthorized = errors.New("agent: edge refused the token")
-	ErrNameTaken    = errors.New("agent: name taken")
-	ErrRefused      = errors.New("agent: edge refused the request")
+	// ErrNameTaken: the name belongs to another identity, or is bound
+	// already by this one without a pool (see Endpoint.Pool).
+	ErrNameTaken = errors.New("agent: name taken")
+	// ErrUnavailable: the edge cannot grant the request now (no free port,
+	// a limit reached, a restart under way); trying again later may work.
+	ErrUnavailable = errors.New("agent: edge unavailable")
+	// ErrRefused: the edge refused the request for another reason (a bad
+	// name, an unsupported version); trying again will not help.
+	ErrRefused = errors.New("agent: edge refused the request")
 )
 
 // Client is one session to an edge, carrying any number of listeners. Its
@@ -34,8 +42,13 @@ var (
 // first Listen. When the session ends while listeners are open, the client
 // reconnects on its own, with exponential backoff and jitter, forever until
 // closed, and binds every listener's endpoint again with the same name: the
-// listeners stay open across the gap. A Client must not be copied after
-// first use.
+// listeners stay open across the gap. The edge's session ticket makes the
+// new session take over the old one's endpoints at once, even when the edge
+// has not yet noticed that the old one died; endpoint tickets get the names
+// back after the edge restarted. A bind the edge cannot grant for now is
+// tried again with backoff; only a name lost for good (ErrNameTaken,
+// ErrRefused) ends a listener, whose Accept then returns that error. A
+// Client must not be copied after first use.
 type Client struct {
 	// Addr is the edge's agent address, "host:port".
 	Addr string
@@ -87,10 +100,12 @@ type Client struct {
 	// agent has read the answer to its bind).
 	binding sync.RWMutex
 
-	mu        sync.Mutex
-	mux       muxado.Session // nil while disconnected
-	sessionID string
-	listeners map[*Listener]struct{}
+	mu         sync.Mutex
+	mux        muxado.Session // nil while disconnected
+	sessionID  string
+	ticket     string        // the session ticket, for the next hello
+	renewAfter time.Duration // how often endpoint tickets are renewed
+	listeners  map[*Listener]struct{}
 	byTunnel  map[string]*Listener
 	closed    bool
 	ctx       context.Context // cancelled by Close
@@ -195,7 +210,7 @@ func (c *Client) ListenEndpoint(ctx context.Context, ep Endpoint) (*Listener, er
 		conns: make(chan net.Conn),
 		done:  make(chan struct{}),
 	}
-	l.setBound(bind, resp)
+	l.setBound(mux, bind, resp)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -325,9 +340,13 @@ func (c *Client) connect(ctx context.Context) (muxado.Session, error) {
 	// Serve the edge's streams before the hello, so that its heartbeat is
 	// answered from the start.
 	accepting := make(chan struct{})
-	c.wg.Go(func() { c.acceptLoop(mux, accepting) })
+	dead := make(chan struct{}) // closed when the session ends
+	c.wg.Go(func() { c.acceptLoop(mux, accepting, dead) })
 	var resp wire.Response
-	hello := wire.Request{Op: wire.OpHello, Hello: &wire.Hello{Version: wire.Version, Token: c.Token, Agent: "tunnelkit-agent"}}
+	c.mu.Lock()
+	ticket := c.ticket
+	c.mu.Unlock()
+	hello := wire.Request{Op: wire.OpHello, Hello: &wire.Hello{Version: wire.Version, Token: c.Token, Agent: "tunnelkit-agent", Ticket: ticket}}
 	err = c.call(ctx, mux, hello, &resp)
 	if err == nil && resp.HelloResp == nil {
 		err = fmt.Errorf("%w: hello answered without a session", ErrRefused)
@@ -347,7 +366,14 @@ func (c *Client) connect(ctx context.Context) (muxado.Session, error) {
 	}
 	c.mux = mux
 	c.sessionID = resp.HelloResp.SessionID
+	if resp.HelloResp.Ticket != "" {
+		c.ticket = resp.HelloResp.Ticket
+	}
+	c.renewAfter = time.Duration(resp.HelloResp.RenewAfter) * time.Second
 	c.wg.Go(func() { c.heartbeat(mux) })
+	if c.renewAfter > 0 {
+		c.wg.Go(func() { c.renewLoop(mux, c.renewAfter, dead) })
+	}
 	c.mu.Unlock()
 	close(accepting)
 	c.log().Info("connected to edge", "edge", c.Addr, "session", resp.HelloResp.SessionID)
@@ -418,6 +444,8 @@ func (c *Client) call(ctx context.Context, mux muxado.Session, req wire.Request,
 			sentinel = ErrUnauthorized
 		case wire.CodeNameTaken:
 			sentinel = ErrNameTaken
+		case wire.CodeUnavailable:
+			sentinel = ErrUnavailable
 		}
 		return fmt.Errorf("%w: %s", sentinel, wire.Printable(e.Message, 200))
 	}
@@ -431,11 +459,11 @@ func ctxErr(ctx context.Context, err error) error {
 	return err
 }
 
-// acceptLoop accepts the edge's streams until the session ends. Proxy
-// streams wait for accepting, closed once the session is installed.
-func (c *Client) acceptLoop(mux muxado.Session, accepting <-chan struct{}) {
+// acceptLoop accepts the edge's streams until the session ends, then
+// closes dead. Proxy streams wait for accepting, closed once the session is
+// installed.
+func (c *Client) acceptLoop(mux muxado.Session, accepting <-chan struct{}, dead chan struct{}) {
 	var wg sync.WaitGroup
-	dead := make(chan struct{}) // closed when the session ends
 	for {
 		st, err := mux.AcceptStream()
 		if err != nil {
@@ -512,9 +540,12 @@ func (c *Client) reconnectLoop() {
 	}
 }
 
-// rebindAll opens a session and binds each open listener's endpoint again.
-// A listener whose endpoint is refused for good (its name taken by another
-// identity) is closed with that error; the others go on.
+// rebindAll opens a session if none is open, and binds each open
+// listener's endpoint that is not bound on it. A listener whose endpoint is
+// refused for good (its name taken by another identity, or refused) is
+// closed with that error; one the edge cannot grant for now stays open and
+// unbound, and rebindAll returns that error so that it is tried again. A
+// failure of the session itself closes it.
 func (c *Client) rebindAll(ctx context.Context) error {
 	c.connectMu.Lock()
 	defer c.connectMu.Unlock()
@@ -533,35 +564,80 @@ func (c *Client) rebindAll(ctx context.Context) error {
 	c.mu.Lock()
 	ls := make([]*Listener, 0, len(c.listeners))
 	for l := range c.listeners {
-		ls = append(ls, l)
+		if _, ok := l.bound(mux); !ok {
+			ls = append(ls, l)
+		}
 	}
 	c.mu.Unlock()
 	c.binding.RLock()
 	defer c.binding.RUnlock()
+	var later error
 	for _, l := range ls {
 		b := l.rebindRequest()
 		resp, err := c.bind(ctx, mux, b)
-		if errors.Is(err, ErrNameTaken) || errors.Is(err, ErrRefused) {
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrNameTaken) || errors.Is(err, ErrRefused):
 			c.log().Warn("endpoint lost", "url", l.URL(), "err", err)
 			c.mu.Lock()
 			delete(c.listeners, l)
 			c.mu.Unlock()
 			l.fail(err)
 			continue
-		}
-		if err != nil {
+		case errors.Is(err, ErrUnavailable):
+			c.log().Info("endpoint not granted yet; will try again", "url", l.URL(), "err", err)
+			later = err
+			continue
+		default:
 			mux.Close() // try again with a new session
 			return err
 		}
 		if resp.URL != l.URL() {
 			c.log().Warn("endpoint came back under another URL", "was", l.URL(), "now", resp.URL)
 		}
-		l.setBound(b, resp)
+		l.setBound(mux, b, resp)
 		c.mu.Lock()
 		c.byTunnel[resp.TunnelID] = l
 		c.mu.Unlock()
 	}
-	return nil
+	return later
+}
+
+// renewLoop renews the endpoint tickets of the listeners bound on mux every
+// interval, until the session ends or the client closes.
+func (c *Client) renewLoop(mux muxado.Session, interval time.Duration, dead <-chan struct{}) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-dead:
+			return
+		case <-c.ctx.Done():
+			return
+		}
+		c.mu.Lock()
+		ls := make([]*Listener, 0, len(c.listeners))
+		for l := range c.listeners {
+			ls = append(ls, l)
+		}
+		c.mu.Unlock()
+		for _, l := range ls {
+			id, ok := l.bound(mux)
+			if !ok {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(c.ctx, 15*time.Second)
+			var resp wire.Response
+			err := c.call(ctx, mux, wire.Request{Op: wire.OpRenew, Renew: &wire.Renew{TunnelID: id}}, &resp)
+			cancel()
+			if err == nil && resp.RenewResp != nil {
+				l.setTicket(resp.RenewResp.Ticket)
+			} else if err != nil {
+				c.log().Debug("renew endpoint ticket", "url", l.URL(), "err", err)
+			}
+		}
+	}
 }
 
 // handleStream reads the header of a stream the edge opened and hands it to
@@ -600,19 +676,20 @@ func (c *Client) handleStream(st muxado.Stream, accepting, dead <-chan struct{})
 			st.Close()
 			return
 		}
+		conn := newConn(st, h)
 		l := c.listener(h.TunnelID)
 		if l == nil {
 			// Perhaps its bind is still in flight: wait for the binds
 			// under way, then look again.
 			c.binding.Lock()
-			c.binding.Unlock()
 			l = c.listener(h.TunnelID)
+			c.binding.Unlock()
 		}
 		if l == nil {
-			st.Close()
+			conn.refuse(wire.ReplyNoEndpoint, "no listener for this endpoint")
 			return
 		}
-		l.deliver(newConn(st, h), dead)
+		l.deliver(conn, dead)
 	default:
 		c.log().Warn("unexpected stream type from edge", "type", t[0])
 		st.Close()

@@ -100,7 +100,13 @@ func (f *Forwarder) forwardConn(c net.Conn, track func(net.Conn, bool)) {
 	up, err := net.DialTimeout("tcp", f.To, timeout)
 	if err != nil {
 		logger.Warn("forward", "client", client, "to", f.To, "err", err)
-		c.Close()
+		// Tell the edge why, so that its client hears that the app, not
+		// the tunnel, is down.
+		if r, ok := c.(interface{ Reject(error) error }); ok {
+			r.Reject(err)
+		} else {
+			c.Close()
+		}
 		return
 	}
 	track(up, true)

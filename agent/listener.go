@@ -1,12 +1,15 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"golang.ngrok.com/muxado/v2"
 
@@ -21,10 +24,11 @@ type Listener struct {
 	ownsClient bool
 
 	mu       sync.Mutex
-	tunnelID string    // the endpoint in the current session
-	url      string    // the public URL
-	bind     wire.Bind // what to ask for when binding again
-	err      error     // why Accept fails, once done is closed
+	tunnelID string         // the endpoint in the current session
+	url      string         // the public URL
+	bind     wire.Bind      // what to ask for when binding again, with the endpoint ticket
+	boundOn  muxado.Session // the session the endpoint is bound on; nil: none yet
+	err      error          // why Accept fails, once done is closed
 
 	conns     chan net.Conn
 	done      chan struct{}
@@ -92,9 +96,10 @@ func (l *Listener) fail(cause error) {
 	})
 }
 
-// setBound records a granted endpoint, and the request that gets the same
-// one back on another session: the granted name, or port.
-func (l *Listener) setBound(b wire.Bind, resp *wire.BindResp) {
+// setBound records a granted endpoint on mux, and the request that gets
+// the same one back on another session: the granted name, or port, and the
+// endpoint ticket that proves it was ours.
+func (l *Listener) setBound(mux muxado.Session, b wire.Bind, resp *wire.BindResp) {
 	if u, err := url.Parse(resp.URL); err == nil {
 		switch b.Proto {
 		case wire.ProtoTCP:
@@ -105,8 +110,16 @@ func (l *Listener) setBound(b wire.Bind, resp *wire.BindResp) {
 			b.Name = u.Hostname()
 		}
 	}
+	b.Ticket = resp.Ticket
 	l.mu.Lock()
-	l.tunnelID, l.url, l.bind = resp.TunnelID, resp.URL, b
+	l.tunnelID, l.url, l.bind, l.boundOn = resp.TunnelID, resp.URL, b, mux
+	l.mu.Unlock()
+}
+
+// setTicket keeps a renewed endpoint ticket.
+func (l *Listener) setTicket(t string) {
+	l.mu.Lock()
+	l.bind.Ticket = t
 	l.mu.Unlock()
 }
 
@@ -116,13 +129,20 @@ func (l *Listener) rebindRequest() wire.Bind {
 	return l.bind
 }
 
-// deliver hands c to Accept, or closes it once the listener is closed or
-// its session dead.
-func (l *Listener) deliver(c net.Conn, dead <-chan struct{}) {
+// bound returns the tunnel ID of the endpoint when it is bound on mux.
+func (l *Listener) bound(mux muxado.Session) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tunnelID, l.boundOn == mux && mux != nil
+}
+
+// deliver hands c to Accept, or refuses it once the listener is closed, or
+// closes it once its session is dead.
+func (l *Listener) deliver(c *Conn, dead <-chan struct{}) {
 	select {
 	case l.conns <- c:
 	case <-l.done:
-		c.Close()
+		c.refuse(wire.ReplyNoEndpoint, "the endpoint's listener is closed")
 	case <-dead:
 		c.Close()
 	}
@@ -138,16 +158,115 @@ func (a Addr) String() string { return a.URL }
 
 // Conn is a public connection carried over the session. RemoteAddr is the
 // client's address as the edge saw it; CloseWrite closes the write half.
+//
+// The edge learns that the connection reached the app with the conn's
+// first Read, Write, CloseWrite or Close; Reject tells it instead that the
+// app could not take it (the edge then answers an HTTP client 502
+// app_unreachable).
 type Conn struct {
-	muxado.Stream
+	st     muxado.Stream
 	header wire.ProxyHeader
+
+	replied atomic.Bool // the reply went out
+	mu      sync.Mutex  // serialises the reply with the first write
 }
 
 var _ net.Conn = (*Conn)(nil)
 
 func newConn(st muxado.Stream, h wire.ProxyHeader) *Conn {
-	return &Conn{Stream: st, header: h}
+	return &Conn{st: st, header: h}
 }
+
+// reply sends r once, before any other byte, followed by p in the same
+// write. It reports whether this call sent it, and the bytes of p written.
+func (c *Conn) reply(r wire.Reply, p []byte) (sent bool, n int, err error) {
+	if c.replied.Load() {
+		return false, 0, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.replied.Load() {
+		return false, 0, nil
+	}
+	c.replied.Store(true)
+	buf := wire.AppendReply(make([]byte, 0, 3+len(r.Message)+len(p)), r)
+	head := len(buf)
+	m, err := c.st.Write(append(buf, p...))
+	return true, max(0, m-head), err
+}
+
+// accept sends the reply that says the app took the connection, if no
+// reply went out yet.
+func (c *Conn) accept() error {
+	_, _, err := c.reply(wire.Reply{Status: wire.ReplyOK}, nil)
+	return err
+}
+
+// refuse tells the edge that the connection did not reach an app, and
+// closes it.
+func (c *Conn) refuse(status uint8, why string) error {
+	sent, _, err := c.reply(wire.Reply{Status: status, Message: why}, nil)
+	c.st.Close()
+	if !sent {
+		return errors.New("agent: connection accepted already")
+	}
+	return err
+}
+
+// Reject tells the edge that the app could not take this connection, with
+// why (a dial error, say), and closes it. It fails when the connection was
+// read from or written to already.
+func (c *Conn) Reject(why error) error {
+	msg := "rejected"
+	if why != nil {
+		msg = why.Error()
+	}
+	return c.refuse(wire.ReplyAppUnreachable, msg)
+}
+
+// Read reads the client's bytes.
+func (c *Conn) Read(b []byte) (int, error) {
+	if err := c.accept(); err != nil {
+		return 0, err
+	}
+	return c.st.Read(b)
+}
+
+// Write writes to the client.
+func (c *Conn) Write(b []byte) (int, error) {
+	if len(b) > 0 {
+		if sent, n, err := c.reply(wire.Reply{Status: wire.ReplyOK}, b); sent {
+			return n, err
+		}
+	}
+	return c.st.Write(b)
+}
+
+// CloseWrite closes the write half: the client reads EOF.
+func (c *Conn) CloseWrite() error {
+	if err := c.accept(); err != nil {
+		return err
+	}
+	return c.st.CloseWrite()
+}
+
+// Close closes the connection.
+func (c *Conn) Close() error {
+	c.accept()
+	return c.st.Close()
+}
+
+// LocalAddr returns the session's local address.
+func (c *Conn) LocalAddr() net.Addr { return c.st.LocalAddr() }
+
+// SetDeadline sets the read and write deadlines.
+func (c *Conn) SetDeadline(t time.Time) error { return c.st.SetDeadline(t) }
+
+// SetReadDeadline sets the read deadline.
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.st.SetReadDeadline(t) }
+
+// SetWriteDeadline sets the write deadline.
+func (c *Conn) SetWriteDeadline(t time.Time) error { return c.st.SetWriteDeadline(t) }
 
 // RemoteAddr returns the public client's address (a *net.TCPAddr), or the
 // session's remote address when the edge did not know it.
@@ -155,7 +274,7 @@ func (c *Conn) RemoteAddr() net.Addr {
 	if c.header.Client.IsValid() {
 		return net.TCPAddrFromAddrPort(c.header.Client)
 	}
-	return c.Stream.RemoteAddr()
+	return c.st.RemoteAddr()
 }
 
 // Host returns the HTTP Host or TLS server name the client asked for, when

@@ -2,8 +2,8 @@ package edge
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/forwarded"
@@ -19,50 +20,96 @@ import (
 )
 
 // ServeHTTP routes a public HTTP request to the agent that bound its Host:
-// the Host minus ".<Domain>", case-insensitive, port ignored. An unknown
-// name gets 404, an agent that cannot be reached 502, each with a short
-// plain-text body. The request and response stream through (no whole-body
-// buffering); Upgrade requests such as WebSocket are passed through.
-// X-Forwarded-For, -Proto and -Host get exactly one hop, the client's, and
-// the Host header is kept.
+// the Host minus ".<Domain>", case-insensitive, port ignored.
+//
+// Each request travels on a stream of its own, opened to the route looked
+// up for it, whose header names the request's client: no stream outlives
+// its request, so none outlives its route, and the app behind the agent
+// sees the right client as each connection's RemoteAddr. The request and
+// response stream through (no whole-body buffering); Upgrade requests such
+// as WebSocket are passed through. X-Forwarded-For, -Proto and -Host get
+// exactly one hop, the client's, and the Host header is kept.
+//
+// When the edge itself answers, the status says why and the plain-text body
+// and the Tunnelkit-Error header carry a short stable code:
+//
+//	400 bad_request          a malformed request or request body
+//	400 missing_host         no Host header
+//	404 no_endpoint          no tunnel has that name
+//	408 body_timeout         the request body stopped moving (BodyTimeout)
+//	429 client_limit         the client holds its share of the endpoint (ClientShare)
+//	502 agent_offline        no agent of the endpoint could be reached
+//	502 app_unreachable      the agent could not connect to its app
+//	502 app_error            the app closed the connection without a whole response
+//	503 routing_unavailable  the Router failed
+//	504 app_timeout          the app did not answer in time (ResponseHeaderTimeout)
+//
+// A client that half-closes its connection after its request still gets
+// the app's response.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.init()
 	host, err := s.routeHost(r.Host)
-	if errors.Is(err, errMalformedHost) {
-		plain(w, http.StatusBadRequest, "bad request: malformed Host")
+	switch {
+	case errors.Is(err, errMissingHost):
+		s.httpError(w, r, http.StatusBadRequest, "missing_host", "the request has no Host header", nil)
 		return
-	}
-	if err != nil {
-		plain(w, http.StatusNotFound, "tunnel not found")
+	case errors.Is(err, errMalformedHost):
+		s.httpError(w, r, http.StatusBadRequest, "bad_request", "malformed Host header", nil)
+		return
+	case err != nil:
+		s.httpError(w, r, http.StatusNotFound, "no_endpoint", "no tunnel at this address", nil)
 		return
 	}
 	routes, err := s.router().Lookup(r.Context(), wire.ProtoHTTP, host)
 	if err != nil {
-		s.log().Warn("router lookup", "host", host, "err", err)
-		plain(w, http.StatusServiceUnavailable, "routing unavailable")
+		s.httpError(w, r, http.StatusServiceUnavailable, "routing_unavailable", "routing is unavailable", err)
 		return
 	}
 	if len(routes) == 0 {
-		plain(w, http.StatusNotFound, "tunnel not found: "+host)
+		s.httpError(w, r, http.StatusNotFound, "no_endpoint", "tunnel not found: "+host, nil)
 		return
 	}
-	t := &httpTarget{
-		routes: routes,
-		info:   ConnInfo{Client: clientAddr(r.RemoteAddr), Host: r.Host},
-		// One pooled stream per client connection and host: the stream's
-		// header names the client, so it must not carry another client's
-		// requests. RemoteAddr identifies the client's connection.
-		poolKey: "c" + hex.EncodeToString([]byte(r.RemoteAddr)) + "." + host,
+	client := clientAddr(r.RemoteAddr)
+	release, ok := s.acquireShare(routes, client)
+	if !ok {
+		s.httpError(w, r, http.StatusTooManyRequests, "client_limit", "too many requests from your address to this tunnel", nil)
+		return
 	}
-	s.proxy.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), httpTargetKey{}, t)))
+	defer release()
+
+	// net/http cancels a request's context when its client half-closes the
+	// connection, which looks like a close: the exchange must go on and
+	// deliver the app's response, so it runs on a context of its own.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	defer cancel()
+	dctx, dcancel := context.WithTimeout(ctx, s.handshakeTimeout())
+	conn, route, err := s.dialRoutes(dctx, routes, ConnInfo{Client: client, Host: r.Host})
+	dcancel()
+	if err != nil {
+		s.httpError(w, r, http.StatusBadGateway, "agent_offline", "the agent of this tunnel cannot be reached", err)
+		return
+	}
+	x := &exchange{conn: &exchangeConn{Conn: conn}, route: route}
+	x.conn.touch()
+	defer x.stopIdle()
+	out := r.WithContext(context.WithValue(ctx, exchangeKey{}, x))
+	if r.Body != nil && r.Body != http.NoBody {
+		x.body = &bodyReader{ReadCloser: r.Body, rc: http.NewResponseController(w), timeout: s.bodyTimeout()}
+		out.Body = x.body
+	}
+	s.proxy.rp.ServeHTTP(w, out)
 }
 
 // routeHost returns the normalised host name of a Host header that lies
-// under the server's domain, errMalformedHost for a Host that is no host
-// name at all, and errOtherHost for one that names no tunnel (an IP literal,
-// a name outside the domain, the domain itself).
+// under the server's domain: errMissingHost for none, errMalformedHost
+// for a Host that is no host name at all, and errOtherHost for one that
+// names no tunnel (an IP literal, a name outside the domain, the domain
+// itself).
 func (s *Server) routeHost(hostport string) (string, error) {
 	h := hostport
+	if h == "" {
+		return "", errMissingHost
+	}
 	if strings.HasPrefix(h, "[") {
 		end := strings.IndexByte(h, ']')
 		if end < 0 {
@@ -94,6 +141,7 @@ func (s *Server) routeHost(hostport string) (string, error) {
 }
 
 var (
+	errMissingHost   = errors.New("edge: missing host")
 	errMalformedHost = errors.New("edge: malformed host")
 	errOtherHost     = errors.New("edge: host names no tunnel")
 )
@@ -108,6 +156,16 @@ func (s *Server) responseHeaderTimeout() time.Duration {
 	return s.ResponseHeaderTimeout
 }
 
+func (s *Server) bodyTimeout() time.Duration {
+	switch {
+	case s.BodyTimeout < 0:
+		return 0
+	case s.BodyTimeout == 0:
+		return defaultBodyTimeout
+	}
+	return s.BodyTimeout
+}
+
 // clientAddr parses an http.Request's RemoteAddr.
 func clientAddr(remote string) netip.AddrPort {
 	ap, err := netip.ParseAddrPort(remote)
@@ -117,21 +175,189 @@ func clientAddr(remote string) netip.AddrPort {
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
-func plain(w http.ResponseWriter, code int, msg string) {
+// httpError answers a request the edge could not route, with the status,
+// and the code in a header and in a plain-text body, and logs why.
+func (s *Server) httpError(w http.ResponseWriter, r *http.Request, status int, code, msg string, err error) {
+	level := slog.LevelInfo
+	if status == http.StatusNotFound {
+		level = slog.LevelDebug // scanners ask for names that never were
+	}
+	s.log().Log(r.Context(), level, "http error", "status", status, "code", code, "host", wire.Printable(r.Host, 256), "client", r.RemoteAddr, "err", err)
 	h := w.Header()
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(code)
-	w.Write([]byte(msg + "\n"))
+	h.Set("Tunnelkit-Error", code)
+	w.WriteHeader(status)
+	io.WriteString(w, code+": "+msg+"\n")
 }
 
-type httpTargetKey struct{}
+// exchange is one proxied request: the stream it was sent on, and what went
+// wrong on which side.
+type exchange struct {
+	conn  *exchangeConn
+	route Route
+	body  *bodyReader // nil without a body
 
-// httpTarget travels in a proxied request's context to the transport's dial.
-type httpTarget struct {
-	routes  []Route
-	info    ConnInfo
-	poolKey string
+	mu    sync.Mutex
+	taken bool
+	idle  *time.Timer
+}
+
+type exchangeKey struct{}
+
+// take hands the exchange's conn to the transport, once.
+func (x *exchange) take() (net.Conn, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.taken {
+		return nil, errors.New("edge: the request's stream was used already")
+	}
+	x.taken = true
+	return x.conn, nil
+}
+
+// armIdle closes the exchange's stream once no byte moved either way for
+// d: a response body, or an upgraded connection, that went silent.
+func (x *exchange) armIdle(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.idle != nil {
+		return
+	}
+	var check func()
+	check = func() {
+		if since := x.conn.idle(); since < d {
+			x.mu.Lock()
+			x.idle.Reset(d - since)
+			x.mu.Unlock()
+			return
+		}
+		x.conn.Close()
+	}
+	x.idle = time.AfterFunc(d, check)
+}
+
+func (x *exchange) stopIdle() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.idle != nil {
+		x.idle.Stop()
+	}
+}
+
+// classify returns the status, code and message for a failed exchange.
+func (x *exchange) classify(s *Server, err error) (int, string, string) {
+	var ne net.Error
+	switch refused := x.conn.refusal(); {
+	case errors.Is(refused, ErrNoEndpoint):
+		return http.StatusNotFound, "no_endpoint", "the agent no longer serves this tunnel"
+	case refused != nil:
+		return http.StatusBadGateway, "app_unreachable", "the app behind the tunnel cannot be reached: " + strings.TrimPrefix(refused.Error(), ErrAppUnreachable.Error()+": ")
+	case x.body != nil && x.body.failed() != nil:
+		if errors.As(x.body.failed(), &ne) && ne.Timeout() {
+			return http.StatusRequestTimeout, "body_timeout", "the request body stopped arriving"
+		}
+		return http.StatusBadRequest, "bad_request", "malformed request body"
+	case errors.As(err, &ne) && ne.Timeout():
+		return http.StatusGatewayTimeout, "app_timeout", "the app did not answer in time"
+	case !s.holdsSession(x.route):
+		return http.StatusBadGateway, "agent_offline", "the agent of this tunnel went away"
+	}
+	return http.StatusBadGateway, "app_error", "the app closed the connection without a whole response"
+}
+
+// holdsSession reports whether r's session is still open here; true for a
+// route held by another edge, which this one cannot tell.
+func (s *Server) holdsSession(r Route) bool {
+	if r.Edge != "" {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions[r.SessionID] != nil
+}
+
+// atomicTime is a time read and written atomically.
+type atomicTime struct{ ns atomic.Int64 }
+
+func (t *atomicTime) store(v time.Time) { t.ns.Store(v.UnixNano()) }
+func (t *atomicTime) load() time.Time   { return time.Unix(0, t.ns.Load()) }
+
+// exchangeConn is the stream of an exchange: it keeps the time of its last
+// byte, and the agent's refusal, whatever the Dialer.
+type exchangeConn struct {
+	net.Conn
+	last    atomicTime
+	mu      sync.Mutex
+	refused error
+}
+
+func (c *exchangeConn) touch()              { c.last.store(time.Now()) }
+func (c *exchangeConn) idle() time.Duration { return time.Since(c.last.load()) }
+
+func (c *exchangeConn) refusal() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.refused
+}
+
+func (c *exchangeConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.touch()
+	}
+	if err != nil && (errors.Is(err, ErrAppUnreachable) || errors.Is(err, ErrNoEndpoint)) {
+		c.mu.Lock()
+		c.refused = err
+		c.mu.Unlock()
+	}
+	return n, err
+}
+
+func (c *exchangeConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if n > 0 {
+		c.touch()
+	}
+	return n, err
+}
+
+// bodyReader reads a public request's body with a deadline for each read,
+// and keeps the error of the client's side.
+type bodyReader struct {
+	io.ReadCloser
+	rc      *http.ResponseController
+	timeout time.Duration
+
+	mu  sync.Mutex
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	if b.timeout > 0 {
+		b.rc.SetReadDeadline(time.Now().Add(b.timeout))
+	}
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == io.EOF:
+		if b.timeout > 0 {
+			b.rc.SetReadDeadline(time.Time{})
+		}
+	case err != nil:
+		b.mu.Lock()
+		b.err = err
+		b.mu.Unlock()
+	}
+	return n, err
+}
+
+func (b *bodyReader) failed() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
 }
 
 // httpProxy is the reverse proxy of a Server's public HTTP traffic.
@@ -144,53 +370,56 @@ type httpProxy struct {
 func newHTTPProxy(s *Server) *httpProxy {
 	p := &httpProxy{srv: s}
 	p.transport = &http.Transport{
-		DialContext:           p.dial,
-		MaxIdleConns:          4096,
-		MaxIdleConnsPerHost:   4,
-		IdleConnTimeout:       30 * time.Second,
+		// Each request dials the stream ServeHTTP opened for it, and the
+		// stream ends with its request: nothing is pooled.
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			x, _ := ctx.Value(exchangeKey{}).(*exchange)
+			if x == nil {
+				return nil, errors.New("edge: dial without an exchange")
+			}
+			return x.take()
+		},
+		DisableKeepAlives:     true,
 		DisableCompression:    true,
 		ExpectContinueTimeout: time.Second,
 		ResponseHeaderTimeout: s.responseHeaderTimeout(),
-		WriteBufferSize:       32 << 10,
-		ReadBufferSize:        32 << 10,
 	}
 	p.rp = &httputil.ReverseProxy{
-		Rewrite:      p.rewrite,
-		Transport:    p.transport,
-		ErrorHandler: p.errorHandler,
-		BufferPool:   bufferPool{},
-		ErrorLog:     slog.NewLogLogger(s.log().Handler(), slog.LevelDebug),
+		Rewrite:        p.rewrite,
+		Transport:      p.transport,
+		ModifyResponse: p.modifyResponse,
+		ErrorHandler:   p.errorHandler,
+		BufferPool:     bufferPool{},
+		ErrorLog:       slog.NewLogLogger(s.log().Handler(), slog.LevelDebug),
 	}
 	return p
 }
 
 func (p *httpProxy) rewrite(pr *httputil.ProxyRequest) {
-	t := pr.In.Context().Value(httpTargetKey{}).(*httpTarget)
+	x := pr.In.Context().Value(exchangeKey{}).(*exchange)
 	pr.Out.URL.Scheme = "http"
-	pr.Out.URL.Host = t.poolKey
+	pr.Out.URL.Host = x.route.TunnelID // names what the stream reaches; never dialled by name
 	proto := "http"
 	if pr.In.TLS != nil {
 		proto = "https"
 	}
-	forwarded.Rewrite(pr, forwarded.Hop{For: t.info.Client, Proto: proto, Host: pr.In.Host})
+	forwarded.Rewrite(pr, forwarded.Hop{For: clientAddr(pr.In.RemoteAddr), Proto: proto, Host: pr.In.Host})
 }
 
-func (p *httpProxy) dial(ctx context.Context, _, _ string) (net.Conn, error) {
-	t, _ := ctx.Value(httpTargetKey{}).(*httpTarget)
-	if t == nil {
-		return nil, errors.New("edge: dial without a route")
+// modifyResponse starts the idle watchdog once the app answered: a
+// response body or an upgraded connection that stays silent for IdleTimeout
+// is cut.
+func (p *httpProxy) modifyResponse(resp *http.Response) error {
+	if x, _ := resp.Request.Context().Value(exchangeKey{}).(*exchange); x != nil {
+		x.armIdle(p.srv.idleTimeout(2 * time.Minute))
 	}
-	c, _, err := p.srv.dialRoutes(ctx, t.routes, t.info)
-	return c, err
+	return nil
 }
 
 func (p *httpProxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
-	if r.Context().Err() != nil {
-		// The client went away; nobody reads an answer.
-		return
-	}
-	p.srv.log().Info("proxy", "host", r.Host, "err", err)
-	plain(w, http.StatusBadGateway, "tunnel unreachable")
+	x := r.Context().Value(exchangeKey{}).(*exchange)
+	status, code, msg := x.classify(p.srv, err)
+	p.srv.httpError(w, r, status, code, msg, err)
 }
 
 // bufferPool lends the 32 KiB buffers ReverseProxy copies bodies with.

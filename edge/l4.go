@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -106,6 +107,12 @@ func (s *Server) proxyL4(c net.Conn, proto, name, host string) {
 		return
 	}
 	info := ConnInfo{Client: addrPort(c.RemoteAddr()), Host: host}
+	release, ok := s.acquireShare(routes, info.Client)
+	if !ok {
+		s.log().Debug("client over its share of the endpoint", "proto", proto, "name", name, "client", info.Client.String())
+		return
+	}
+	defer release()
 	ctx, cancel := context.WithTimeout(context.Background(), s.handshakeTimeout())
 	up, _, err := s.dialRoutes(ctx, routes, info)
 	cancel()
@@ -119,7 +126,11 @@ func (s *Server) proxyL4(c net.Conn, proto, name, host string) {
 	}
 	defer s.trackConn(up, false)
 	in, out, err := pipe.JoinStreams(c, up, s.idleTimeout(10*time.Minute))
-	s.log().Debug("conn", "proto", proto, "name", name, "client", info.Client.String(), "bytes_in", in, "bytes_out", out, "err", err)
+	level := slog.LevelDebug
+	if errors.Is(err, ErrAppUnreachable) || errors.Is(err, ErrNoEndpoint) {
+		level = slog.LevelInfo
+	}
+	s.log().Log(context.Background(), level, "conn", "proto", proto, "name", name, "client", info.Client.String(), "bytes_in", in, "bytes_out", out, "err", err)
 }
 
 // addrPort returns a conn address as a netip.AddrPort, IPv4 unmapped.

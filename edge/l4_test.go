@@ -40,7 +40,8 @@ type l4Edge struct {
 func startL4Edge(t testing.TB) *l4Edge {
 	t.Helper()
 	rt := &edge.MemoryRouter{}
-	srv := &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 20000, Max: 29999}, Router: rt}
+	// Agents with the same token are one identity, and may share a pool.
+	srv := &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, Router: rt, Authenticate: identityIsToken}
 	agents, pub := listen(t), listen(t)
 	var wg sync.WaitGroup
 	wg.Go(func() { srv.ServeAgents(agents) })
@@ -177,6 +178,19 @@ func (e *l4Edge) forwardTCP(t testing.TB, ep agent.Endpoint, to string, proxyPro
 	return l, c
 }
 
+// identityIsToken accepts every agent, with its token as its identity:
+// agents with the same token (none, say) are one tenant.
+func identityIsToken(_ context.Context, token string) (string, error) { return "token:" + token, nil }
+
+// freePort returns a TCP port free on loopback now.
+func freePort(t testing.TB) string {
+	t.Helper()
+	ln := listen(t)
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
 func tcpAddrOf(t testing.TB, url string) string {
 	t.Helper()
 	rest, ok := strings.CutPrefix(url, "tcp://")
@@ -222,14 +236,15 @@ func TestTCPEchoHalfClose(t *testing.T) {
 
 func TestTCPEndpointLifetime(t *testing.T) {
 	e := startL4Edge(t)
-	l, c := e.forwardTCP(t, agent.Endpoint{URL: "tcp://:20001"}, startEchoUpstream(t), 0)
-	if l.URL() != "tcp://127.0.0.1:20001" {
+	port := freePort(t)
+	l, c := e.forwardTCP(t, agent.Endpoint{URL: "tcp://:" + port}, startEchoUpstream(t), 0)
+	if l.URL() != "tcp://127.0.0.1:"+port {
 		t.Fatalf("URL = %q", l.URL())
 	}
 	// Taken by another agent, outside the range, in use.
 	other := &agent.Client{Addr: e.agentAddr}
 	defer other.Close()
-	if _, err := other.Listen(context.Background(), "tcp://:20001"); !errors.Is(err, agent.ErrNameTaken) {
+	if _, err := other.Listen(context.Background(), "tcp://:"+port); !errors.Is(err, agent.ErrNameTaken) {
 		t.Errorf("second bind without pool: %v, want ErrNameTaken", err)
 	}
 	if _, err := other.Listen(context.Background(), "tcp://:80"); err == nil {
@@ -238,7 +253,7 @@ func TestTCPEndpointLifetime(t *testing.T) {
 	// The edge stops listening when the binding ends.
 	c.Close()
 	waitFor(t, func() bool {
-		conn, err := net.Dial("tcp", "127.0.0.1:20001")
+		conn, err := net.Dial("tcp", "127.0.0.1:"+port)
 		if err == nil {
 			conn.Close()
 		}
@@ -248,26 +263,31 @@ func TestTCPEndpointLifetime(t *testing.T) {
 
 // TestPoolSpreadAndFailover binds one TCP port from three agents; new
 // connections spread over all three; one agent dies abruptly (its TCP
-// connection to the edge is cut) while clients keep connecting, and once the
-// edge has noticed, no new connection fails.
+// connection to the edge is cut, and it never comes back) while clients
+// keep connecting, and once the edge has noticed, no new connection fails.
 func TestPoolSpreadAndFailover(t *testing.T) {
 	e := startL4Edge(t)
 	type member struct {
 		c    *agent.Client
 		conn net.Conn // the agent's connection to the edge
+		dead atomic.Bool
 		hits atomic.Int32
 	}
 	members := make([]*member, 3)
 	var url string
+	port := freePort(t)
 	for i := range members {
 		m := &member{}
 		members[i] = m
 		m.c = &agent.Client{Addr: e.agentAddr, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if m.dead.Load() {
+				return nil, errors.New("this agent is gone")
+			}
 			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 			m.conn = c
 			return c, err
 		}}
-		l, err := m.c.ListenEndpoint(context.Background(), agent.Endpoint{URL: "tcp://:20002", Pool: true})
+		l, err := m.c.ListenEndpoint(context.Background(), agent.Endpoint{URL: "tcp://:" + port, Pool: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -328,9 +348,10 @@ func TestPoolSpreadAndFailover(t *testing.T) {
 			}
 		})
 	}
+	members[1].dead.Store(true)
 	members[1].conn.Close()
 	waitFor(t, func() bool {
-		routes, _ := e.router.Lookup(context.Background(), "tcp", "20002")
+		routes, _ := e.router.Lookup(context.Background(), "tcp", port)
 		return len(routes) == 2
 	})
 	close(stop)
@@ -396,7 +417,7 @@ func TestProxyProtocolToUpstream(t *testing.T) {
 // one the agent and the upstream see.
 func TestProxyProtocolFromLoadBalancer(t *testing.T) {
 	rt := &edge.MemoryRouter{}
-	srv := &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 20000, Max: 29999}, Router: rt, ProxyProtocol: true}
+	srv := &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, Router: rt, ProxyProtocol: true}
 	agents, pubHTTP := listen(t), listen(t)
 	var wg sync.WaitGroup
 	wg.Go(func() { srv.ServeAgents(agents) })
@@ -483,7 +504,7 @@ func TestNotTLSFallback(t *testing.T) {
 // TestHTTPPool spreads new client connections over the agents of one HTTP
 // name, and fails over when one is gone.
 func TestHTTPPool(t *testing.T) {
-	te := startEdge(t)
+	te := edgeOn(t, &edge.Server{Domain: "example.test", Authenticate: identityIsToken}, listen(t), listen(t))
 	var clients []*agent.Client
 	for i := range 2 {
 		c := &agent.Client{Addr: te.agentAddr}

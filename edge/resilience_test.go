@@ -525,7 +525,7 @@ func TestKillAgentMidTransfer(t *testing.T) {
 }
 
 func TestSessionsPerIdentityAndStreamLimits(t *testing.T) {
-	srv := &edge.Server{Domain: "example.test", MaxSessionsPerIdentity: 2, MaxStreamsPerSession: 4}
+	srv := &edge.Server{Domain: "example.test", MaxSessionsPerIdentity: 2, MaxStreamsPerSession: 4, ClientShare: -1, Authenticate: identityIsToken}
 	te := edgeOn(t, srv, listen(t), listen(t))
 	var clients []*agent.Client
 	defer func() {
@@ -540,7 +540,7 @@ func TestSessionsPerIdentityAndStreamLimits(t *testing.T) {
 		if i < 2 && err != nil {
 			t.Fatalf("session %d: %v", i, err)
 		}
-		if i == 2 && !errors.Is(err, agent.ErrRefused) {
+		if i == 2 && !errors.Is(err, agent.ErrUnavailable) {
 			t.Fatalf("third session of one identity: %v, want refused", err)
 		}
 	}
@@ -642,14 +642,14 @@ func TestBadPreambleRefused(t *testing.T) {
 }
 
 // TestSilentAppTimedOut: an app that never answers costs the edge a
-// goroutine only until ResponseHeaderTimeout; the client gets 502.
+// goroutine only until ResponseHeaderTimeout; the client gets 504.
 func TestSilentAppTimedOut(t *testing.T) {
 	te := edgeOn(t, &edge.Server{Domain: "example.test", ResponseHeaderTimeout: 100 * time.Millisecond}, listen(t), listen(t))
 	release := make(chan struct{})
 	defer close(release)
 	te.serveApp(t, "silent", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
 	resp, body := get(t, te, te.url("silent")+"/", nil)
-	if resp.StatusCode != 502 {
-		t.Fatalf("silent app: %d %q, want 502", resp.StatusCode, body)
+	if resp.StatusCode != 504 || resp.Header.Get("Tunnelkit-Error") != "app_timeout" {
+		t.Fatalf("silent app: %d %q, want 504 app_timeout", resp.StatusCode, body)
 	}
 }

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"container/list"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -10,12 +11,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
-	"github.com/tunnelkit/tunnelkit/internal/wire"
 )
 
 // Server is an edge: it accepts agent sessions and routes public traffic to
@@ -64,10 +63,47 @@ type Server struct {
 	Dialer Dialer
 
 	// Authenticate checks the token an agent presents in its hello and
-	// returns the agent's identity, which owns the names it binds. Nil:
-	// every agent is accepted with the empty identity: names are first
-	// come, first served, and any agent may join a pool.
+	// returns the agent's identity, which owns the names it binds (see
+	// Router for the rules). Nil: every agent is accepted, and each is an
+	// identity of its own ("anonymous-" and random hex), which it keeps
+	// across reconnections through its session ticket; agents can then not
+	// share a pool.
 	Authenticate func(ctx context.Context, token string) (identity string, err error)
+
+	// MaxAuthFailures is how many failed hellos (a refused token) one
+	// source address (an IPv6 /64) may have per minute, with a burst as
+	// large. Past it, the source's agent connections are closed as soon as
+	// they are accepted, until a minute's share has passed; failures are
+	// logged in aggregate, one line per 10 s. Zero: 10; negative: no limit.
+	MaxAuthFailures int
+
+	// TicketKey signs the tickets the edge gives agents (at least 32
+	// bytes; ServeAgents fails with a shorter one). A session ticket lets a
+	// reconnecting agent take over its previous session's endpoints at
+	// once; endpoint tickets prove, after a restart, which identity held a
+	// name. Keep the key secret, and the same across restarts of an edge
+	// and across the edges of a cluster: a ticket signed under another key
+	// is ignored. Nil: a random key per Server, so that tickets do not
+	// survive a restart.
+	TicketKey []byte
+
+	// TicketLifetime is how long an endpoint ticket proves its name; agents
+	// renew theirs at half of it. Zero: 1 hour.
+	TicketLifetime time.Duration
+
+	// RestartGrace is how long after the Server starts a name or port an
+	// agent chooses is granted only with an endpoint ticket showing that
+	// its identity held it before: after a restart, names go back to their
+	// owners, never to whoever asks first. Random names and ports are
+	// granted meanwhile. Zero: Grace when TicketKey is set and Router is
+	// nil (an in-memory router forgets every name on a restart), else
+	// none; negative: none.
+	RestartGrace time.Duration
+
+	// AllowCatchAll lets agents bind "*" and "*.<Domain>": a wildcard
+	// over every name under the domain, which makes its owner the owner of
+	// every name (see Router). Leave it off on a multi-tenant edge.
+	AllowCatchAll bool
 
 	// AgentTLS, if set, makes ServeAgents speak TLS with this
 	// configuration to every agent. Nil: the listener's conns are used as
@@ -77,6 +113,17 @@ type Server struct {
 	// MaxSessionsPerIdentity bounds the sessions one identity holds at
 	// once: a hello past it is refused. Zero: 1024; negative: no bound.
 	MaxSessionsPerIdentity int
+
+	// MaxPendingSessions bounds the agent connections that have not had
+	// their hello accepted yet: past it, the one waiting longest is closed.
+	// Each costs a goroutine and its buffers, for at most
+	// HandshakeTimeout. Zero: 1024; negative: no bound.
+	MaxPendingSessions int
+
+	// MaxEndpointsPerSession bounds the endpoints one agent session holds
+	// at once: a bind past it is refused as unavailable. Zero: 1024;
+	// negative: no bound.
+	MaxEndpointsPerSession int
 
 	// MaxStreamsPerSession bounds the streams open at once on one agent
 	// session, public connections and the agent's requests together: past
@@ -97,9 +144,23 @@ type Server struct {
 	IdleTimeout time.Duration
 
 	// ResponseHeaderTimeout bounds how long the edge waits for an agent's
-	// app to start answering an HTTP request; past it the client gets 502.
+	// app to start answering an HTTP request; past it the client gets 504.
 	// Zero: 5 minutes (long polls fit); negative: no bound.
 	ResponseHeaderTimeout time.Duration
+
+	// BodyTimeout bounds the wait for each read of a public HTTP request's
+	// body, as nginx's client_body_timeout does: a body that stops moving
+	// for that long is cut off and the client gets 408. Zero: 60 s;
+	// negative: no bound.
+	BodyTimeout time.Duration
+
+	// ClientShare is the part of one endpoint's streams (the agents'
+	// MaxStreamsPerSession, summed over its pool) that the connections and
+	// requests of one public client address (an IPv6 /64) may hold at
+	// once. Past it, that client's new connections are closed and its
+	// requests answered 429, while everyone else is served. Zero: 0.25;
+	// negative or 1 and more: no bound.
+	ClientShare float64
 
 	// Grace is how long the names of an agent session that ended stay
 	// reserved for its identity, so that the agent, reconnecting, gets its
@@ -124,9 +185,15 @@ type Server struct {
 	initOnce sync.Once
 	mem      *MemoryRouter
 	proxy    *httpProxy
+	signer   ticketSigner
+	started  time.Time
+	auth     *authGuard
+	shares   shares
 
 	mu          sync.Mutex
 	closed      bool
+	pending     list.List // agent conns waiting for their hello
+	evicted     int       // pending conns closed to make room
 	sessions    map[string]*session
 	perIdentity map[string]int // sessions that said hello, by identity
 	listeners   map[net.Listener]struct{}
@@ -138,9 +205,51 @@ type Server struct {
 
 func (s *Server) init() {
 	s.initOnce.Do(func() {
+		s.started = time.Now()
 		s.mem = new(MemoryRouter)
 		s.proxy = newHTTPProxy(s)
+		s.signer.key = s.TicketKey
+		if len(s.signer.key) == 0 {
+			s.signer.key = make([]byte, minTicketKey)
+			rand.Read(s.signer.key)
+		}
+		if s.MaxAuthFailures >= 0 {
+			n := s.MaxAuthFailures
+			if n == 0 {
+				n = defaultMaxAuthFailures
+			}
+			s.auth = &authGuard{perMinute: n, log: s.log()}
+		}
 	})
+}
+
+func (s *Server) tickets() ticketSigner {
+	s.init()
+	return s.signer
+}
+
+func (s *Server) ticketLifetime() time.Duration {
+	if s.TicketLifetime > 0 {
+		return s.TicketLifetime
+	}
+	return time.Hour
+}
+
+// restarting reports whether the server is within its RestartGrace, and
+// until when.
+func (s *Server) restarting() (time.Time, bool) {
+	g := s.RestartGrace
+	switch {
+	case g < 0:
+		return time.Time{}, false
+	case g == 0 && len(s.TicketKey) > 0 && s.Router == nil:
+		g = s.grace()
+	case g == 0:
+		return time.Time{}, false
+	}
+	s.init()
+	until := s.started.Add(g)
+	return until, time.Now().Before(until)
 }
 
 func (s *Server) router() Router {
@@ -217,6 +326,10 @@ func (s *Server) handshakeTimeout() time.Duration {
 // closed, then returns an error (wrapping net.ErrClosed after Close or
 // Shutdown).
 func (s *Server) ServeAgents(ln net.Listener) error {
+	if n := len(s.TicketKey); n > 0 && n < minTicketKey {
+		ln.Close()
+		return fmt.Errorf("edge: TicketKey has %d bytes, want at least %d", n, minTicketKey)
+	}
 	return s.serve(ln, "agents", s.serveSession)
 }
 
@@ -299,9 +412,7 @@ func (s *Server) Close() error {
 	s.closeSessions()
 	s.closeConns()
 	s.wg.Wait()
-	if s.proxy != nil {
-		s.proxy.transport.CloseIdleConnections()
-	}
+	s.auth.flush()
 	return nil
 }
 
@@ -338,9 +449,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.closeSessions()
 	s.closeConns()
 	s.wg.Wait()
-	if s.proxy != nil {
-		s.proxy.transport.CloseIdleConnections()
-	}
+	s.auth.flush()
 	return err
 }
 
@@ -392,7 +501,12 @@ func (s *Server) connCount() int {
 
 func (s *Server) closeSessions() {
 	for _, ss := range s.sessionList() {
-		ss.close()
+		ss.close(s.grace())
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for e := s.pending.Front(); e != nil; e = e.Next() {
+		e.Value.(net.Conn).Close()
 	}
 }
 
@@ -452,65 +566,6 @@ func (s *Server) goTracked(f func()) bool {
 	s.wg.Go(f)
 	return true
 }
-
-// Dialer opens the conn that carries one public connection to the agent of
-// a route. The edge writes nothing to the returned conn before the client's
-// bytes and owns it afterwards (it closes it).
-type Dialer interface {
-	DialRoute(ctx context.Context, r Route, c ConnInfo) (net.Conn, error)
-}
-
-// ConnInfo describes a public connection.
-type ConnInfo struct {
-	Client netip.AddrPort // the public client's address
-	Host   string         // the HTTP Host or TLS server name
-}
-
-// DialRoute opens a stream to r's agent on the session this server holds,
-// starting with the proxy header that tells the agent who the client is. It
-// is the default Dialer; a custom Dialer can call it for local routes.
-func (s *Server) DialRoute(ctx context.Context, r Route, c ConnInfo) (net.Conn, error) {
-	if r.Edge != "" {
-		return nil, fmt.Errorf("%w: route held by edge %q", ErrNoSession, r.Edge)
-	}
-	s.mu.Lock()
-	ss := s.sessions[r.SessionID]
-	s.mu.Unlock()
-	if ss == nil {
-		return nil, fmt.Errorf("%w: %s", ErrNoSession, r.SessionID)
-	}
-	return ss.openProxy(ctx, wire.ProxyHeader{
-		TunnelID: r.TunnelID,
-		Proto:    r.Proto,
-		Client:   c.Client,
-		Host:     c.Host,
-	})
-}
-
-// dialRoutes dials the first reachable route of routes, reporting failures
-// to the router so later lookups try those routes last.
-func (s *Server) dialRoutes(ctx context.Context, routes []Route, c ConnInfo) (net.Conn, Route, error) {
-	var errs []error
-	for _, r := range routes {
-		conn, err := s.dialer().DialRoute(ctx, r, c)
-		if err == nil {
-			return conn, r, nil
-		}
-		errs = append(errs, err)
-		if fr, ok := s.router().(failReporter); ok {
-			fr.Fail(r)
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	if len(errs) == 0 {
-		return nil, Route{}, errNoRoute
-	}
-	return nil, Route{}, errors.Join(errs...)
-}
-
-var errNoRoute = errors.New("edge: no route")
 
 func newID() string {
 	var b [8]byte

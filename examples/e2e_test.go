@@ -177,8 +177,11 @@ func TestL4Endpoints(t *testing.T) {
 	}
 	bin := build(t, "edge", "agent")
 	agents, pub, tlsAddr := freePort(t), freePort(t), freePort(t)
+	_, tcpPort, _ := net.SplitHostPort(freePort(t))
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	os.WriteFile(tokens, []byte("# token identity\nalice-token alice\n\nbob-token bob\n"), 0o600)
 	start(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test",
-		"-tls", tlsAddr, "-tcp-ports", "21000-21010")
+		"-tls", tlsAddr, "-tcp-ports", tcpPort, "-tokens", tokens)
 	waitListening(t, agents)
 	waitListening(t, tlsAddr)
 
@@ -199,7 +202,7 @@ func TestL4Endpoints(t *testing.T) {
 		}
 	}()
 	_, tlsPort, _ := net.SplitHostPort(tlsAddr)
-	url := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-url", "tls://app.example.test", "-to", tl.Addr().String()))
+	url := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-token", "bob-token", "-url", "tls://app.example.test", "-to", tl.Addr().String()))
 	if want := "tls://app.example.test:" + tlsPort; url != want {
 		t.Fatalf("agent printed %q, want %q", url, want)
 	}
@@ -213,8 +216,8 @@ func TestL4Endpoints(t *testing.T) {
 		t.Fatalf("TLS through the edge: %q", b)
 	}
 
-	// A TCP endpoint on a chosen port, served by two agents in a pool, each
-	// sending a PROXY v1 header to its upstream.
+	// A TCP endpoint on a chosen port, served by two agents of one identity
+	// in a pool, each sending a PROXY v1 header to its upstream.
 	up, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -234,12 +237,23 @@ func TestL4Endpoints(t *testing.T) {
 		}
 	}()
 	for range 2 {
-		url = readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-url", "tcp://:21005", "-pool", "-proxy-proto", "1", "-to", up.Addr().String()))
-		if url != "tcp://127.0.0.1:21005" {
+		url = readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-token", "alice-token", "-url", "tcp://:"+tcpPort, "-pool", "-proxy-proto", "1", "-to", up.Addr().String()))
+		if url != "tcp://127.0.0.1:"+tcpPort {
 			t.Fatalf("agent printed %q", url)
 		}
 	}
-	conn, err := net.Dial("tcp", "127.0.0.1:21005")
+	// Another identity cannot join alice's pool, nor take bob's TLS name
+	// over http.
+	for _, c := range []struct{ token, url string }{
+		{"bob-token", "tcp://:" + tcpPort},
+		{"alice-token", "http://app.example.test"},
+	} {
+		out, err := exec.Command(filepath.Join(bin, "agent"), "-edge", agents, "-token", c.token, "-url", c.url, "-pool", "-to", up.Addr().String()).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "name taken") {
+			t.Errorf("agent of %s binding %s: %v %s", c.token, c.url, err, out)
+		}
+	}
+	conn, err := net.Dial("tcp", "127.0.0.1:"+tcpPort)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,6 +331,11 @@ func TestBadFlags(t *testing.T) {
 		t.Skip("builds binaries")
 	}
 	bin := build(t, "edge", "agent")
+	dir := t.TempDir()
+	badTokens := filepath.Join(dir, "tokens")
+	os.WriteFile(badTokens, []byte("only-a-token\n"), 0o600)
+	shortKey := filepath.Join(dir, "key")
+	os.WriteFile(shortKey, []byte("abcd\n"), 0o600)
 	for _, c := range [][]string{
 		{"edge", "-domain", ""},
 		{"edge", "-nope"},
@@ -329,6 +348,9 @@ func TestBadFlags(t *testing.T) {
 		{"edge", "-tcp-ports", "x"},
 		{"edge", "-agent-cert", "x.pem"},
 		{"edge", "-agent-cert", "/nonexistent", "-agent-key", "/nonexistent"},
+		{"edge", "-tokens", "/nonexistent"},
+		{"edge", "-tokens", badTokens},
+		{"edge", "-ticket-key", shortKey},
 		{"agent", "-to", "127.0.0.1:1", "-edge-ca", "/nonexistent"},
 	} {
 		out, err := exec.Command(filepath.Join(bin, c[0]), c[1:]...).CombinedOutput()

@@ -5,21 +5,32 @@
 //
 //	edge -agents 127.0.0.1:7000 -http 127.0.0.1:8080 -domain example.test \
 //	     -tls 127.0.0.1:8443 -tcp-ports 20000-20100 \
-//	     -token "$SECRET" -agent-cert edge.pem -agent-key edge-key.pem
+//	     -tokens tokens.txt -ticket-key ticket.key \
+//	     -agent-cert edge.pem -agent-key edge-key.pem
+//
+// A tokens file holds one "token identity" pair per line; blank lines and
+// lines starting with # are skipped. Each identity owns the names its
+// agents bind; agents of one identity may share a pool.
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
-	"crypto/subtle"
+	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -43,7 +54,15 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	domain := fs.String("domain", "example.test", "domain HTTP endpoints are named under")
 	tlsAddr := fs.String("tls", "", "address of public TLS, routed by SNI (empty: none)")
 	tcpPorts := fs.String("tcp-ports", "", "range of ports for TCP endpoints, e.g. 20000-20100 (empty: none)")
-	token := fs.String("token", "", "shared secret agents must present (empty: any agent is accepted)")
+	token := fs.String("token", "", "shared secret agents must present, as identity \"token\" (empty, and no -tokens: any agent is accepted, each its own identity)")
+	tokensFile := fs.String("tokens", "", "file of \"token identity\" lines: agents present a token, and its identity owns their names")
+	ticketKey := fs.String("ticket-key", "", "file with the hex key that signs agents' tickets, created with a new random key if missing; keep it across restarts so that names go back to their owners (empty: a new key each start)")
+	allowCatchAll := fs.Bool("allow-catch-all", false, "let agents bind * and *.DOMAIN (every name under the domain: single-tenant edges only)")
+	maxPending := fs.Int("max-pending", 0, "agent connections waiting for their hello at most; the oldest is closed past it (0: 1024, negative: no bound)")
+	maxEndpoints := fs.Int("max-endpoints", 0, "endpoints per agent session at most (0: 1024, negative: no bound)")
+	maxAuthFailures := fs.Int("max-auth-failures", 0, "failed agent authentications per source address per minute before its connections are closed at once (0: 10, negative: no limit)")
+	clientShare := fs.Float64("client-share", 0, "part of an endpoint's streams one client address may hold (0: 0.25, negative: no bound)")
+	bodyTimeout := fs.Duration("body-timeout", 0, "cut off an HTTP request body that stops moving this long (0: 60s, negative: never)")
 	agentCert := fs.String("agent-cert", "", "PEM certificate for TLS on -agents (with -agent-key; empty: plaintext)")
 	agentKey := fs.String("agent-key", "", "PEM private key of -agent-cert")
 	if err := fs.Parse(args); err != nil {
@@ -56,15 +75,34 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return errors.New("-domain is required")
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	srv := &edge.Server{Domain: *domain, Logger: log}
+	srv := &edge.Server{
+		Domain:                 *domain,
+		Logger:                 log,
+		AllowCatchAll:          *allowCatchAll,
+		MaxPendingSessions:     *maxPending,
+		MaxEndpointsPerSession: *maxEndpoints,
+		MaxAuthFailures:        *maxAuthFailures,
+		ClientShare:            *clientShare,
+		BodyTimeout:            *bodyTimeout,
+	}
+	ids := identities{}
 	if *token != "" {
-		secret := []byte(*token)
-		srv.Authenticate = func(_ context.Context, got string) (string, error) {
-			if subtle.ConstantTimeCompare([]byte(got), secret) != 1 {
-				return "", errors.New("wrong token")
-			}
-			return "token", nil
+		ids.add(*token, "token")
+	}
+	if *tokensFile != "" {
+		if err := ids.load(*tokensFile); err != nil {
+			return err
 		}
+	}
+	if len(ids) > 0 {
+		srv.Authenticate = ids.authenticate
+	}
+	if *ticketKey != "" {
+		key, err := loadTicketKey(*ticketKey)
+		if err != nil {
+			return err
+		}
+		srv.TicketKey = key
 	}
 	if (*agentCert == "") != (*agentKey == "") {
 		return errors.New("-agent-cert and -agent-key go together")
@@ -131,4 +169,67 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		err = nil
 	}
 	return err
+}
+
+// identities maps the SHA-256 of each token to its identity: looking up a
+// hash takes the same time whatever the token's bytes.
+type identities map[[32]byte]string
+
+func (ids identities) add(token, identity string) { ids[sha256.Sum256([]byte(token))] = identity }
+
+func (ids identities) authenticate(_ context.Context, token string) (string, error) {
+	if id, ok := ids[sha256.Sum256([]byte(token))]; ok {
+		return id, nil
+	}
+	return "", errors.New("unknown token")
+}
+
+// load reads "token identity" lines.
+func (ids identities) load(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("-tokens: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) != 2 {
+			return fmt.Errorf("-tokens %s:%d: want \"token identity\"", path, n)
+		}
+		if _, dup := ids[sha256.Sum256([]byte(fields[0]))]; dup {
+			return fmt.Errorf("-tokens %s:%d: a token given twice", path, n)
+		}
+		ids.add(fields[0], fields[1])
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("-tokens %s: %w", path, err)
+	}
+	return nil
+}
+
+// loadTicketKey reads a hex key of at least 32 bytes, or creates the file
+// with a new random one.
+func loadTicketKey(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		key := make([]byte, 32)
+		rand.Read(key)
+		if err := os.WriteFile(path, []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
+			return nil, fmt.Errorf("-ticket-key: %w", err)
+		}
+		return key, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("-ticket-key: %w", err)
+	}
+	key, err := hex.DecodeString(string(bytes.TrimSpace(b)))
+	if err != nil || len(key) < 32 {
+		return nil, fmt.Errorf("-ticket-key %s: want at least 32 bytes in hex", path)
+	}
+	return key, nil
 }

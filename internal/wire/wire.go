@@ -4,6 +4,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -16,8 +17,12 @@ import (
 
 // Version is the protocol version this package speaks. An edge and an agent
 // exchange theirs in the hello and use the lower one; an edge refuses a
-// version it does not know.
-const Version = 1
+// version below MinVersion.
+const Version = 2
+
+// MinVersion is the oldest version an edge accepts. Version 2 added the
+// reply at the start of every proxy stream, tickets and the renew request.
+const MinVersion = 2
 
 // StreamType is the first byte of every mux stream.
 type StreamType uint8
@@ -52,6 +57,7 @@ const MaxMessage = 64 << 10
 var (
 	ErrMessageTooLarge = errors.New("wire: message too large")
 	ErrMalformed       = errors.New("wire: malformed header")
+	ErrMalformedReply  = errors.New("wire: malformed reply")
 )
 
 // Control operations.
@@ -59,6 +65,7 @@ const (
 	OpHello  = "hello"
 	OpBind   = "bind"
 	OpUnbind = "unbind"
+	OpRenew  = "renew"
 )
 
 // Protocols of an endpoint.
@@ -74,6 +81,7 @@ type Request struct {
 	Hello  *Hello  `json:"hello,omitempty"`
 	Bind   *Bind   `json:"bind,omitempty"`
 	Unbind *Unbind `json:"unbind,omitempty"`
+	Renew  *Renew  `json:"renew,omitempty"`
 }
 
 // Response answers a Request. Error is set when it failed.
@@ -81,6 +89,7 @@ type Response struct {
 	Error     *Error     `json:"error,omitempty"`
 	HelloResp *HelloResp `json:"hello,omitempty"`
 	BindResp  *BindResp  `json:"bind,omitempty"`
+	RenewResp *RenewResp `json:"renew,omitempty"`
 }
 
 // Error is a failed request: a stable code and a message for people.
@@ -106,12 +115,21 @@ type Hello struct {
 	Version int    `json:"version"`
 	Token   string `json:"token,omitempty"`
 	Agent   string `json:"agent,omitempty"` // software name and version, for logs
+	// Ticket is the session ticket of the agent's previous session, if
+	// any: the new session takes over that one's endpoints.
+	Ticket string `json:"ticket,omitempty"`
 }
 
 // HelloResp accepts a session.
 type HelloResp struct {
 	Version   int    `json:"version"`
 	SessionID string `json:"session_id"`
+	// Ticket is this session's ticket, to present in the hello of the
+	// agent's next session.
+	Ticket string `json:"ticket,omitempty"`
+	// RenewAfter is how often, in seconds, the agent renews its endpoint
+	// tickets; zero: never.
+	RenewAfter int `json:"renew_after,omitempty"`
 }
 
 // Bind asks for a public endpoint.
@@ -128,17 +146,33 @@ type Bind struct {
 	Pool bool `json:"pool,omitempty"`
 	// Options is reserved for per-endpoint settings (traffic policy).
 	Options map[string]string `json:"options,omitempty"`
+	// Ticket is the endpoint ticket of an earlier bind of the same name,
+	// which proves the agent held it (after an edge restart).
+	Ticket string `json:"ticket,omitempty"`
 }
 
 // BindResp grants an endpoint.
 type BindResp struct {
 	TunnelID string `json:"tunnel_id"`
 	URL      string `json:"url"`
+	// Ticket proves that the agent's identity holds the endpoint's name,
+	// to present when binding it again.
+	Ticket string `json:"ticket,omitempty"`
 }
 
 // Unbind releases an endpoint.
 type Unbind struct {
 	TunnelID string `json:"tunnel_id"`
+}
+
+// Renew asks for a fresh ticket for an endpoint the session holds.
+type Renew struct {
+	TunnelID string `json:"tunnel_id"`
+}
+
+// RenewResp is a fresh endpoint ticket.
+type RenewResp struct {
+	Ticket string `json:"ticket"`
 }
 
 // WriteMessage writes a u32 length and v as JSON, with prefix (when not
@@ -159,21 +193,27 @@ func WriteMessage(w io.Writer, prefix []byte, v any) error {
 	return err
 }
 
-// ReadMessage reads a message written by WriteMessage into v.
+// ReadMessage reads a message written by WriteMessage into v. The body is
+// read as its bytes arrive: memory grows with what the peer sent, never
+// with what its length field announces.
 func ReadMessage(r io.Reader, v any) error {
 	var n [4]byte
 	if _, err := io.ReadFull(r, n[:]); err != nil {
 		return err
 	}
-	size := binary.BigEndian.Uint32(n[:])
+	size := int64(binary.BigEndian.Uint32(n[:]))
 	if size > MaxMessage {
 		return ErrMessageTooLarge
 	}
-	body := make([]byte, size)
-	if _, err := io.ReadFull(r, body); err != nil {
+	var body bytes.Buffer
+	got, err := body.ReadFrom(io.LimitReader(r, size))
+	if err != nil {
 		return unexpected(err)
 	}
-	if err := json.Unmarshal(body, v); err != nil {
+	if got < size {
+		return io.ErrUnexpectedEOF
+	}
+	if err := json.Unmarshal(body.Bytes(), v); err != nil {
 		return fmt.Errorf("wire: %w", err)
 	}
 	return nil
@@ -237,6 +277,58 @@ func ParseProxyHeader(body []byte) (ProxyHeader, error) {
 		}
 	}
 	return h, nil
+}
+
+// Reply statuses: the first byte of what an agent writes on a proxy stream.
+const (
+	// ReplyOK: the agent's app took the connection; its bytes follow.
+	ReplyOK uint8 = 0
+	// ReplyAppUnreachable: the agent could not reach its app (a refused or
+	// failed dial); the stream ends after the reply.
+	ReplyAppUnreachable uint8 = 1
+	// ReplyNoEndpoint: the agent has no listener for the stream's tunnel
+	// (it was closed); the stream ends after the reply.
+	ReplyNoEndpoint uint8 = 2
+)
+
+// MaxReplyMessage bounds a reply's message.
+const MaxReplyMessage = 1024
+
+// Reply opens what an agent writes on a proxy stream: whether the
+// connection reached its app, and why not.
+type Reply struct {
+	Status  uint8
+	Message string // for people; empty for ReplyOK
+}
+
+// AppendReply appends a reply: u8 status, u16 length, message (cut to
+// MaxReplyMessage bytes).
+func AppendReply(b []byte, r Reply) []byte {
+	msg := r.Message
+	if len(msg) > MaxReplyMessage {
+		msg = msg[:MaxReplyMessage]
+	}
+	b = append(b, r.Status)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(msg)))
+	return append(b, msg...)
+}
+
+// ReadReply reads a reply written by AppendReply. A message longer than
+// MaxReplyMessage is ErrMalformedReply.
+func ReadReply(r io.Reader) (Reply, error) {
+	var h [3]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return Reply{}, unexpected(err)
+	}
+	n := binary.BigEndian.Uint16(h[1:])
+	if n > MaxReplyMessage {
+		return Reply{}, fmt.Errorf("%w: message of %d bytes", ErrMalformedReply, n)
+	}
+	msg := make([]byte, n)
+	if _, err := io.ReadFull(r, msg); err != nil {
+		return Reply{}, unexpected(err)
+	}
+	return Reply{Status: h[0], Message: string(msg)}, nil
 }
 
 func addString8(b *cryptobyte.Builder, s string) { addBytes8(b, []byte(s)) }

@@ -1,0 +1,349 @@
+package edge
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"golang.ngrok.com/muxado/v2"
+
+	"github.com/tunnelkit/tunnelkit/internal/wire"
+)
+
+// The control requests of an agent session: hello, bind, unbind, renew.
+
+// handleControl answers one control request.
+func (ss *session) handleControl(st muxado.Stream) {
+	// Requests of one session are served a few at a time; the others wait
+	// with their bytes unread (each stream buffers at most a window).
+	select {
+	case ss.control <- struct{}{}:
+	case <-ss.done:
+		return
+	}
+	defer func() { <-ss.control }()
+	var req wire.Request
+	if err := wire.ReadMessage(st, &req); err != nil {
+		ss.log.Debug("bad control message", "err", err)
+		wire.WriteMessage(st, nil, fail(wire.CodeBadRequest, "malformed message"))
+		// A peer that cannot frame its hello cannot be trusted to go on.
+		if ss.helloState() != helloAccepted {
+			ss.refuseHello()
+		}
+		return
+	}
+	st.SetReadDeadline(time.Time{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp := ss.serveRequest(ctx, &req)
+	if err := wire.WriteMessage(st, nil, resp); err != nil {
+		ss.log.Debug("write control response", "err", err)
+	}
+	if ss.helloState() == helloRefused {
+		// Let the agent read why before the session goes.
+		st.CloseWrite()
+	}
+}
+
+func fail(code, format string, args ...any) wire.Response {
+	return wire.Response{Error: &wire.Error{Code: code, Message: fmt.Sprintf(format, args...)}}
+}
+
+func (ss *session) serveRequest(ctx context.Context, req *wire.Request) wire.Response {
+	if req.Op == wire.OpHello {
+		if req.Hello == nil {
+			ss.refuseHello()
+			return fail(wire.CodeBadRequest, "hello without body")
+		}
+		return ss.serveHello(ctx, req.Hello)
+	}
+	if ss.helloState() != helloAccepted {
+		ss.refuseHello()
+		return fail(wire.CodeBadRequest, "hello first")
+	}
+	switch req.Op {
+	case wire.OpBind:
+		if req.Bind == nil {
+			return fail(wire.CodeBadRequest, "bind without body")
+		}
+		return ss.serveBind(ctx, req.Bind)
+	case wire.OpUnbind:
+		if req.Unbind == nil {
+			return fail(wire.CodeBadRequest, "unbind without body")
+		}
+		ss.mu.Lock()
+		r, ok := ss.routes[req.Unbind.TunnelID]
+		delete(ss.routes, req.Unbind.TunnelID)
+		ss.mu.Unlock()
+		if !ok {
+			return fail(wire.CodeNotFound, "no such tunnel")
+		}
+		ss.srv.unbind(r, 0)
+		ss.log.Info("unbound", "url", ss.srv.publicURL(r))
+		return wire.Response{}
+	case wire.OpRenew:
+		if req.Renew == nil {
+			return fail(wire.CodeBadRequest, "renew without body")
+		}
+		ss.mu.Lock()
+		r, ok := ss.routes[req.Renew.TunnelID]
+		ss.mu.Unlock()
+		if !ok {
+			return fail(wire.CodeNotFound, "no such tunnel")
+		}
+		t, err := ss.srv.endpointTicket(r)
+		if err != nil {
+			return fail(wire.CodeUnavailable, "no ticket")
+		}
+		return wire.Response{RenewResp: &wire.RenewResp{Ticket: t}}
+	default:
+		return fail(wire.CodeBadRequest, "unknown operation %q", wire.Printable(req.Op, 32))
+	}
+}
+
+// refuseHello ends a session whose hello failed, once the agent had a
+// moment to read why. Only the first decision counts.
+func (ss *session) refuseHello() {
+	ss.mu.Lock()
+	if ss.hello == helloAccepted || ss.hello == helloRefused {
+		ss.mu.Unlock()
+		return
+	}
+	ss.hello = helloRefused
+	ss.mu.Unlock()
+	ss.srv.donePending(ss.pending)
+	time.AfterFunc(time.Second, func() { ss.close(0) })
+}
+
+// serveHello decides the session's one hello: the protocol version, the
+// identity, a takeover of the agent's previous session.
+func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response {
+	ss.mu.Lock()
+	if ss.hello != helloNone {
+		ss.mu.Unlock()
+		return fail(wire.CodeBadRequest, "second hello")
+	}
+	ss.hello = helloDeciding
+	ss.mu.Unlock()
+	resp, identity := ss.decideHello(ctx, h)
+	if resp.Error != nil {
+		ss.refuseHello()
+		return resp
+	}
+	s := ss.srv
+	s.mu.Lock()
+	if limit := s.maxSessionsPerIdentity(); limit > 0 && s.perIdentity[identity] >= limit {
+		s.mu.Unlock()
+		ss.log.Info("agent refused: too many sessions", "identity", wire.Printable(identity, 64))
+		ss.refuseHello()
+		return fail(wire.CodeUnavailable, "too many sessions for this identity")
+	}
+	if s.perIdentity == nil {
+		s.perIdentity = map[string]int{}
+	}
+	// Counted under both locks, so that close uncounts exactly once.
+	ss.mu.Lock()
+	if ss.closed {
+		ss.mu.Unlock()
+		s.mu.Unlock()
+		return fail(wire.CodeUnavailable, "session closed")
+	}
+	ss.identity = identity
+	ss.hello = helloAccepted
+	s.perIdentity[identity]++
+	ss.mu.Unlock()
+	s.mu.Unlock()
+	s.donePending(ss.pending)
+	close(ss.helloDone)
+	ss.log.Info("agent connected", "identity", wire.Printable(identity, 64), "agent", wire.Printable(h.Agent, 64))
+	s.goTracked(ss.heartbeat)
+	return resp
+}
+
+// anonymousPrefix starts the identity of an agent of an edge without
+// Authenticate: each agent is its own owner.
+const anonymousPrefix = "anonymous-"
+
+// decideHello checks the version and the token or ticket, takes over the
+// agent's previous session, and returns the answer and the identity.
+func (ss *session) decideHello(ctx context.Context, h *wire.Hello) (wire.Response, string) {
+	s := ss.srv
+	if h.Version < wire.MinVersion {
+		return fail(wire.CodeVersion, "protocol version %d not supported (want %d or later)", h.Version, wire.MinVersion), ""
+	}
+	var prev *ticket
+	if h.Ticket != "" {
+		t, err := s.tickets().open(h.Ticket)
+		if err == nil && t.kind == ticketSession {
+			prev = &t
+		} else {
+			ss.log.Debug("hello ticket ignored", "err", err)
+		}
+	}
+	var identity string
+	if auth := s.Authenticate; auth != nil {
+		id, err := auth(ctx, h.Token)
+		if err != nil {
+			s.auth.failed(sourceOf(addrPort(ss.src).Addr()))
+			ss.log.Debug("agent refused", "err", err)
+			return fail(wire.CodeUnauthorized, "authentication failed"), ""
+		}
+		identity = id
+	} else if prev != nil && strings.HasPrefix(prev.identity, anonymousPrefix) {
+		identity = prev.identity
+	} else {
+		var b [12]byte
+		rand.Read(b[:])
+		identity = anonymousPrefix + hex.EncodeToString(b[:])
+	}
+	if prev != nil && prev.identity == identity {
+		s.takeOver(prev.session, identity, ss)
+	}
+	t, err := s.tickets().sign(ticket{kind: ticketSession, issued: time.Now(), identity: identity, session: ss.id})
+	if err != nil {
+		ss.log.Warn("session ticket", "err", err)
+	}
+	return wire.Response{HelloResp: &wire.HelloResp{
+		Version:    min(h.Version, wire.Version),
+		SessionID:  ss.id,
+		Ticket:     t,
+		RenewAfter: int(s.ticketLifetime() / 2 / time.Second),
+	}}, identity
+}
+
+// takeOver closes the session an agent had before it reconnected, if it is
+// still open here (the edge has not yet seen that it died), so that the new
+// session gets its endpoints at once: their names stay reserved for the
+// identity meanwhile.
+func (s *Server) takeOver(sessionID, identity string, by *session) {
+	s.mu.Lock()
+	old := s.sessions[sessionID]
+	s.mu.Unlock()
+	if old == nil || old == by {
+		return
+	}
+	old.mu.Lock()
+	same := old.identity == identity && old.hello == helloAccepted
+	old.mu.Unlock()
+	if !same {
+		return
+	}
+	by.log.Info("agent reconnected; closing its previous session", "previous", old.id)
+	old.close(max(s.grace(), s.handshakeTimeout()))
+}
+
+// serveBind grants an endpoint, under the ownership rules of the Router
+// and the session's bound on endpoints.
+func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
+	s := ss.srv
+	ss.mu.Lock()
+	identity := ss.identity
+	if max := s.maxEndpoints(); max > 0 && len(ss.routes)+ss.binding >= max {
+		ss.mu.Unlock()
+		return fail(wire.CodeUnavailable, "too many endpoints on this session (at most %d)", max)
+	}
+	ss.binding++
+	ss.mu.Unlock()
+	defer func() {
+		ss.mu.Lock()
+		ss.binding--
+		ss.mu.Unlock()
+	}()
+	r := Route{Proto: b.Proto, SessionID: ss.id, Identity: identity, Pool: b.Pool}
+	var (
+		names  func() (string, bool) // the next name to try, and whether to retry on ErrNameTaken
+		chosen bool                  // a name or port the agent chose, not one the edge picks
+		err    error
+	)
+	switch b.Proto {
+	case wire.ProtoHTTP, wire.ProtoTLS:
+		names, chosen, err = s.hostNames(b.Name)
+	case wire.ProtoTCP:
+		names, err = s.tcpPorts(b.Port)
+		chosen = b.Port != 0
+		r.Pool = r.Pool && chosen // "any port" never joins a pool
+	default:
+		return fail(wire.CodeBadRequest, "unsupported protocol %q", wire.Printable(b.Proto, 16))
+	}
+	if err != nil {
+		return fail(wire.CodeBadRequest, "%s", err)
+	}
+	for {
+		name, retry := names()
+		if name == "" {
+			return fail(wire.CodeUnavailable, "no free name or port")
+		}
+		r.Name, r.TunnelID = name, newID()
+		if chosen {
+			if until, ok := s.restarting(); ok && !s.heldBefore(b.Ticket, r) {
+				return fail(wire.CodeUnavailable, "the edge restarted: names held before are kept for their owners until %s; try again then", until.UTC().Format(time.TimeOnly))
+			}
+		}
+		if r.Proto == wire.ProtoTCP {
+			// The port must be ours to listen on before it is routed.
+			if err := s.openTCP(name); err != nil {
+				if retry {
+					continue
+				}
+				ss.log.Info("tcp endpoint", "port", name, "err", err)
+				return fail(wire.CodeUnavailable, "port unavailable: %s", name)
+			}
+		}
+		err := s.router().Bind(ctx, r)
+		if err != nil && r.Proto == wire.ProtoTCP {
+			s.closeTCP(name)
+		}
+		if errors.Is(err, ErrNameTaken) {
+			if retry {
+				continue
+			}
+			return fail(wire.CodeNameTaken, "%s", strings.TrimPrefix(err.Error(), ErrNameTaken.Error()+": "))
+		}
+		if err != nil {
+			ss.log.Warn("bind", "err", err)
+			return fail(wire.CodeUnavailable, "bind failed")
+		}
+		break
+	}
+	ss.mu.Lock()
+	if ss.closed {
+		ss.mu.Unlock()
+		s.unbind(r, 0)
+		return fail(wire.CodeUnavailable, "session closed")
+	}
+	ss.routes[r.TunnelID] = r
+	ss.mu.Unlock()
+	url := s.publicURL(r)
+	t, err := s.endpointTicket(r)
+	if err != nil {
+		ss.log.Warn("endpoint ticket", "err", err)
+	}
+	ss.log.Info("bound", "url", url, "pool", r.Pool)
+	return wire.Response{BindResp: &wire.BindResp{TunnelID: r.TunnelID, URL: url, Ticket: t}}
+}
+
+// endpointTicket returns a fresh ticket saying that r's identity holds its
+// name.
+func (s *Server) endpointTicket(r Route) (string, error) {
+	return s.tickets().sign(ticket{kind: ticketEndpoint, issued: time.Now(), identity: r.Identity, proto: r.Proto, name: r.Name})
+}
+
+// heldBefore reports whether an endpoint ticket proves that r's identity
+// held r's name (over any protocol of its namespace) recently enough.
+func (s *Server) heldBefore(tk string, r Route) bool {
+	if tk == "" {
+		return false
+	}
+	t, err := s.tickets().open(tk)
+	if err != nil || t.kind != ticketEndpoint {
+		return false
+	}
+	age := time.Since(t.issued)
+	return t.identity == r.Identity && t.name == r.Name &&
+		namespace(t.proto) == namespace(r.Proto) &&
+		age > -time.Minute && age < s.ticketLifetime()
+}

@@ -1,0 +1,252 @@
+package edge
+
+import (
+	"container/list"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// The edge's defences against strangers: a bound on agent connections that
+// have not said hello, a throttle on failed authentication per source, and
+// a fair share of each endpoint per public client.
+
+// Defaults of the limits.
+const (
+	defaultMaxPendingSessions     = 1024
+	defaultMaxAuthFailures        = 10
+	defaultMaxEndpointsPerSession = 1024
+	defaultClientShare            = 0.25
+	defaultBodyTimeout            = 60 * time.Second
+	authLogWindow                 = 10 * time.Second
+	maxTrackedSources             = 1 << 16
+)
+
+func (s *Server) maxPendingSessions() int {
+	switch {
+	case s.MaxPendingSessions < 0:
+		return 0
+	case s.MaxPendingSessions == 0:
+		return defaultMaxPendingSessions
+	}
+	return s.MaxPendingSessions
+}
+
+func (s *Server) maxEndpoints() int {
+	switch {
+	case s.MaxEndpointsPerSession < 0:
+		return 0
+	case s.MaxEndpointsPerSession == 0:
+		return defaultMaxEndpointsPerSession
+	}
+	return s.MaxEndpointsPerSession
+}
+
+// addPending registers an agent conn that has not said hello yet. When
+// MaxPendingSessions are waiting already, the one waiting longest is
+// closed: a flood of silent connections pushes out its own oldest, while a
+// real agent, which says hello within a round trip or two, gets through.
+func (s *Server) addPending(c net.Conn) *list.Element {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.pending.PushBack(c)
+	if max := s.maxPendingSessions(); max > 0 && s.pending.Len() > max {
+		oldest := s.pending.Front()
+		s.pending.Remove(oldest)
+		oldest.Value.(net.Conn).Close()
+		s.evicted++
+		if s.evicted == 1 || s.evicted%1000 == 0 {
+			s.log().Warn("too many agent connections waiting for their hello; closing the oldest", "max", max, "closed_so_far", s.evicted)
+		}
+	}
+	return e
+}
+
+// donePending forgets a conn once it said hello or ended. Removing it twice
+// is harmless.
+func (s *Server) donePending(e *list.Element) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.Value != nil {
+		s.pending.Remove(e) // a no-op for an element evicted already
+		e.Value = nil
+	}
+}
+
+// sourceOf returns the key failed authentications are counted by: the
+// address for IPv4, its /64 for IPv6 (one host's share of a network).
+func sourceOf(a netip.Addr) netip.Prefix {
+	a = a.Unmap()
+	bits := 32
+	if a.Is6() {
+		bits = 64
+	}
+	p, _ := a.Prefix(bits)
+	return p
+}
+
+// authGuard throttles failed hellos per source and logs them in aggregate.
+type authGuard struct {
+	perMinute int // failures a source may have per minute, with a burst as large
+	log       *slog.Logger
+
+	mu      sync.Mutex
+	sources map[netip.Prefix]*rate.Limiter
+	// what the next aggregate log line reports
+	failures, refused int
+	seen              map[netip.Prefix]struct{}
+	timer             *time.Timer
+}
+
+// blocked reports whether a source spent its failures: its agent
+// connections are closed at once.
+func (g *authGuard) blocked(src netip.Prefix) bool {
+	if g == nil || !src.IsValid() {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	lim := g.sources[src]
+	if lim == nil || lim.Tokens() >= 1 {
+		return false
+	}
+	g.refused++
+	g.noteLocked(src)
+	return true
+}
+
+// failed counts a failed hello from src.
+func (g *authGuard) failed(src netip.Prefix) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.failures++
+	g.noteLocked(src)
+	if !src.IsValid() {
+		return
+	}
+	lim := g.sources[src]
+	if lim == nil {
+		if len(g.sources) >= maxTrackedSources {
+			g.sweepLocked()
+		}
+		lim = rate.NewLimiter(rate.Limit(float64(g.perMinute)/60), g.perMinute)
+		if g.sources == nil {
+			g.sources = map[netip.Prefix]*rate.Limiter{}
+		}
+		g.sources[src] = lim
+	}
+	lim.Allow()
+}
+
+// sweepLocked forgets the sources whose budget is whole again, and, if
+// that is not enough, any others, so that the map stays bounded.
+func (g *authGuard) sweepLocked() {
+	for src, lim := range g.sources {
+		if lim.Tokens() >= float64(g.perMinute) {
+			delete(g.sources, src)
+		}
+	}
+	for src := range g.sources {
+		if len(g.sources) < maxTrackedSources*3/4 {
+			break
+		}
+		delete(g.sources, src)
+	}
+}
+
+// noteLocked counts src for the next log line, which it schedules.
+func (g *authGuard) noteLocked(src netip.Prefix) {
+	if g.seen == nil {
+		g.seen = map[netip.Prefix]struct{}{}
+	}
+	if len(g.seen) < maxTrackedSources {
+		g.seen[src] = struct{}{}
+	}
+	if g.timer == nil {
+		g.timer = time.AfterFunc(authLogWindow, g.flush)
+	}
+}
+
+// flush logs what happened since the last line.
+func (g *authGuard) flush() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	failures, refused, sources := g.failures, g.refused, len(g.seen)
+	g.failures, g.refused, g.seen = 0, 0, nil
+	if g.timer != nil {
+		g.timer.Stop()
+		g.timer = nil
+	}
+	g.mu.Unlock()
+	if failures+refused > 0 {
+		g.log.Warn("failed agent authentications", "failures", failures, "closed_at_accept", refused, "sources", sources)
+	}
+}
+
+// shares counts, per endpoint and client source, the streams in use: a
+// public client may hold only its share of an endpoint.
+type shares struct {
+	mu sync.Mutex
+	n  map[shareKey]int
+}
+
+type shareKey struct {
+	endpoint endpointKey
+	client   netip.Prefix
+}
+
+// clientCap returns how many streams of the endpoint of routes one client
+// may hold: ClientShare of the streams of its sessions; zero for no bound.
+func (s *Server) clientCap(routes []Route) int {
+	share := s.ClientShare
+	switch {
+	case share == 0:
+		share = defaultClientShare
+	case share < 0 || share >= 1:
+		return 0
+	}
+	sessions := map[string]struct{}{}
+	for _, r := range routes {
+		sessions[r.Edge+"/"+r.SessionID] = struct{}{}
+	}
+	return max(1, int(share*float64(int64(len(sessions))*s.maxStreams())))
+}
+
+// acquireShare takes one of client's share of the endpoint of routes, or
+// reports false when the client holds all of it. release gives it back.
+func (s *Server) acquireShare(routes []Route, client netip.AddrPort) (release func(), ok bool) {
+	limit := s.clientCap(routes)
+	if limit == 0 || len(routes) == 0 {
+		return func() {}, true
+	}
+	k := shareKey{endpointKey{routes[0].Proto, routes[0].Name}, sourceOf(client.Addr())}
+	sh := &s.shares
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.n[k] >= limit {
+		return nil, false
+	}
+	if sh.n == nil {
+		sh.n = map[shareKey]int{}
+	}
+	sh.n[k]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			sh.mu.Lock()
+			defer sh.mu.Unlock()
+			if sh.n[k]--; sh.n[k] <= 0 {
+				delete(sh.n, k)
+			}
+		})
+	}, true
+}
