@@ -106,12 +106,12 @@ type Client struct {
 	ticket     string        // the session ticket, for the next hello
 	renewAfter time.Duration // how often endpoint tickets are renewed
 	listeners  map[*Listener]struct{}
-	byTunnel  map[string]*Listener
-	closed    bool
-	ctx       context.Context // cancelled by Close
-	cancel    context.CancelFunc
-	redialing bool
-	wg        sync.WaitGroup
+	byTunnel   map[string]*Listener
+	closed     bool
+	ctx        context.Context // cancelled by Close
+	cancel     context.CancelFunc
+	redialing  bool
+	wg         sync.WaitGroup
 }
 
 // EventKind says what happened to a client's session.
