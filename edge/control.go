@@ -280,6 +280,9 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 		r.Name, r.TunnelID = name, newID()
 		if chosen {
 			if until, ok := s.restarting(); ok && !s.heldBefore(b.Ticket, r) {
+				if s.heldByOther(ctx, r) {
+					return fail(wire.CodeNameTaken, "%s is held by another owner", name)
+				}
 				return fail(wire.CodeUnavailable, "the edge restarted: names held before are kept for their owners until %s; try again then", until.UTC().Format(time.TimeOnly))
 			}
 		}
@@ -346,4 +349,16 @@ func (s *Server) heldBefore(tk string, r Route) bool {
 	return t.identity == r.Identity && t.name == r.Name &&
 		namespace(t.proto) == namespace(r.Proto) &&
 		age > -time.Minute && age < s.ticketLifetime()
+}
+
+// heldByOther reports whether r's exact name has routes of another
+// identity now, which makes a refusal final rather than for the time being.
+func (s *Server) heldByOther(ctx context.Context, r Route) bool {
+	routes, _ := s.router().Lookup(ctx, r.Proto, strings.TrimPrefix(r.Name, "*."))
+	for _, o := range routes {
+		if o.Name == r.Name && o.Identity != r.Identity {
+			return true
+		}
+	}
+	return false
 }

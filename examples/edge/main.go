@@ -98,11 +98,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		srv.Authenticate = ids.authenticate
 	}
 	if *ticketKey != "" {
-		key, err := loadTicketKey(*ticketKey)
+		key, created, err := loadTicketKey(*ticketKey)
 		if err != nil {
 			return err
 		}
 		srv.TicketKey = key
+		if created {
+			srv.RestartGrace = -1 // a first start: no agent holds a ticket yet
+		}
 	}
 	if (*agentCert == "") != (*agentKey == "") {
 		return errors.New("-agent-cert and -agent-key go together")
@@ -213,23 +216,23 @@ func (ids identities) load(path string) error {
 }
 
 // loadTicketKey reads a hex key of at least 32 bytes, or creates the file
-// with a new random one.
-func loadTicketKey(path string) ([]byte, error) {
+// with a new random one (created is then true).
+func loadTicketKey(path string) (key []byte, created bool, err error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		key := make([]byte, 32)
 		rand.Read(key)
 		if err := os.WriteFile(path, []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
-			return nil, fmt.Errorf("-ticket-key: %w", err)
+			return nil, false, fmt.Errorf("-ticket-key: %w", err)
 		}
-		return key, nil
+		return key, true, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("-ticket-key: %w", err)
+		return nil, false, fmt.Errorf("-ticket-key: %w", err)
 	}
-	key, err := hex.DecodeString(string(bytes.TrimSpace(b)))
+	key, err = hex.DecodeString(string(bytes.TrimSpace(b)))
 	if err != nil || len(key) < 32 {
-		return nil, fmt.Errorf("-ticket-key %s: want at least 32 bytes in hex", path)
+		return nil, false, fmt.Errorf("-ticket-key %s: want at least 32 bytes in hex", path)
 	}
-	return key, nil
+	return key, false, nil
 }

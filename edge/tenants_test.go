@@ -1,0 +1,507 @@
+package edge_test
+
+// Tenants are safe from each other: each test here is a row of the table
+// of issue #9, tried as a hostile tenant would.
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/edge"
+)
+
+// tenantEdge runs an edge on which alice-token and bob-token are two
+// identities, with HTTP and TLS listeners.
+func tenantEdge(t testing.TB, srv *edge.Server) (*testEdge, *edge.MemoryRouter) {
+	t.Helper()
+	rt, _ := srv.Router.(*edge.MemoryRouter)
+	if rt == nil {
+		rt = &edge.MemoryRouter{}
+		srv.Router = rt
+	}
+	if srv.Domain == "" {
+		srv.Domain = "example.test"
+	}
+	srv.Authenticate = tokens
+	te := edgeOn(t, srv, listen(t), listen(t))
+	tlsLn := listen(t)
+	done := make(chan struct{})
+	go func() { defer close(done); srv.ServeSNI(tlsLn) }()
+	t.Cleanup(func() { srv.Close(); <-done })
+	return te, rt
+}
+
+// tenant returns a client of the edge with who's token.
+func tenant(t testing.TB, te *testEdge, who string) *agent.Client {
+	t.Helper()
+	c := &agent.Client{Addr: te.agentAddr, Token: who + "-token", MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// serve answers every request on l with name and the path.
+func serve(t testing.TB, l net.Listener, name string) {
+	done := make(chan struct{})
+	go func() { defer close(done); http.Serve(l, nameHandler(name)) }()
+	t.Cleanup(func() { l.Close(); <-done })
+}
+
+func TestTenantsCannotTakeEachOthersNames(t *testing.T) {
+	for _, c := range []struct {
+		name             string
+		alice, bob       string
+		wantErr          error // what bob gets
+		aliceStillServes string
+	}{
+		{"name under alice's wildcard", "http://*.w.example.test", "http://x.w.example.test", agent.ErrNameTaken, "x.w"},
+		{"wildcard under alice's wildcard", "http://*.w.example.test", "http://*.x.w.example.test", agent.ErrNameTaken, "a.x.w"},
+		{"alice's wildcard's base", "http://*.w.example.test", "http://w.example.test", agent.ErrNameTaken, "x.w"},
+		{"wildcard over alice's name", "http://abc", "http://*.abc.example.test", agent.ErrNameTaken, "abc"},
+		{"name under alice's name", "http://abc", "http://x.abc.example.test", agent.ErrNameTaken, "abc"},
+		{"name above alice's", "http://x.y.example.test", "http://y.example.test", agent.ErrNameTaken, "x.y"},
+		{"alice's http name over tls", "http://abc", "tls://abc.example.test", agent.ErrNameTaken, "abc"},
+		{"alice's tls name over http", "tls://abc.example.test", "http://abc", agent.ErrNameTaken, ""},
+		{"catch-all wildcard", "http://abc", "http://*.example.test", agent.ErrRefused, "abc"},
+		{"bare star", "http://abc", "http://*", agent.ErrRefused, "abc"},
+		{"alice's pool", "http://p", "http://p", agent.ErrNameTaken, "p"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			te, _ := tenantEdge(t, &edge.Server{})
+			al, err := tenant(t, te, "alice").ListenEndpoint(context.Background(), agent.Endpoint{URL: c.alice, Pool: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			serve(t, al, "alice")
+			_, err = tenant(t, te, "bob").ListenEndpoint(context.Background(), agent.Endpoint{URL: c.bob, Pool: true})
+			if !errors.Is(err, c.wantErr) {
+				t.Fatalf("bob binding %s while alice holds %s: %v, want %v", c.bob, c.alice, err, c.wantErr)
+			}
+			if c.aliceStillServes != "" {
+				if resp, body := get(t, te, te.url(c.aliceStillServes)+"/", nil); resp.StatusCode != 200 || body != "alice /" {
+					t.Fatalf("%s: %d %q, want alice's app", c.aliceStillServes, resp.StatusCode, body)
+				}
+			}
+		})
+	}
+}
+
+func TestOneIdentityOverSeveralProtocolsAndNestedNames(t *testing.T) {
+	te, rt := tenantEdge(t, &edge.Server{})
+	alice := tenant(t, te, "alice")
+	for _, url := range []string{"http://abc", "tls://abc.example.test", "http://*.w.example.test", "http://x.w.example.test"} {
+		if _, err := alice.Listen(context.Background(), url); err != nil {
+			t.Fatalf("alice binding %s beside her other names: %v", url, err)
+		}
+	}
+	for _, proto := range []string{"http", "tls"} {
+		if routes, _ := rt.Lookup(context.Background(), proto, "abc.example.test"); len(routes) != 1 {
+			t.Fatalf("%s abc: %d routes", proto, len(routes))
+		}
+	}
+}
+
+func TestCatchAllOnlyWhenAllowed(t *testing.T) {
+	te, _ := tenantEdge(t, &edge.Server{AllowCatchAll: true})
+	l, err := tenant(t, te, "bob").Listen(context.Background(), "http://*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, l, "bob")
+	if !strings.HasPrefix(l.URL(), "http://*.example.test") {
+		t.Fatalf("URL %q", l.URL())
+	}
+	// The catch-all's owner owns every name: alice gets none.
+	if _, err := tenant(t, te, "alice").Listen(context.Background(), "http://abc"); !errors.Is(err, agent.ErrNameTaken) {
+		t.Fatalf("alice under bob's catch-all: %v, want ErrNameTaken", err)
+	}
+	if resp, body := get(t, te, te.url("anything")+"/", nil); resp.StatusCode != 200 || body != "bob /" {
+		t.Fatalf("%d %q", resp.StatusCode, body)
+	}
+}
+
+func TestPoolsByConsent(t *testing.T) {
+	te, _ := tenantEdge(t, &edge.Server{})
+	first, err := tenant(t, te, "alice").Listen(context.Background(), "http://solo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, first, "first")
+	// A second agent of alice's asks to pool with an endpoint that did
+	// not ask to share.
+	_, err = tenant(t, te, "alice").ListenEndpoint(context.Background(), agent.Endpoint{URL: "http://solo", Pool: true})
+	if !errors.Is(err, agent.ErrNameTaken) || !strings.Contains(err.Error(), "not shared") {
+		t.Fatalf("pool bind onto a non-pool endpoint: %v, want ErrNameTaken saying it is not shared", err)
+	}
+	// And the other way round.
+	pooled, err := tenant(t, te, "alice").ListenEndpoint(context.Background(), agent.Endpoint{URL: "http://shared", Pool: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, pooled, "pooled")
+	_, err = tenant(t, te, "alice").Listen(context.Background(), "http://shared")
+	if !errors.Is(err, agent.ErrNameTaken) || !strings.Contains(err.Error(), "pool") {
+		t.Fatalf("non-pool bind onto a pool: %v, want ErrNameTaken saying it is a pool", err)
+	}
+	for range 6 {
+		if resp, body := get(t, te, te.url("solo")+"/", nil); resp.StatusCode != 200 || body != "first /" {
+			t.Fatalf("solo: %d %q", resp.StatusCode, body)
+		}
+	}
+}
+
+// TestEdgeRestartGivesNamesBackToOwners restarts an edge whose router is
+// in memory: bob, asking first, does not get alice's name; alice, with her
+// endpoint ticket, does; bob's random name is granted meanwhile.
+func TestEdgeRestartGivesNamesBackToOwners(t *testing.T) {
+	key := []byte(strings.Repeat("k", 32))
+	agentsLn, pubLn := listen(t), listen(t)
+	agentsAddr, pubAddr := agentsLn.Addr().String(), pubLn.Addr().String()
+	// The first start: no agent can hold a ticket yet.
+	srv1 := &edge.Server{TicketKey: key, Authenticate: tokens, Domain: "example.test", RestartGrace: -1}
+	te1 := edgeOn(t, srv1, agentsLn, pubLn)
+
+	var dials atomic.Int32
+	gate := make(chan struct{})
+	alice := &agent.Client{Addr: agentsAddr, Token: "alice-token", MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if dials.Add(1) > 1 {
+				select {
+				case <-gate: // reconnect only once bob has tried
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}}
+	defer alice.Close()
+	l, err := alice.Listen(context.Background(), "http://app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, l, "alice")
+	url := l.URL()
+
+	srv1.Close()
+	<-te1.serveDone
+	agentsLn2, err := net.Listen("tcp", agentsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubLn2, err := net.Listen("tcp", pubAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same key, and an in-memory router: names held before the
+	// restart go back only to their owners for Grace.
+	te2 := edgeOn(t, &edge.Server{TicketKey: key, Authenticate: tokens, Domain: "example.test", Grace: time.Minute}, agentsLn2, pubLn2)
+	bob := &agent.Client{Addr: agentsAddr, Token: "bob-token"}
+	defer bob.Close()
+	if _, err := bob.Listen(context.Background(), "http://app"); !errors.Is(err, agent.ErrUnavailable) {
+		t.Fatalf("bob asking for alice's name right after the restart: %v, want ErrUnavailable", err)
+	}
+	if _, err := bob.Listen(context.Background(), ""); err != nil {
+		t.Fatalf("a random name during the restart grace: %v", err)
+	}
+	close(gate)
+	waitFor(t, func() bool {
+		resp, body := get(t, te2, url+"/", nil)
+		return resp.StatusCode == 200 && body == "alice /"
+	})
+	if l.URL() != url {
+		t.Fatalf("alice came back as %q, want %q", l.URL(), url)
+	}
+	if _, err := bob.Listen(context.Background(), "http://app"); !errors.Is(err, agent.ErrNameTaken) {
+		t.Fatalf("bob after alice came back: %v, want ErrNameTaken", err)
+	}
+}
+
+// cutRelay sits between an agent and the edge. Cutting it closes only the
+// agent's side: the edge still holds its end of the old session, as when
+// the agent's network drops and the edge has not noticed yet.
+type cutRelay struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	front []net.Conn // agent sides
+}
+
+func newCutRelay(t testing.TB, addr string) *cutRelay {
+	r := &cutRelay{ln: listen(t)}
+	var back []net.Conn
+	go func() {
+		for {
+			c, err := r.ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			r.mu.Lock()
+			r.front = append(r.front, c)
+			back = append(back, up)
+			r.mu.Unlock()
+			go io.Copy(up, c) // stops when c is cut; up stays open
+			go io.Copy(c, up)
+		}
+	}()
+	t.Cleanup(func() {
+		r.ln.Close()
+		r.mu.Lock()
+		for _, c := range append(r.front, back...) {
+			c.Close()
+		}
+		r.mu.Unlock()
+	})
+	return r
+}
+
+// cut closes the agent side of every relayed connection.
+func (r *cutRelay) cut() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.front {
+		c.Close()
+	}
+}
+
+// TestAgentSideDropTakesOverOldSession: only the agent's side of its
+// connection drops; the agent reconnects at once, its session ticket makes
+// the edge close the old session, and its endpoints, a pool member and a
+// TCP port among them, come back with the same URLs.
+func TestAgentSideDropTakesOverOldSession(t *testing.T) {
+	te, rt := tenantEdge(t, &edge.Server{TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, HeartbeatInterval: time.Hour})
+	r := newCutRelay(t, te.agentAddr)
+	var connects atomic.Int32
+	a := &agent.Client{Addr: r.ln.Addr().String(), Token: "alice-token", MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+		OnEvent: func(e agent.Event) {
+			if e.Kind == agent.Connected {
+				connects.Add(1)
+			}
+		}}
+	defer a.Close()
+	web, err := a.Listen(context.Background(), "http://app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, web, "alice")
+	member, err := a.ListenEndpoint(context.Background(), agent.Endpoint{URL: "http://pool", Pool: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, member, "member")
+	other, err := tenant(t, te, "alice").ListenEndpoint(context.Background(), agent.Endpoint{URL: "http://pool", Pool: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, other, "other")
+	port := freePort(t)
+	tcpL, err := a.Listen(context.Background(), "tcp://:"+port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := tcpL.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(c, "tcp alice\n")
+			c.Close()
+		}
+	}()
+	urls := []string{web.URL(), member.URL(), tcpL.URL()}
+
+	r.cut()
+	waitFor(t, func() bool { return connects.Load() >= 2 })
+	waitFor(t, func() bool {
+		routes, _ := rt.Lookup(context.Background(), "http", "pool.example.test")
+		return len(routes) == 2
+	})
+	for i, l := range []*agent.Listener{web, member, tcpL} {
+		if l.URL() != urls[i] {
+			t.Errorf("listener %d came back as %q, want %q", i, l.URL(), urls[i])
+		}
+	}
+	if resp, body := get(t, te, te.url("app")+"/", nil); resp.StatusCode != 200 || body != "alice /" {
+		t.Fatalf("after the takeover: %d %q", resp.StatusCode, body)
+	}
+	seen := map[string]bool{}
+	for range 4 {
+		_, body := get(t, te, te.url("pool")+"/", nil)
+		seen[body] = true
+	}
+	if !seen["member /"] || !seen["other /"] {
+		t.Fatalf("pool after the takeover served %v, want both members", seen)
+	}
+	conn, err := net.Dial("tcp", "127.0.0.1:"+port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(conn)
+	conn.Close()
+	if string(b) != "tcp alice\n" {
+		t.Fatalf("tcp after the takeover: %q", b)
+	}
+}
+
+// TestTransientBindErrorRetried: after an edge restart the agent's port is
+// briefly held by someone else; the bind fails as unavailable and is tried
+// again until the port is free, and the listener stays open meanwhile.
+func TestTransientBindErrorRetried(t *testing.T) {
+	agentsLn := listen(t)
+	agentsAddr := agentsLn.Addr().String()
+	srv1 := &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 1024, Max: 65535}}
+	te1 := edgeOn(t, srv1, agentsLn, listen(t))
+	a := &agent.Client{Addr: agentsAddr, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}
+	defer a.Close()
+	port := freePort(t)
+	l, err := a.Listen(context.Background(), "tcp://:"+port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan error, 1)
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			io.WriteString(c, "back\n")
+			c.Close()
+		}
+		accepted <- err
+	}()
+	srv1.Close()
+	<-te1.serveDone
+	squatter, err := net.Listen("tcp", "127.0.0.1:"+port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentsLn2, err := net.Listen("tcp", agentsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &edge.MemoryRouter{}
+	var warned atomic.Int32
+	edgeOn(t, &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, Router: rt,
+		Logger: logCounter(&warned, "tcp endpoint")}, agentsLn2, listen(t))
+	waitFor(t, func() bool { return warned.Load() >= 2 }) // refused twice at least, as unavailable
+	select {
+	case err := <-accepted:
+		t.Fatalf("the listener ended while its port was busy: %v", err)
+	default:
+	}
+	squatter.Close()
+	waitFor(t, func() bool {
+		routes, _ := rt.Lookup(context.Background(), "tcp", port)
+		return len(routes) == 1
+	})
+	conn, err := net.Dial("tcp", "127.0.0.1:"+port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(conn)
+	conn.Close()
+	if string(b) != "back\n" || <-accepted != nil {
+		t.Fatalf("after the port came free: %q", b)
+	}
+	if l.URL() != "tcp://127.0.0.1:"+port {
+		t.Fatalf("URL %q", l.URL())
+	}
+}
+
+// TestClosedListenerGetsNoMoreRequests: alice closes her listener while her
+// session lives on, bob binds the name, and a client whose keep-alive
+// connection carried alice's requests now reaches bob only.
+func TestClosedListenerGetsNoMoreRequests(t *testing.T) {
+	te, _ := tenantEdge(t, &edge.Server{})
+	alice := tenant(t, te, "alice")
+	keep, err := alice.Listen(context.Background(), "http://keep") // keeps the session alive
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, keep, "keep")
+	l, err := alice.Listen(context.Background(), "http://app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var aliceHits atomic.Int32
+	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		aliceHits.Add(1)
+		io.WriteString(w, "alice")
+	}))
+	for range 5 { // over one keep-alive client connection
+		if _, body := get(t, te, te.url("app")+"/", nil); body != "alice" {
+			t.Fatalf("before: %q", body)
+		}
+	}
+	l.Close()
+	bl, err := tenant(t, te, "bob").Listen(context.Background(), "http://app")
+	if err != nil {
+		t.Fatalf("bob binding a name alice released: %v", err)
+	}
+	serve(t, bl, "bob")
+	hits := aliceHits.Load()
+	for range 20 {
+		if resp, body := get(t, te, te.url("app")+"/", nil); resp.StatusCode != 200 || body != "bob /" {
+			t.Fatalf("after alice left: %d %q", resp.StatusCode, body)
+		}
+	}
+	if aliceHits.Load() != hits {
+		t.Fatalf("alice's closed listener got %d more requests", aliceHits.Load()-hits)
+	}
+}
+
+func TestIDNALabels(t *testing.T) {
+	te, _ := tenantEdge(t, &edge.Server{})
+	alice := tenant(t, te, "alice")
+	for label, ok := range map[string]bool{
+		"xn--bcher-kva":  true,  // bücher
+		"xn--fiqs8s":     true,  // 中国
+		"xn--pple-43d":   false, // Cyrillic а, then Latin pple: a homograph of apple
+		"xn--80ak6aa92e": true,  // аррӏе, all Cyrillic: one script (a whole-script lookalike; see the note on checkLabel)
+		"xn--a":          false, // not punycode of anything valid
+		"xn--zz-":        false,
+		"xn--ls8h":       false, // an emoji
+		"ab--cd":         false, // '--' in the third and fourth place is reserved
+		"a--b":           true,
+	} {
+		_, err := alice.Listen(context.Background(), "http://"+label)
+		if ok && err != nil {
+			t.Errorf("%s refused: %v", label, err)
+		}
+		if !ok && !errors.Is(err, agent.ErrRefused) {
+			t.Errorf("%s: %v, want ErrRefused", label, err)
+		}
+	}
+}
+
+// logCounter returns a logger that counts the records whose message is
+// msg, and discards everything.
+func logCounter(n *atomic.Int32, msg string) *slog.Logger {
+	return slog.New(countHandler{n, msg})
+}
+
+type countHandler struct {
+	n   *atomic.Int32
+	msg string
+}
+
+func (h countHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h countHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countHandler) WithGroup(string) slog.Handler      { return h }
