@@ -187,6 +187,12 @@ func (s *Server) httpError(w http.ResponseWriter, r *http.Request, status int, c
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Tunnelkit-Error", code)
+	if r.ContentLength != 0 {
+		// Close rather than read what is left of the body first, as
+		// net/http would: a client that sends it slowly, or never, would
+		// hold the connection for as long as it likes.
+		h.Set("Connection", "close")
+	}
 	w.WriteHeader(status)
 	io.WriteString(w, code+": "+msg+"\n")
 }
@@ -333,7 +339,7 @@ type bodyReader struct {
 	timeout time.Duration
 
 	mu  sync.Mutex
-	err error
+	err error // the client side's error; io.EOF once read whole
 }
 
 func (b *bodyReader) Read(p []byte) (int, error) {
@@ -341,22 +347,33 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 		b.rc.SetReadDeadline(time.Now().Add(b.timeout))
 	}
 	n, err := b.ReadCloser.Read(p)
-	switch {
-	case err == io.EOF:
-		if b.timeout > 0 {
-			b.rc.SetReadDeadline(time.Time{})
-		}
-	case err != nil:
+	if err == io.EOF && b.timeout > 0 {
+		b.rc.SetReadDeadline(time.Time{})
+	}
+	if err != nil {
 		b.mu.Lock()
-		b.err = err
+		if b.err == nil {
+			b.err = err
+		}
 		b.mu.Unlock()
 	}
 	return n, err
 }
 
+// done reports whether the body was read whole.
+func (b *bodyReader) done() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err == io.EOF
+}
+
+// failed returns the error that ended the body early, if one did.
 func (b *bodyReader) failed() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.err == io.EOF {
+		return nil
+	}
 	return b.err
 }
 
@@ -410,8 +427,16 @@ func (p *httpProxy) rewrite(pr *httputil.ProxyRequest) {
 // response body or an upgraded connection that stays silent for IdleTimeout
 // is cut.
 func (p *httpProxy) modifyResponse(resp *http.Response) error {
-	if x, _ := resp.Request.Context().Value(exchangeKey{}).(*exchange); x != nil {
-		x.armIdle(p.srv.idleTimeout(2 * time.Minute))
+	x, _ := resp.Request.Context().Value(exchangeKey{}).(*exchange)
+	if x == nil {
+		return nil
+	}
+	x.armIdle(p.srv.idleTimeout(2 * time.Minute))
+	if x.body != nil && !x.body.done() && resp.StatusCode != http.StatusSwitchingProtocols {
+		// The app answered before reading the whole body: close the
+		// client's connection after the response rather than wait for
+		// the rest of a body nobody will read.
+		resp.Header.Set("Connection", "close")
 	}
 	return nil
 }
