@@ -160,9 +160,9 @@ func (a Addr) String() string { return a.URL }
 // client's address as the edge saw it; CloseWrite closes the write half.
 //
 // The edge learns that the connection reached the app with the conn's
-// first Read, Write, CloseWrite or Close; Reject tells it instead that the
-// app could not take it (the edge then answers an HTTP client 502
-// app_unreachable).
+// first Write, CloseWrite or Close, in the same frame; Reject tells it
+// instead that the app could not take it (the edge then answers an HTTP
+// client 502 app_unreachable).
 type Conn struct {
 	st     muxado.Stream
 	header wire.ProxyHeader
@@ -215,7 +215,7 @@ func (c *Conn) refuse(status uint8, why string) error {
 
 // Reject tells the edge that the app could not take this connection, with
 // why (a dial error, say), and closes it. It fails when the connection was
-// read from or written to already.
+// written to already.
 func (c *Conn) Reject(why error) error {
 	msg := "rejected"
 	if why != nil {
@@ -225,12 +225,7 @@ func (c *Conn) Reject(why error) error {
 }
 
 // Read reads the client's bytes.
-func (c *Conn) Read(b []byte) (int, error) {
-	if err := c.accept(); err != nil {
-		return 0, err
-	}
-	return c.st.Read(b)
-}
+func (c *Conn) Read(b []byte) (int, error) { return c.st.Read(b) }
 
 // Write writes to the client.
 func (c *Conn) Write(b []byte) (int, error) {

@@ -63,6 +63,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	maxAuthFailures := fs.Int("max-auth-failures", 0, "failed agent authentications per source address per minute before its connections are closed at once (0: 10, negative: no limit)")
 	clientShare := fs.Float64("client-share", 0, "part of an endpoint's streams one client address may hold (0: 0.25, negative: no bound)")
 	bodyTimeout := fs.Duration("body-timeout", 0, "cut off an HTTP request body that stops moving this long (0: 60s, negative: never)")
+	proxyProtocol := fs.Bool("proxy-protocol", false, "expect a PROXY protocol header (v1 or v2) from a load balancer at the start of every public connection (-http, -tls, TCP endpoints)")
 	agentCert := fs.String("agent-cert", "", "PEM certificate for TLS on -agents (with -agent-key; empty: plaintext)")
 	agentKey := fs.String("agent-key", "", "PEM private key of -agent-cert")
 	if err := fs.Parse(args); err != nil {
@@ -84,6 +85,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		MaxAuthFailures:        *maxAuthFailures,
 		ClientShare:            *clientShare,
 		BodyTimeout:            *bodyTimeout,
+		ProxyProtocol:          *proxyProtocol,
 	}
 	ids := identities{}
 	if *token != "" {
