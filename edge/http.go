@@ -41,6 +41,7 @@ import (
 //	502 agent_offline        no agent of the endpoint could be reached
 //	502 app_unreachable      the agent could not connect to its app
 //	502 app_error            the app closed the connection without a whole response
+//	503 agent_busy           the agent's session is at MaxStreamsPerSession
 //	503 routing_unavailable  the Router failed
 //	504 app_timeout          the app did not answer in time (ResponseHeaderTimeout)
 //
@@ -85,6 +86,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	dctx, dcancel := context.WithTimeout(ctx, s.handshakeTimeout())
 	conn, route, err := s.dialRoutes(dctx, routes, ConnInfo{Client: client, Host: r.Host})
 	dcancel()
+	if errors.Is(err, errTooManyStreams) {
+		s.httpError(w, r, http.StatusServiceUnavailable, "agent_busy", "the agent of this tunnel has no stream free; try again", err)
+		return
+	}
 	if err != nil {
 		s.httpError(w, r, http.StatusBadGateway, "agent_offline", "the agent of this tunnel cannot be reached", err)
 		return

@@ -545,7 +545,7 @@ func TestSessionsPerIdentityAndStreamLimits(t *testing.T) {
 		}
 	}
 	// Streams: the agent holds each connection open; past the bound the
-	// edge answers 502 instead of opening more streams.
+	// edge answers 503 instead of opening more streams.
 	release := make(chan struct{})
 	l, err := clients[0].Listen(context.Background(), "busy")
 	if err != nil {
@@ -582,8 +582,8 @@ func TestSessionsPerIdentityAndStreamLimits(t *testing.T) {
 	}
 	// At most 3 fit beside the heartbeat stream; a control stream of the
 	// agent's last bind may still be counted for a moment, so 2 may.
-	if got[200] < 2 || got[200] > 3 || got[200]+got[502] != 8 {
-		t.Fatalf("status counts %v, want 2 or 3 x200 and the rest 502", got)
+	if got[200] < 2 || got[200] > 3 || got[200]+got[503] != 8 {
+		t.Fatalf("status counts %v, want 2 or 3 x200 and the rest 503 agent_busy", got)
 	}
 }
 

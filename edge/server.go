@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-multierror"
+
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
 )
 
@@ -138,9 +140,10 @@ type Server struct {
 	StreamWindow int
 
 	// IdleTimeout closes a public TLS or TCP connection that moved no byte
-	// either way for that long, and an idle public HTTP keep-alive
-	// connection. Zero: 10 minutes for TLS and TCP, 2 minutes for HTTP;
-	// negative: never.
+	// either way for that long, an idle public HTTP keep-alive connection,
+	// and an HTTP exchange whose response, or upgraded connection (a
+	// WebSocket), moved no byte for that long once the app answered. Zero:
+	// 10 minutes for TLS and TCP, 2 minutes for HTTP; negative: never.
 	IdleTimeout time.Duration
 
 	// ResponseHeaderTimeout bounds how long the edge waits for an agent's
@@ -429,13 +432,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		servers = append(servers, hs)
 	}
 	s.mu.Unlock()
-	var err error
+	var errs *multierror.Error
 	for _, hs := range servers {
 		if e := hs.Shutdown(ctx); e != nil {
 			hs.Close()
-			err = e
+			errs = multierror.Append(errs, e)
 		}
 	}
+	err := errs.ErrorOrNil()
 	// Let public TLS and TCP connections finish until ctx is done.
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
