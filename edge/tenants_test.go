@@ -18,6 +18,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/internal/wire"
 )
 
 // tenantEdge runs an edge on which alice-token and bob-token are two
@@ -505,3 +506,107 @@ func (h countHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h countHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h countHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestLostNameEndsListener: while alice is away past her grace period, bob
+// takes her name; when alice comes back, that refusal ends her listener,
+// and Accept says why.
+func TestLostNameEndsListener(t *testing.T) {
+	te, rt := tenantEdge(t, &edge.Server{Grace: 50 * time.Millisecond})
+	var conn atomic.Pointer[net.Conn]
+	gate := make(chan struct{})
+	var dials atomic.Int32
+	alice := &agent.Client{Addr: te.agentAddr, Token: "alice-token", MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if dials.Add(1) > 1 {
+				<-gate
+			}
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err == nil {
+				conn.Store(&c)
+			}
+			return c, err
+		}}
+	defer alice.Close()
+	l, err := alice.Listen(context.Background(), "http://app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	(*conn.Load()).Close()
+	waitFor(t, func() bool {
+		routes, _ := rt.Lookup(context.Background(), "http", "app.example.test")
+		return len(routes) == 0
+	})
+	var bl *agent.Listener
+	waitFor(t, func() bool { // once alice's reservation lapsed
+		bl, err = tenant(t, te, "bob").Listen(context.Background(), "http://app")
+		return err == nil
+	})
+	serve(t, bl, "bob")
+	close(gate)
+	_, err = l.Accept()
+	if !errors.Is(err, agent.ErrNameTaken) || !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("alice's Accept after bob took her name: %v, want ErrNameTaken and net.ErrClosed", err)
+	}
+}
+
+// TestLyingAgentReplies: an agent answers proxy streams with replies that
+// lie about their length or status. The edge answers its clients with an
+// error, and goes on serving.
+func TestLyingAgentReplies(t *testing.T) {
+	te := startEdge(t)
+	s := rawSession(t, te.agentAddr)
+	call := func(req wire.Request) wire.Response {
+		st, err := s.OpenStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		st.Write(mustMessage(t, req))
+		var resp wire.Response
+		if err := wire.ReadMessage(st, &resp); err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if resp := call(wire.Request{Op: wire.OpHello, Hello: &wire.Hello{Version: wire.Version}}); resp.HelloResp == nil {
+		t.Fatalf("hello: %+v", resp.Error)
+	}
+	go func() { // answer the edge's heartbeat, and lie on every proxy stream
+		lies := [][]byte{
+			{0, 0xff, 0xff},        // a message longer than any reply
+			{7, 0, 2, 'h', 'i'},    // an unknown status
+			{0},                    // a reply cut short
+			{1, 0, 3, 0xff, 0, 10}, // a refusal with bytes that are no text
+		}
+		for i := 0; ; i++ {
+			st, err := s.AcceptStream()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer st.Close()
+				var typ [1]byte
+				io.ReadFull(st, typ[:])
+				if wire.StreamType(typ[0]) == wire.StreamHeartbeat {
+					wire.Echo(st)
+					return
+				}
+				wire.ReadProxyHeader(st)
+				st.Write(lies[i%len(lies)])
+			}()
+		}
+	}()
+	if resp := call(wire.Request{Op: wire.OpBind, Bind: &wire.Bind{Proto: "http", Name: "liar"}}); resp.BindResp == nil {
+		t.Fatalf("bind: %+v", resp.Error)
+	}
+	for range 8 {
+		resp, body := get(t, te, te.url("liar")+"/", nil)
+		if resp.StatusCode != 502 || !strings.Contains(body, "app_") {
+			t.Fatalf("a lying agent: %d %q, want 502", resp.StatusCode, body)
+		}
+	}
+	te.serveApp(t, "honest", nameHandler("honest"))
+	if resp, body := get(t, te, te.url("honest")+"/", nil); resp.StatusCode != 200 {
+		t.Fatalf("after the lies: %d %q", resp.StatusCode, body)
+	}
+}
