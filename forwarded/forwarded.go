@@ -313,7 +313,7 @@ func connectionListed(h http.Header) int {
 	for _, line := range h[headerConnection] {
 		for s := line; s != ""; {
 			var tok string
-			tok, s = nextElement(s)
+			tok, s = nextName(s)
 			bits |= headerBit(tok)
 		}
 	}
@@ -321,19 +321,43 @@ func connectionListed(h http.Header) int {
 }
 
 // headerBit returns the bit of the forwarding header named name, in any
-// case, or 0.
+// ASCII case, or 0. Header names are ASCII, and net/http compares them so:
+// under Unicode case folding "X-Forwarded-Hoſt" (with U+017F, a long s)
+// would name X-Forwarded-Host.
 func headerBit(name string) int {
 	switch {
-	case strings.EqualFold(name, headerFor):
+	case equalFoldASCII(name, headerFor):
 		return bitFor
-	case strings.EqualFold(name, headerProto):
+	case equalFoldASCII(name, headerProto):
 		return bitProto
-	case strings.EqualFold(name, headerHost):
+	case equalFoldASCII(name, headerHost):
 		return bitHost
-	case strings.EqualFold(name, headerForwarded):
+	case equalFoldASCII(name, headerForwarded):
 		return bitForwarded
 	}
 	return 0
+}
+
+// equalFoldASCII reports whether s and t are equal with ASCII letters
+// compared without regard to case.
+func equalFoldASCII(s, t string) bool {
+	if len(s) != len(t) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if lowerASCII(s[i]) != lowerASCII(t[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// lowerASCII returns c in lower case if it is an ASCII letter.
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 // removeFromConnection removes the names of the forwarding headers from h's
@@ -343,7 +367,7 @@ func removeFromConnection(h http.Header) {
 	for _, line := range h[headerConnection] {
 		for s := line; s != ""; {
 			var tok string
-			tok, s = nextElement(s)
+			tok, s = nextName(s)
 			if tok != "" && headerBit(tok) == 0 {
 				kept = append(kept, tok)
 			}

@@ -322,6 +322,34 @@ func TestAppend(t *testing.T) {
 			"X-Forwarded-Host":  {"example.com"},
 		},
 	}, {
+		// net/http trims CR and LF too when it removes hop-by-hop headers:
+		// a name it finds must be found, or it would drop this hop.
+		name: "Connection names trimmed as net/http trims them",
+		in: http.Header{
+			"Connection":      {"X-Forwarded-For\r\n, close\r"},
+			"X-Forwarded-For": {"198.51.100.10"},
+		},
+		for_: "192.0.2.60",
+		want: http.Header{
+			"Connection":        {"close"},
+			"X-Forwarded-For":   {"192.0.2.60"},
+			"X-Forwarded-Proto": {"https"},
+			"X-Forwarded-Host":  {"example.com"},
+		},
+	}, {
+		name: "Connection names compared in ASCII case only",
+		in: http.Header{
+			"Connection":       {"X-Forwarded-Ho\u017ft"}, // long s, not a header net/http removes
+			"X-Forwarded-Host": {"cdn.example"},
+		},
+		for_: "192.0.2.60",
+		want: http.Header{
+			"Connection":        {"X-Forwarded-Ho\u017ft"},
+			"X-Forwarded-For":   {"192.0.2.60"},
+			"X-Forwarded-Proto": {"https"},
+			"X-Forwarded-Host":  {"cdn.example, example.com"},
+		},
+	}, {
 		name: "other headers untouched",
 		in:   http.Header{"X-Real-Ip": {"198.51.100.10"}, "Accept": {"a", "b"}},
 		for_: "192.0.2.60",

@@ -2,6 +2,7 @@ package forwarded
 
 import (
 	"net/netip"
+	"net/textproto"
 	"strconv"
 	"strings"
 )
@@ -18,6 +19,16 @@ func nextElement(s string) (elem, rest string) {
 		elem = s
 	}
 	return trimOWS(elem), rest
+}
+
+// nextName returns the first comma-separated header name of a Connection
+// line s, trimmed as net/http trims it when it removes hop-by-hop headers
+// (of spaces, tabs, CRs and LFs), and the rest of s after the comma. A
+// name that net/http would find must be found here, or a later removal of
+// hop-by-hop headers could drop the values this package writes.
+func nextName(s string) (name, rest string) {
+	name, rest, _ = strings.Cut(s, ",")
+	return textproto.TrimString(name), rest
 }
 
 // trimOWS trims the spaces and tabs around s.
