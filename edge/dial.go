@@ -82,7 +82,9 @@ func (ss *session) openProxy(ctx context.Context, h wire.ProxyHeader) (net.Conn,
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if !ss.acquire() {
+	// An idle stream of a public HTTP connection gives its place to a live
+	// connection or request.
+	if !ss.acquire() && !(ss.srv.evictIdle(ss.id) && ss.acquire()) {
 		return nil, errTooManyStreams
 	}
 	st, err := ss.mux.OpenStream()

@@ -410,7 +410,9 @@ func TestIdleConnsHoldOnlyTheirShare(t *testing.T) {
 	}
 	conn.Close()
 	tc := &http.Client{Transport: &http.Transport{
-		DialContext:     func(ctx context.Context, _, _ string) (net.Conn, error) { return dialAs(ctx, e.tlsAddr, "203.0.113.5:2001") },
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dialAs(ctx, e.tlsAddr, "203.0.113.5:2001")
+		},
 		TLSClientConfig: &tls.Config{RootCAs: pki.Pool},
 	}}
 	resp, err := tc.Get("https://app.example.test/")
@@ -669,4 +671,81 @@ func TestEndpointsPerSessionBounded(t *testing.T) {
 	}
 }
 
+// TestStreamClosedByAppIsNotReused: the app behind the agent closes idle
+// keep-alive connections quickly (as Node.js does after 5 s); a client's
+// next request on its own keep-alive connection still gets through, GET and
+// POST alike.
+func TestStreamClosedByAppIsNotReused(t *testing.T) {
+	te := startEdge(t)
+	var conns atomic.Int32
+	app := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %s", r.Method, b)
+	}))
+	app.Config.IdleTimeout = 20 * time.Millisecond
+	app.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	app.Start()
+	defer app.Close()
+	c := &agent.Client{Addr: te.agentAddr}
+	defer c.Close()
+	l, err := c.Listen(context.Background(), "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go agent.Forward(l, app.Listener.Addr().String(), nil)
+	for i := range 6 {
+		if i > 0 {
+			time.Sleep(100 * time.Millisecond) // the app closes its idle conn meanwhile
+		}
+		resp, body := get(t, te, te.url("app")+"/", nil)
+		if resp.StatusCode != 200 || body != "GET " {
+			t.Fatalf("GET %d after the app closed its idle connection: %d %q", i, resp.StatusCode, body)
+		}
+		pr, err := te.httpClient.Post(te.url("app")+"/", "text/plain", strings.NewReader("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(pr.Body)
+		pr.Body.Close()
+		if pr.StatusCode != 200 || string(b) != "POST x" {
+			t.Fatalf("POST %d: %d %q", i, pr.StatusCode, b)
+		}
+	}
+	if conns.Load() < 6 {
+		t.Fatalf("the app saw %d connections; its idle timeout did not close them as the test meant", conns.Load())
+	}
+}
 
+// TestIdleStreamsYieldToLiveRequests: keep-alive clients leave their
+// streams idle until the session's stream bound is reached; a new client's
+// request takes an idle stream's place rather than fail.
+func TestIdleStreamsYieldToLiveRequests(t *testing.T) {
+	te := edgeOn(t, &edge.Server{Domain: "example.test", MaxStreamsPerSession: 8, ClientShare: -1}, listen(t), listen(t))
+	c := &agent.Client{Addr: te.agentAddr}
+	defer c.Close()
+	l, err := c.Listen(context.Background(), "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, l, "app")
+	for i := range 30 {
+		// A client of its own each time, whose connection stays open.
+		tr := &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, te.httpAddr)
+		}}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr}).Get(te.url("app") + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("client %d with %d idle ones before it: %d %q", i, i, resp.StatusCode, b)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -22,10 +23,12 @@ import (
 // ServeHTTP routes a public HTTP request to the agent that bound its Host:
 // the Host minus ".<Domain>", case-insensitive, port ignored.
 //
-// Each request travels on a stream of its own, opened to the route looked
-// up for it, whose header names the request's client: no stream outlives
-// its request, so none outlives its route, and the app behind the agent
-// sees the right client as each connection's RemoteAddr. The request and
+// Each request travels to the route looked up for it, on a stream whose
+// header names the request's client: a stream belongs to one public
+// connection and is reused by its next requests to the same route and Host
+// only (see httpstream.go), so the app behind the agent sees the right
+// client as each connection's RemoteAddr, and no stream outlives its
+// route. The request and
 // response stream through (no whole-body buffering); Upgrade requests such
 // as WebSocket are passed through. X-Forwarded-For, -Proto and -Host get
 // exactly one hop, the client's, and the Host header is kept.
@@ -83,8 +86,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// deliver the app's response, so it runs on a context of its own.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	defer cancel()
+	info := ConnInfo{Client: client, Host: r.Host}
 	dctx, dcancel := context.WithTimeout(ctx, s.handshakeTimeout())
-	conn, route, err := s.dialRoutes(dctx, routes, ConnInfo{Client: client, Host: r.Host})
+	st, reused, err := s.streamFor(dctx, r, routes, info)
 	dcancel()
 	if errors.Is(err, errTooManyStreams) {
 		s.httpError(w, r, http.StatusServiceUnavailable, "agent_busy", "the agent of this tunnel has no stream free; try again", err)
@@ -94,8 +98,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.httpError(w, r, http.StatusBadGateway, "agent_offline", "the agent of this tunnel cannot be reached", err)
 		return
 	}
-	x := &exchange{conn: &exchangeConn{Conn: conn}, route: route}
-	x.conn.touch()
+	x := &exchange{srv: s, st: st, reused: reused, routes: routes, info: info}
+	st.conn.touch()
 	defer x.stopIdle()
 	out := r.WithContext(context.WithValue(ctx, exchangeKey{}, x))
 	if r.Body != nil && r.Body != http.NoBody {
@@ -205,26 +209,53 @@ func (s *Server) httpError(w http.ResponseWriter, r *http.Request, status int, c
 // exchange is one proxied request: the stream it was sent on, and what went
 // wrong on which side.
 type exchange struct {
-	conn  *exchangeConn
-	route Route
-	body  *bodyReader // nil without a body
+	srv    *Server
+	routes []Route     // the routes looked up for the request
+	info   ConnInfo    // its client and Host
+	body   *bodyReader // nil without a body
 
-	mu    sync.Mutex
-	taken bool
-	idle  *time.Timer
+	mu     sync.Mutex
+	st     *clientStream
+	reused bool // st carried an earlier request of the connection
+	taken  bool
+	idle   *time.Timer
 }
 
 type exchangeKey struct{}
 
-// take hands the exchange's conn to the transport, once.
-func (x *exchange) take() (net.Conn, error) {
+// take hands the exchange's stream to the transport, once.
+func (x *exchange) take() (*clientStream, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.taken {
 		return nil, errors.New("edge: the request's stream was used already")
 	}
 	x.taken = true
-	return x.conn, nil
+	return x.st, nil
+}
+
+// stream returns the exchange's stream now.
+func (x *exchange) stream() *clientStream {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.st
+}
+
+// redial replaces a reused stream that turned out closed with a new one.
+func (x *exchange) redial(ctx context.Context) (*clientStream, error) {
+	ctx, cancel := context.WithTimeout(ctx, x.srv.handshakeTimeout())
+	defer cancel()
+	conn, route, err := x.srv.dialRoutes(ctx, x.routes, x.info)
+	if err != nil {
+		return nil, err
+	}
+	c := &exchangeConn{Conn: conn}
+	c.touch()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.st = &clientStream{conn: c, br: bufio.NewReaderSize(c, 4<<10), route: route, host: x.info.Host, owner: x.st.owner}
+	x.reused = false
+	return x.st, nil
 }
 
 // armIdle closes the exchange's stream once no byte moved either way for
@@ -238,15 +269,16 @@ func (x *exchange) armIdle(d time.Duration) {
 	if x.idle != nil {
 		return
 	}
+	st := x.st
 	var check func()
 	check = func() {
-		if since := x.conn.idle(); since < d {
+		if since := st.conn.idle(); since < d {
 			x.mu.Lock()
 			x.idle.Reset(d - since)
 			x.mu.Unlock()
 			return
 		}
-		x.conn.Close()
+		st.close()
 	}
 	x.idle = time.AfterFunc(d, check)
 }
@@ -262,7 +294,8 @@ func (x *exchange) stopIdle() {
 // classify returns the status, code and message for a failed exchange.
 func (x *exchange) classify(s *Server, err error) (int, string, string) {
 	var ne net.Error
-	switch refused := x.conn.refusal(); {
+	st := x.stream()
+	switch refused := st.conn.refusal(); {
 	case errors.Is(refused, ErrNoEndpoint):
 		return http.StatusNotFound, "no_endpoint", "the agent no longer serves this tunnel"
 	case refused != nil:
@@ -274,7 +307,7 @@ func (x *exchange) classify(s *Server, err error) (int, string, string) {
 		return http.StatusBadRequest, "bad_request", "malformed request body"
 	case errors.As(err, &ne) && ne.Timeout():
 		return http.StatusGatewayTimeout, "app_timeout", "the app did not answer in time"
-	case !s.holdsSession(x.route):
+	case !s.holdsSession(st.route):
 		return http.StatusBadGateway, "agent_offline", "the agent of this tunnel went away"
 	}
 	return http.StatusBadGateway, "app_error", "the app closed the connection without a whole response"
@@ -384,31 +417,15 @@ func (b *bodyReader) failed() error {
 
 // httpProxy is the reverse proxy of a Server's public HTTP traffic.
 type httpProxy struct {
-	srv       *Server
-	rp        *httputil.ReverseProxy
-	transport *http.Transport
+	srv *Server
+	rp  *httputil.ReverseProxy
 }
 
 func newHTTPProxy(s *Server) *httpProxy {
 	p := &httpProxy{srv: s}
-	p.transport = &http.Transport{
-		// Each request dials the stream ServeHTTP opened for it, and the
-		// stream ends with its request: nothing is pooled.
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			x, _ := ctx.Value(exchangeKey{}).(*exchange)
-			if x == nil {
-				return nil, errors.New("edge: dial without an exchange")
-			}
-			return x.take()
-		},
-		DisableKeepAlives:     true,
-		DisableCompression:    true,
-		ExpectContinueTimeout: time.Second,
-		ResponseHeaderTimeout: s.responseHeaderTimeout(),
-	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:        p.rewrite,
-		Transport:      p.transport,
+		Transport:      exchangeTransport{responseHeaderTimeout: s.responseHeaderTimeout()},
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.errorHandler,
 		BufferPool:     bufferPool{},
@@ -420,7 +437,7 @@ func newHTTPProxy(s *Server) *httpProxy {
 func (p *httpProxy) rewrite(pr *httputil.ProxyRequest) {
 	x := pr.In.Context().Value(exchangeKey{}).(*exchange)
 	pr.Out.URL.Scheme = "http"
-	pr.Out.URL.Host = x.route.TunnelID // names what the stream reaches; never dialled by name
+	pr.Out.URL.Host = x.stream().route.TunnelID // names what the stream reaches; never dialled by name
 	proto := "http"
 	if pr.In.TLS != nil {
 		proto = "https"

@@ -192,6 +192,7 @@ type Server struct {
 	started  time.Time
 	auth     *authGuard
 	shares   shares
+	streams  idleStreams
 
 	mu          sync.Mutex
 	closed      bool
@@ -379,6 +380,7 @@ func (s *Server) ServeHTTPListener(ln net.Listener) error {
 		IdleTimeout:       s.idleTimeout(2 * time.Minute),
 		ErrorLog:          slog.NewLogLogger(s.log().Handler(), slog.LevelDebug),
 	}
+	s.trackClients(hs)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

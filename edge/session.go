@@ -233,6 +233,7 @@ func (s *Server) unbind(r Route, reserve time.Duration) {
 	if err := s.router().Unbind(ctx, r, reserve); err != nil {
 		s.log().Warn("unbind", "name", r.Name, "err", err)
 	}
+	s.closeIdle(r)
 	if r.Proto == wire.ProtoTCP {
 		s.closeTCP(r.Name)
 	}

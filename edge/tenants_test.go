@@ -338,10 +338,20 @@ func TestAgentSideDropTakesOverOldSession(t *testing.T) {
 	if resp, body := get(t, te, te.url("app")+"/", nil); resp.StatusCode != 200 || body != "alice /" {
 		t.Fatalf("after the takeover: %d %q", resp.StatusCode, body)
 	}
+	// A keep-alive connection keeps its stream, so its requests stay with
+	// one member: spread shows over new connections.
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, te.httpAddr)
+	}}}
 	seen := map[string]bool{}
 	for range 4 {
-		_, body := get(t, te, te.url("pool")+"/", nil)
-		seen[body] = true
+		resp, err := fresh.Get(te.url("pool") + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		seen[string(body)] = true
 	}
 	if !seen["member /"] || !seen["other /"] {
 		t.Fatalf("pool after the takeover served %v, want both members", seen)

@@ -2,6 +2,7 @@ package edge_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -10,6 +11,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -581,5 +585,37 @@ func TestCloseAndShutdownLeaveNoGoroutine(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// TestCurlUploadWithExpectContinue: curl sends "Expect: 100-continue"
+// before a large body; the upload goes through the tunnel whole.
+func TestCurlUploadWithExpectContinue(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl not installed")
+	}
+	te := startEdge(t)
+	te.serveApp(t, "up", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := sha256.New()
+		n, _ := io.Copy(h, r.Body)
+		fmt.Fprintf(w, "%d %x", n, h.Sum(nil))
+	}))
+	body := filepath.Join(t.TempDir(), "body")
+	data := bytes.Repeat([]byte("0123456789abcdef"), 256<<10) // 4 MiB
+	if err := os.WriteFile(body, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(te.httpAddr)
+	out, err := exec.Command("curl", "-sS", "-v", "--max-time", "30", "--resolve", "up.example.test:"+port+":127.0.0.1",
+		"--data-binary", "@"+body, te.url("up")+"/").CombinedOutput()
+	if err != nil {
+		t.Fatalf("curl: %v\n%s", err, out)
+	}
+	sum := sha256.Sum256(data)
+	if want := fmt.Sprintf("%d %x", len(data), sum); !strings.Contains(string(out), want) {
+		t.Fatalf("curl got %q, want %q", out[max(0, len(out)-300):], want)
+	}
+	if !strings.Contains(string(out), "Expect: 100-continue") {
+		t.Log("curl did not send Expect: 100-continue this time")
 	}
 }
