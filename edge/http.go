@@ -270,8 +270,7 @@ func (x *exchange) armIdle(d time.Duration) {
 		return
 	}
 	st := x.st
-	var check func()
-	check = func() {
+	check := func() {
 		if since := st.conn.idle(); since < d {
 			x.mu.Lock()
 			x.idle.Reset(d - since)

@@ -184,13 +184,6 @@ func (ss *session) helloState() helloState {
 	return ss.hello
 }
 
-// isClosed reports whether the session ended.
-func (ss *session) isClosed() bool {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return ss.closed
-}
-
 // close ends the session: its routes go at once, their names reserved for
 // its identity for reserve, then the mux is closed, which fails every
 // stream in flight. Only the first call does anything.
