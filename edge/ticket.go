@@ -61,6 +61,9 @@ type ticketSigner struct{ key []byte }
 //	u8 version | u8 kind | u64 issued (Unix seconds) | u16 length, identity
 //	| u8 length, session | u8 length, proto | u16 length, name | 32-byte MAC
 func (ts ticketSigner) sign(t ticket) (string, error) {
+	if sec := t.issued.Unix(); sec < 0 || sec > 1<<62 {
+		return "", fmt.Errorf("%w: issued %v", errBadTicket, t.issued)
+	}
 	var b cryptobyte.Builder
 	b.AddUint8(ticketVersion)
 	b.AddUint8(t.kind)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"unicode/utf8"
 
 	"golang.org/x/crypto/cryptobyte"
 )
@@ -236,7 +237,10 @@ func AppendProxyStream(b []byte, h ProxyHeader) ([]byte, error) {
 	bb.AddUint16LengthPrefixed(func(b *cryptobyte.Builder) {
 		addString8(b, h.TunnelID)
 		addString8(b, h.Proto)
-		client, _ := h.Client.MarshalBinary()
+		var client []byte // empty: unknown
+		if h.Client.Addr().IsValid() {
+			client, _ = h.Client.MarshalBinary()
+		}
 		addBytes8(b, client)
 		b.AddUint16LengthPrefixed(func(b *cryptobyte.Builder) { b.AddBytes([]byte(h.Host)) })
 	})
@@ -254,11 +258,14 @@ func ReadProxyHeader(r io.Reader) (ProxyHeader, error) {
 	if _, err := io.ReadFull(r, n[:]); err != nil {
 		return ProxyHeader{}, unexpected(err)
 	}
-	body := make([]byte, binary.BigEndian.Uint16(n[:]))
-	if _, err := io.ReadFull(r, body); err != nil {
+	size := int64(binary.BigEndian.Uint16(n[:]))
+	var body bytes.Buffer // grows with what arrives, not what is announced
+	if got, err := body.ReadFrom(io.LimitReader(r, size)); err != nil {
 		return ProxyHeader{}, unexpected(err)
+	} else if got < size {
+		return ProxyHeader{}, io.ErrUnexpectedEOF
 	}
-	return ParseProxyHeader(body)
+	return ParseProxyHeader(body.Bytes())
 }
 
 // ParseProxyHeader parses the body of a proxy header. Unknown trailing
@@ -302,11 +309,15 @@ type Reply struct {
 }
 
 // AppendReply appends a reply: u8 status, u16 length, message (cut to
-// MaxReplyMessage bytes).
+// MaxReplyMessage bytes, at a character boundary).
 func AppendReply(b []byte, r Reply) []byte {
 	msg := r.Message
 	if len(msg) > MaxReplyMessage {
-		msg = msg[:MaxReplyMessage]
+		cut := MaxReplyMessage
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut]
 	}
 	b = append(b, r.Status)
 	b = binary.BigEndian.AppendUint16(b, uint16(len(msg)))
@@ -337,6 +348,8 @@ func addBytes8(b *cryptobyte.Builder, p []byte) {
 	b.AddUint8LengthPrefixed(func(b *cryptobyte.Builder) { b.AddBytes(p) })
 }
 
+func cmpMax(n int) int { return max(n, 0) }
+
 func unexpected(err error) error {
 	if err == io.EOF {
 		return io.ErrUnexpectedEOF
@@ -348,6 +361,7 @@ func unexpected(err error) error {
 // ASCII replaced by '?': a string a peer sent, made safe for a log line or
 // an error message.
 func Printable(s string, max int) string {
+	max = cmpMax(max)
 	if len(s) > max {
 		s = s[:max]
 	}
