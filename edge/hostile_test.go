@@ -278,7 +278,7 @@ func (e *proxiedEdge) clientAs(from string) *http.Client {
 // bodies trickle in, then stop. Past its share it is refused (429); the
 // bodies that stop are cut off (408); another client is served throughout.
 func TestSlowBodiesCutAndOthersServed(t *testing.T) {
-	e := startProxiedEdge(t, &edge.Server{Domain: "example.test", MaxStreamsPerSession: 64, BodyTimeout: 300 * time.Millisecond})
+	e := startProxiedEdge(t, &edge.Server{Domain: "example.test", MaxStreamsPerSession: 64, ClientShare: 0.25, BodyTimeout: 300 * time.Millisecond})
 	c := &agent.Client{Addr: e.agentAddr}
 	defer c.Close()
 	l, err := c.Listen(context.Background(), "app")
@@ -348,7 +348,7 @@ func TestSlowBodiesCutAndOthersServed(t *testing.T) {
 // to a TCP endpoint and a TLS endpoint; past its share they are closed, and
 // another client is served.
 func TestIdleConnsHoldOnlyTheirShare(t *testing.T) {
-	e := startProxiedEdge(t, &edge.Server{Domain: "example.test", MaxStreamsPerSession: 64, TCPPorts: edge.PortRange{Min: 1024, Max: 65535}})
+	e := startProxiedEdge(t, &edge.Server{Domain: "example.test", MaxStreamsPerSession: 64, ClientShare: 0.25, TCPPorts: edge.PortRange{Min: 1024, Max: 65535}})
 	pki := testpki.New(t)
 	c := &agent.Client{Addr: e.agentAddr}
 	defer c.Close()

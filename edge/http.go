@@ -187,9 +187,12 @@ func clientAddr(remote string) netip.AddrPort {
 // httpError answers a request the edge could not route, with the status,
 // and the code in a header and in a plain-text body, and logs why.
 func (s *Server) httpError(w http.ResponseWriter, r *http.Request, status int, code, msg string, err error) {
-	level := slog.LevelInfo
-	if status == http.StatusNotFound {
-		level = slog.LevelDebug // scanners ask for names that never were
+	// What a client did wrong is the client's business, and attackers
+	// would choose the log's volume: only what went wrong on the edge's or
+	// the agent's side is logged at Info.
+	level := slog.LevelDebug
+	if status >= 500 {
+		level = slog.LevelInfo
 	}
 	s.log().Log(r.Context(), level, "http error", "status", status, "code", code, "host", wire.Printable(r.Host, 256), "client", r.RemoteAddr, "err", err)
 	h := w.Header()
@@ -302,6 +305,9 @@ func (x *exchange) classify(s *Server, err error) (int, string, string) {
 	case x.body != nil && x.body.failed() != nil:
 		if errors.As(x.body.failed(), &ne) && ne.Timeout() {
 			return http.StatusRequestTimeout, "body_timeout", "the request body stopped arriving"
+		}
+		if errors.Is(x.body.failed(), io.ErrUnexpectedEOF) {
+			return http.StatusBadRequest, "bad_request", "the request body ended early"
 		}
 		return http.StatusBadRequest, "bad_request", "malformed request body"
 	case errors.As(err, &ne) && ne.Timeout():

@@ -117,7 +117,7 @@ func (s *Server) proxyL4(c net.Conn, proto, name, host string) {
 	up, _, err := s.dialRoutes(ctx, routes, info)
 	cancel()
 	if err != nil {
-		s.log().Info("agent unreachable", "proto", proto, "name", name, "err", err)
+		s.log().Info("agent unreachable", "proto", proto, "name", name, "client", info.Client.String(), "err", err)
 		return
 	}
 	if !s.trackConn(up, true) {

@@ -20,7 +20,7 @@ const (
 	defaultMaxPendingSessions     = 1024
 	defaultMaxAuthFailures        = 10
 	defaultMaxEndpointsPerSession = 1024
-	defaultClientShare            = 0.25
+	defaultClientShare            = 1.0 / 16
 	defaultBodyTimeout            = 60 * time.Second
 	authLogWindow                 = 10 * time.Second
 	maxTrackedSources             = 1 << 16

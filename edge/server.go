@@ -160,9 +160,12 @@ type Server struct {
 	// ClientShare is the part of one endpoint's streams (the agents'
 	// MaxStreamsPerSession, summed over its pool) that the connections and
 	// requests of one public client address (an IPv6 /64) may hold at
-	// once. Past it, that client's new connections are closed and its
-	// requests answered 429, while everyone else is served. Zero: 0.25;
-	// negative or 1 and more: no bound.
+	// once: 256 of 4096 by default. Past it, that client's new connections
+	// are closed and its requests answered 429, while everyone else is
+	// served. It bounds what one address takes; many addresses together
+	// can still fill a session (a flood from many hosts is for the network
+	// in front of the edge to stop). Zero: 1/16; negative or 1 and more: no
+	// bound.
 	ClientShare float64
 
 	// Grace is how long the names of an agent session that ended stay

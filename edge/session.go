@@ -137,7 +137,7 @@ func (s *Server) serveSession(c net.Conn) {
 		// protocol, or one trying to make the edge hold streams for free.
 		if ss.helloState() != helloAccepted {
 			if early++; early > 1 {
-				ss.log.Info("agent opened streams before its hello was accepted; closing the session")
+				ss.log.Debug("agent opened streams before its hello was accepted; closing the session")
 				st.Close()
 				break
 			}

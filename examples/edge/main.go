@@ -61,7 +61,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	maxPending := fs.Int("max-pending", 0, "agent connections waiting for their hello at most; the oldest is closed past it (0: 1024, negative: no bound)")
 	maxEndpoints := fs.Int("max-endpoints", 0, "endpoints per agent session at most (0: 1024, negative: no bound)")
 	maxAuthFailures := fs.Int("max-auth-failures", 0, "failed agent authentications per source address per minute before its connections are closed at once (0: 10, negative: no limit)")
-	clientShare := fs.Float64("client-share", 0, "part of an endpoint's streams one client address may hold (0: 0.25, negative: no bound)")
+	clientShare := fs.Float64("client-share", 0, "part of an endpoint's streams one client address may hold (0: 1/16, negative: no bound)")
 	bodyTimeout := fs.Duration("body-timeout", 0, "cut off an HTTP request body that stops moving this long (0: 60s, negative: never)")
 	proxyProtocol := fs.Bool("proxy-protocol", false, "expect a PROXY protocol header (v1 or v2) from a load balancer at the start of every public connection (-http, -tls, TCP endpoints)")
 	agentCert := fs.String("agent-cert", "", "PEM certificate for TLS on -agents (with -agent-key; empty: plaintext)")

@@ -94,17 +94,78 @@ func JoinStreams(a, b net.Conn, idle time.Duration) (aToB, bToA int64, err error
 	return join(&idleConn{a, act}, &idleConn{b, act}, copyBuffered)
 }
 
-// bufferSize is the copy buffer of JoinStreams.
-const bufferSize = 256 << 10
+// Buffers of JoinStreams. A direction waits for data in a small buffer of
+// its own; once a read fills it, bytes are flowing, and the direction copies
+// through a pooled large buffer until a read comes back short. So an idle
+// connection holds kilobytes, not the large buffers, while a bulk transfer
+// moves in large frames.
+const (
+	smallBuffer = 8 << 10
+	largeBuffer = 256 << 10
+)
 
-var buffers = sync.Pool{New: func() any { b := make([]byte, bufferSize); return &b }}
+var (
+	smallBuffers = sync.Pool{New: func() any { b := make([]byte, smallBuffer); return &b }}
+	buffers      = sync.Pool{New: func() any { b := make([]byte, largeBuffer); return &b }}
+)
 
-// copyBuffered copies through a pooled buffer. Its conns are idleConns,
-// which have neither ReadFrom nor WriteTo, so the buffer is used.
-func copyBuffered(dst, src net.Conn) (int64, error) {
-	buf := buffers.Get().(*[]byte)
-	defer buffers.Put(buf)
-	return io.CopyBuffer(dst, src, *buf)
+// copyBuffered copies src to dst as described above. Its conns are
+// idleConns, which have neither ReadFrom nor WriteTo.
+func copyBuffered(dst, src net.Conn) (written int64, err error) {
+	sb := smallBuffers.Get().(*[]byte)
+	defer smallBuffers.Put(sb)
+	small := *sb
+	for {
+		n, rerr := src.Read(small)
+		if err := writeAll(dst, small[:n], &written); err != nil {
+			return written, err
+		}
+		if rerr != nil {
+			return written, eof(rerr)
+		}
+		if n < len(small) {
+			continue
+		}
+		// Bytes are flowing: read through the large buffer until the
+		// source has less to give than it holds.
+		buf := buffers.Get().(*[]byte)
+		for {
+			n, rerr = src.Read(*buf)
+			if err := writeAll(dst, (*buf)[:n], &written); err != nil {
+				buffers.Put(buf)
+				return written, err
+			}
+			if rerr != nil {
+				buffers.Put(buf)
+				return written, eof(rerr)
+			}
+			if n < len(*buf)/4 {
+				break
+			}
+		}
+		buffers.Put(buf)
+	}
+}
+
+// writeAll writes p to dst, counting what was written.
+func writeAll(dst io.Writer, p []byte, written *int64) error {
+	if len(p) == 0 {
+		return nil
+	}
+	n, err := dst.Write(p)
+	*written += int64(n)
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	return err
+}
+
+// eof turns the io.EOF that ends a copy into nil, as io.Copy does.
+func eof(err error) error {
+	if err == io.EOF {
+		return nil
+	}
+	return err
 }
 
 // activity is the time of the last byte moved on a pair of conns.
