@@ -117,10 +117,7 @@ func TestStreamsBeforeHelloRefused(t *testing.T) {
 	// A real agent gets through while the attack runs.
 	c := &agent.Client{Addr: te.agentAddr}
 	defer c.Close()
-	l, err := c.Listen(context.Background(), "app")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := bind(t, c, "app")
 	serve(t, l, "app")
 	wg.Wait()
 	if len(closed) != 32 {
@@ -189,10 +186,7 @@ func TestNoKeepAliveFloodKeepsTunnelUp(t *testing.T) {
 	defer app.Close()
 	c := &agent.Client{Addr: te.agentAddr}
 	defer c.Close()
-	l, err := c.Listen(context.Background(), "app")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := bind(t, c, "app")
 	go agent.Forward(l, app.Listener.Addr().String(), nil)
 	n := 2000
 	if testing.Short() {
@@ -281,10 +275,7 @@ func TestSlowBodiesCutAndOthersServed(t *testing.T) {
 	e := startProxiedEdge(t, &edge.Server{Domain: "example.test", MaxStreamsPerSession: 64, ClientShare: 0.25, BodyTimeout: 300 * time.Millisecond})
 	c := &agent.Client{Addr: e.agentAddr}
 	defer c.Close()
-	l, err := c.Listen(context.Background(), "app")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := bind(t, c, "app")
 	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body) // the whole body, then the answer
 	}))
@@ -352,15 +343,9 @@ func TestIdleConnsHoldOnlyTheirShare(t *testing.T) {
 	pki := testpki.New(t)
 	c := &agent.Client{Addr: e.agentAddr}
 	defer c.Close()
-	tcpL, err := c.Listen(context.Background(), "tcp://")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tcpL := bind(t, c, "tcp://")
 	go agent.Forward(tcpL, startEchoUpstream(t), nil)
-	tlsL, err := c.Listen(context.Background(), "tls://app.example.test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tlsL := bind(t, c, "tls://app.example.test")
 	tlsApp := &http.Server{Handler: nameHandler("tls"), ErrorLog: log.New(io.Discard, "", 0)}
 	go tlsApp.Serve(tls.NewListener(tlsL, &tls.Config{Certificates: []tls.Certificate{pki.Issue(t, "app.example.test")}}))
 	tcpAddr := tcpAddrOf(t, tcpL.URL())
@@ -522,10 +507,7 @@ func TestHalfCloseGetsTheAppsResponse(t *testing.T) {
 	var posts atomic.Int32
 	c := &agent.Client{Addr: te.agentAddr}
 	defer c.Close()
-	l, err := c.Listen(context.Background(), "app")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := bind(t, c, "app")
 	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if r.Method == "POST" {
@@ -552,27 +534,15 @@ func TestEdgeErrorsSayWhy(t *testing.T) {
 	c := &agent.Client{Addr: te.agentAddr}
 	defer c.Close()
 	// An app that is not running: the agent's dial is refused.
-	down, err := c.Listen(context.Background(), "down")
-	if err != nil {
-		t.Fatal(err)
-	}
+	down := bind(t, c, "down")
 	go agent.Forward(down, deadAddr(t), nil)
-	up, err := c.Listen(context.Background(), "up")
-	if err != nil {
-		t.Fatal(err)
-	}
+	up := bind(t, c, "up")
 	serve(t, up, "up")
-	slow, err := c.Listen(context.Background(), "slow")
-	if err != nil {
-		t.Fatal(err)
-	}
+	slow := bind(t, c, "slow")
 	release := make(chan struct{})
 	defer close(release)
 	go http.Serve(slow, http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-release }))
-	crash, err := c.Listen(context.Background(), "crash")
-	if err != nil {
-		t.Fatal(err)
-	}
+	crash := bind(t, c, "crash")
 	go func() {
 		for {
 			conn, err := crash.Accept()
@@ -624,10 +594,7 @@ func TestUpgradedConnIdleTimeout(t *testing.T) {
 	te := edgeOn(t, &edge.Server{Domain: "example.test", IdleTimeout: 200 * time.Millisecond}, listen(t), listen(t))
 	c := &agent.Client{Addr: te.agentAddr}
 	defer c.Close()
-	l, err := c.Listen(context.Background(), "ws")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := bind(t, c, "ws")
 	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		conn, brw, err := http.NewResponseController(w).Hijack()
 		if err != nil {
@@ -692,10 +659,7 @@ func TestStreamClosedByAppIsNotReused(t *testing.T) {
 	defer app.Close()
 	c := &agent.Client{Addr: te.agentAddr}
 	defer c.Close()
-	l, err := c.Listen(context.Background(), "app")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := bind(t, c, "app")
 	go agent.Forward(l, app.Listener.Addr().String(), nil)
 	for i := range 6 {
 		if i > 0 {
@@ -727,10 +691,7 @@ func TestIdleStreamsYieldToLiveRequests(t *testing.T) {
 	te := edgeOn(t, &edge.Server{Domain: "example.test", MaxStreamsPerSession: 8, ClientShare: -1}, listen(t), listen(t))
 	c := &agent.Client{Addr: te.agentAddr}
 	defer c.Close()
-	l, err := c.Listen(context.Background(), "app")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := bind(t, c, "app")
 	serve(t, l, "app")
 	for i := range 30 {
 		// A client of its own each time, whose connection stays open.

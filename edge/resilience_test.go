@@ -330,11 +330,15 @@ func isTimeout(err error) bool {
 
 // relay forwards between a client and addr until frozen, when it stops
 // moving bytes without closing anything: a network that stops delivering.
+// Cutting it closes only the client's side of each connection: the far
+// side still holds its end, as when an agent's network drops and the edge
+// has not noticed yet.
 type relay struct {
 	ln     net.Listener
 	frozen atomic.Bool
 	mu     sync.Mutex
-	conns  []net.Conn
+	front  []net.Conn // the clients' sides
+	back   []net.Conn // addr's sides
 }
 
 func newRelay(t testing.TB, addr string) *relay {
@@ -351,7 +355,8 @@ func newRelay(t testing.TB, addr string) *relay {
 				continue
 			}
 			r.mu.Lock()
-			r.conns = append(r.conns, c, up)
+			r.front = append(r.front, c)
+			r.back = append(r.back, up)
 			r.mu.Unlock()
 			go r.copy(up, c)
 			go r.copy(c, up)
@@ -360,12 +365,21 @@ func newRelay(t testing.TB, addr string) *relay {
 	t.Cleanup(func() {
 		r.ln.Close()
 		r.mu.Lock()
-		for _, c := range r.conns {
+		for _, c := range append(r.front, r.back...) {
 			c.Close()
 		}
 		r.mu.Unlock()
 	})
 	return r
+}
+
+// cut closes the client's side of every relayed connection.
+func (r *relay) cut() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.front {
+		c.Close()
+	}
 }
 
 func (r *relay) copy(dst, src net.Conn) {

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,6 +47,16 @@ func tenant(t testing.TB, te *testEdge, who string) *agent.Client {
 	c := &agent.Client{Addr: te.agentAddr, Token: who + "-token", MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// bind binds url with c, or fails the test.
+func bind(t testing.TB, c *agent.Client, url string) *agent.Listener {
+	t.Helper()
+	l, err := c.Listen(context.Background(), url)
+	if err != nil {
+		t.Fatalf("binding %s: %v", url, err)
+	}
+	return l
 }
 
 // serve answers every request on l with name and the path.
@@ -185,10 +194,7 @@ func TestEdgeRestartGivesNamesBackToOwners(t *testing.T) {
 			return (&net.Dialer{}).DialContext(ctx, network, addr)
 		}}
 	defer alice.Close()
-	l, err := alice.Listen(context.Background(), "http://app")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := bind(t, alice, "http://app")
 	serve(t, l, "alice")
 	url := l.URL()
 
@@ -226,64 +232,13 @@ func TestEdgeRestartGivesNamesBackToOwners(t *testing.T) {
 	}
 }
 
-// cutRelay sits between an agent and the edge. Cutting it closes only the
-// agent's side: the edge still holds its end of the old session, as when
-// the agent's network drops and the edge has not noticed yet.
-type cutRelay struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	front []net.Conn // agent sides
-}
-
-func newCutRelay(t testing.TB, addr string) *cutRelay {
-	r := &cutRelay{ln: listen(t)}
-	var back []net.Conn
-	go func() {
-		for {
-			c, err := r.ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", addr)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			r.mu.Lock()
-			r.front = append(r.front, c)
-			back = append(back, up)
-			r.mu.Unlock()
-			go io.Copy(up, c) // stops when c is cut; up stays open
-			go io.Copy(c, up)
-		}
-	}()
-	t.Cleanup(func() {
-		r.ln.Close()
-		r.mu.Lock()
-		for _, c := range append(r.front, back...) {
-			c.Close()
-		}
-		r.mu.Unlock()
-	})
-	return r
-}
-
-// cut closes the agent side of every relayed connection.
-func (r *cutRelay) cut() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, c := range r.front {
-		c.Close()
-	}
-}
-
 // TestAgentSideDropTakesOverOldSession: only the agent's side of its
 // connection drops; the agent reconnects at once, its session ticket makes
 // the edge close the old session, and its endpoints, a pool member and a
 // TCP port among them, come back with the same URLs.
 func TestAgentSideDropTakesOverOldSession(t *testing.T) {
 	te, rt := tenantEdge(t, &edge.Server{TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, HeartbeatInterval: time.Hour})
-	r := newCutRelay(t, te.agentAddr)
+	r := newRelay(t, te.agentAddr)
 	var connects atomic.Int32
 	a := &agent.Client{Addr: r.ln.Addr().String(), Token: "alice-token", MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
 		OnEvent: func(e agent.Event) {
@@ -292,10 +247,7 @@ func TestAgentSideDropTakesOverOldSession(t *testing.T) {
 			}
 		}}
 	defer a.Close()
-	web, err := a.Listen(context.Background(), "http://app")
-	if err != nil {
-		t.Fatal(err)
-	}
+	web := bind(t, a, "http://app")
 	serve(t, web, "alice")
 	member, err := a.ListenEndpoint(context.Background(), agent.Endpoint{URL: "http://pool", Pool: true})
 	if err != nil {
@@ -308,10 +260,7 @@ func TestAgentSideDropTakesOverOldSession(t *testing.T) {
 	}
 	serve(t, other, "other")
 	port := freePort(t)
-	tcpL, err := a.Listen(context.Background(), "tcp://:"+port)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tcpL := bind(t, a, "tcp://:"+port)
 	go func() {
 		for {
 			c, err := tcpL.Accept()
@@ -378,10 +327,7 @@ func TestTransientBindErrorRetried(t *testing.T) {
 	a := &agent.Client{Addr: agentsAddr, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}
 	defer a.Close()
 	port := freePort(t)
-	l, err := a.Listen(context.Background(), "tcp://:"+port)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := bind(t, a, "tcp://:"+port)
 	accepted := make(chan error, 1)
 	go func() {
 		c, err := l.Accept()
@@ -441,10 +387,7 @@ func TestClosedListenerGetsNoMoreRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	serve(t, keep, "keep")
-	l, err := alice.Listen(context.Background(), "http://app")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := bind(t, alice, "http://app")
 	var aliceHits atomic.Int32
 	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		aliceHits.Add(1)
@@ -537,10 +480,7 @@ func TestLostNameEndsListener(t *testing.T) {
 			return c, err
 		}}
 	defer alice.Close()
-	l, err := alice.Listen(context.Background(), "http://app")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := bind(t, alice, "http://app")
 	(*conn.Load()).Close()
 	waitFor(t, func() bool {
 		routes, _ := rt.Lookup(context.Background(), "http", "app.example.test")
@@ -548,12 +488,13 @@ func TestLostNameEndsListener(t *testing.T) {
 	})
 	var bl *agent.Listener
 	waitFor(t, func() bool { // once alice's reservation lapsed
+		var err error
 		bl, err = tenant(t, te, "bob").Listen(context.Background(), "http://app")
 		return err == nil
 	})
 	serve(t, bl, "bob")
 	close(gate)
-	_, err = l.Accept()
+	_, err := l.Accept()
 	if !errors.Is(err, agent.ErrNameTaken) || !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("alice's Accept after bob took her name: %v, want ErrNameTaken and net.ErrClosed", err)
 	}
