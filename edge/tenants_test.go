@@ -561,3 +561,35 @@ func TestLyingAgentReplies(t *testing.T) {
 		t.Fatalf("after the lies: %d %q", resp.StatusCode, body)
 	}
 }
+
+// TestRenewedTicketsOutliveTheirLifetime: an agent renews its endpoint
+// tickets while its session lives, so after an edge restart long past the
+// ticket lifetime it still proves its name, and gets it back.
+func TestRenewedTicketsOutliveTheirLifetime(t *testing.T) {
+	key := []byte(strings.Repeat("r", 32))
+	agentsLn, pubLn := listen(t), listen(t)
+	agentsAddr, pubAddr := agentsLn.Addr().String(), pubLn.Addr().String()
+	// A lifetime of 2 s: the agent renews every second.
+	srv1 := &edge.Server{TicketKey: key, TicketLifetime: 2 * time.Second, Authenticate: tokens, Domain: "example.test", RestartGrace: -1}
+	te1 := edgeOn(t, srv1, agentsLn, pubLn)
+	alice := tenant(t, te1, "alice")
+	l := bind(t, alice, "http://app")
+	serve(t, l, "alice")
+	time.Sleep(3500 * time.Millisecond) // the first ticket has lapsed; renewed ones have not
+
+	srv1.Close()
+	<-te1.serveDone
+	agentsLn2, err := net.Listen("tcp", agentsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubLn2, err := net.Listen("tcp", pubAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	te2 := edgeOn(t, &edge.Server{TicketKey: key, TicketLifetime: 2 * time.Second, Authenticate: tokens, Domain: "example.test", Grace: time.Minute}, agentsLn2, pubLn2)
+	waitFor(t, func() bool {
+		resp, body := get(t, te2, l.URL()+"/", nil)
+		return resp.StatusCode == 200 && body == "alice /"
+	})
+}
