@@ -39,11 +39,16 @@ func helloMessage(t testing.TB, token string) []byte {
 // control streams at once. The edge decides one hello per session and
 // never panics (a panic would end this test binary).
 func TestConcurrentHellosNeverPanic(t *testing.T) {
-	for _, auth := range []bool{false, true} {
-		srv := &edge.Server{Domain: "example.test"}
+	// A slow Authenticate widens the window between two hellos' checks.
+	slowTokens := func(ctx context.Context, token string) (string, error) {
+		time.Sleep(2 * time.Millisecond)
+		return tokens(ctx, token)
+	}
+	for auth, authenticate := range map[string]func(context.Context, string) (string, error){"none": nil, "tokens": tokens, "slow": slowTokens} {
+		srv := &edge.Server{Domain: "example.test", Authenticate: authenticate}
 		token := ""
-		if auth {
-			srv.Authenticate, token = tokens, "alice-token"
+		if authenticate != nil {
+			token = "alice-token"
 		}
 		te := edgeOn(t, srv, listen(t), listen(t))
 		for range 150 {
@@ -68,17 +73,17 @@ func TestConcurrentHellosNeverPanic(t *testing.T) {
 			wg.Wait()
 			s.Close()
 			if granted.Load() > 1 {
-				t.Fatalf("auth=%v: both hellos of one session were accepted", auth)
+				t.Fatalf("auth %s: both hellos of one session were accepted", auth)
 			}
 		}
 		c := &agent.Client{Addr: te.agentAddr, Token: token}
 		l, err := c.Listen(context.Background(), "app")
 		if err != nil {
-			t.Fatalf("auth=%v: a real agent after the hellos: %v", auth, err)
+			t.Fatalf("auth %s: a real agent after the hellos: %v", auth, err)
 		}
 		serve(t, l, "app")
 		if resp, body := get(t, te, te.url("app")+"/", nil); resp.StatusCode != 200 {
-			t.Fatalf("auth=%v: %d %q", auth, resp.StatusCode, body)
+			t.Fatalf("auth %s: %d %q", auth, resp.StatusCode, body)
 		}
 		c.Close()
 	}
