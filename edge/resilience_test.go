@@ -42,6 +42,23 @@ func edgeOn(t testing.TB, srv *edge.Server, agents, pub net.Listener) *testEdge 
 	return te
 }
 
+// restart stops te's server and runs srv on the same agent and HTTP
+// addresses.
+func (te *testEdge) restart(t testing.TB, srv *edge.Server) *testEdge {
+	t.Helper()
+	te.srv.Close()
+	<-te.serveDone
+	agents, err := net.Listen("tcp", te.agentAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := net.Listen("tcp", te.httpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return edgeOn(t, srv, agents, pub)
+}
+
 // tokens authenticates "alice-token" as alice and "bob-token" as bob.
 func tokens(_ context.Context, token string) (string, error) {
 	for _, id := range []string{"alice", "bob"} {
@@ -439,7 +456,7 @@ func TestFrozenNetworkDetectedByHeartbeat(t *testing.T) {
 // anything.
 func TestEdgeRestartSameURL(t *testing.T) {
 	agentsLn, pubLn := listen(t), listen(t)
-	agentsAddr, pubAddr := agentsLn.Addr().String(), pubLn.Addr().String()
+	agentsAddr := agentsLn.Addr().String()
 	srv1 := &edge.Server{Domain: "example.test"}
 	te := edgeOn(t, srv1, agentsLn, pubLn)
 	reconnected := make(chan time.Time, 4)
@@ -462,17 +479,7 @@ func TestEdgeRestartSameURL(t *testing.T) {
 	}
 
 	stopped := time.Now()
-	srv1.Close()
-	<-te.serveDone
-	agentsLn2, err := net.Listen("tcp", agentsAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pubLn2, err := net.Listen("tcp", pubAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	te2 := edgeOn(t, &edge.Server{Domain: "example.test"}, agentsLn2, pubLn2)
+	te2 := te.restart(t, &edge.Server{Domain: "example.test"})
 	select {
 	case at := <-reconnected:
 		t.Logf("agent reconnected %v after the edge stopped", at.Sub(stopped).Round(time.Millisecond))

@@ -175,7 +175,7 @@ func TestPoolsByConsent(t *testing.T) {
 func TestEdgeRestartGivesNamesBackToOwners(t *testing.T) {
 	key := []byte(strings.Repeat("k", 32))
 	agentsLn, pubLn := listen(t), listen(t)
-	agentsAddr, pubAddr := agentsLn.Addr().String(), pubLn.Addr().String()
+	agentsAddr := agentsLn.Addr().String()
 	// The first start: no agent can hold a ticket yet.
 	srv1 := &edge.Server{TicketKey: key, Authenticate: tokens, Domain: "example.test", RestartGrace: -1}
 	te1 := edgeOn(t, srv1, agentsLn, pubLn)
@@ -198,19 +198,9 @@ func TestEdgeRestartGivesNamesBackToOwners(t *testing.T) {
 	serve(t, l, "alice")
 	url := l.URL()
 
-	srv1.Close()
-	<-te1.serveDone
-	agentsLn2, err := net.Listen("tcp", agentsAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pubLn2, err := net.Listen("tcp", pubAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The same key, and an in-memory router: names held before the
 	// restart go back only to their owners for Grace.
-	te2 := edgeOn(t, &edge.Server{TicketKey: key, Authenticate: tokens, Domain: "example.test", Grace: time.Minute}, agentsLn2, pubLn2)
+	te2 := te1.restart(t, &edge.Server{TicketKey: key, Authenticate: tokens, Domain: "example.test", Grace: time.Minute})
 	bob := &agent.Client{Addr: agentsAddr, Token: "bob-token"}
 	defer bob.Close()
 	if _, err := bob.Listen(context.Background(), "http://app"); !errors.Is(err, agent.ErrUnavailable) {
@@ -567,27 +557,15 @@ func TestLyingAgentReplies(t *testing.T) {
 // ticket lifetime it still proves its name, and gets it back.
 func TestRenewedTicketsOutliveTheirLifetime(t *testing.T) {
 	key := []byte(strings.Repeat("r", 32))
-	agentsLn, pubLn := listen(t), listen(t)
-	agentsAddr, pubAddr := agentsLn.Addr().String(), pubLn.Addr().String()
 	// A lifetime of 2 s: the agent renews every second.
 	srv1 := &edge.Server{TicketKey: key, TicketLifetime: 2 * time.Second, Authenticate: tokens, Domain: "example.test", RestartGrace: -1}
-	te1 := edgeOn(t, srv1, agentsLn, pubLn)
+	te1 := edgeOn(t, srv1, listen(t), listen(t))
 	alice := tenant(t, te1, "alice")
 	l := bind(t, alice, "http://app")
 	serve(t, l, "alice")
 	time.Sleep(3500 * time.Millisecond) // the first ticket has lapsed; renewed ones have not
 
-	srv1.Close()
-	<-te1.serveDone
-	agentsLn2, err := net.Listen("tcp", agentsAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pubLn2, err := net.Listen("tcp", pubAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	te2 := edgeOn(t, &edge.Server{TicketKey: key, TicketLifetime: 2 * time.Second, Authenticate: tokens, Domain: "example.test", Grace: time.Minute}, agentsLn2, pubLn2)
+	te2 := te1.restart(t, &edge.Server{TicketKey: key, TicketLifetime: 2 * time.Second, Authenticate: tokens, Domain: "example.test", Grace: time.Minute})
 	waitFor(t, func() bool {
 		resp, body := get(t, te2, l.URL()+"/", nil)
 		return resp.StatusCode == 200 && body == "alice /"
