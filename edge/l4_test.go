@@ -41,8 +41,9 @@ func startL4Edge(t testing.TB) *l4Edge {
 	t.Helper()
 	rt := &edge.MemoryRouter{}
 	// Agents with the same token are one identity, and may share a pool.
-	srv := &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, Router: rt, Authenticate: identityIsToken}
 	agents, pub := listen(t), listen(t)
+	_, tlsPort, _ := net.SplitHostPort(pub.Addr().String())
+	srv := &edge.Server{Domain: "example.test", TLSPort: tlsPort, TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, Router: rt, Authenticate: identityIsToken}
 	var wg sync.WaitGroup
 	wg.Go(func() { srv.ServeAgents(agents) })
 	wg.Go(func() { srv.ServeSNI(pub) })

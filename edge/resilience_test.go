@@ -25,6 +25,11 @@ import (
 // edgeOn runs srv on the given agent and HTTP listeners until cleanup.
 func edgeOn(t testing.TB, srv *edge.Server, agents, pub net.Listener) *testEdge {
 	t.Helper()
+	if srv.HTTPPort == "" {
+		// Set before any agent binds: ServeHTTPListener would fill it only
+		// once its goroutine runs, and an early bind's URL would lack it.
+		_, srv.HTTPPort, _ = net.SplitHostPort(pub.Addr().String())
+	}
 	te := &testEdge{srv: srv, agentAddr: agents.Addr().String(), httpAddr: pub.Addr().String(), serveDone: make(chan struct{})}
 	var wg sync.WaitGroup
 	wg.Go(func() { srv.ServeAgents(agents) })

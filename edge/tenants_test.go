@@ -557,15 +557,16 @@ func TestLyingAgentReplies(t *testing.T) {
 // ticket lifetime it still proves its name, and gets it back.
 func TestRenewedTicketsOutliveTheirLifetime(t *testing.T) {
 	key := []byte(strings.Repeat("r", 32))
-	// A lifetime of 2 s: the agent renews every second.
-	srv1 := &edge.Server{TicketKey: key, TicketLifetime: 2 * time.Second, Authenticate: tokens, Domain: "example.test", RestartGrace: -1}
+	// A lifetime of 3 s: the agent renews every second, so a ticket is
+	// at most a second old, give or take a slow machine.
+	srv1 := &edge.Server{TicketKey: key, TicketLifetime: 3 * time.Second, Authenticate: tokens, Domain: "example.test", RestartGrace: -1}
 	te1 := edgeOn(t, srv1, listen(t), listen(t))
 	alice := tenant(t, te1, "alice")
 	l := bind(t, alice, "http://app")
 	serve(t, l, "alice")
-	time.Sleep(3500 * time.Millisecond) // the first ticket has lapsed; renewed ones have not
+	time.Sleep(4 * time.Second) // the first ticket has lapsed; renewed ones have not
 
-	te2 := te1.restart(t, &edge.Server{TicketKey: key, TicketLifetime: 2 * time.Second, Authenticate: tokens, Domain: "example.test", Grace: time.Minute})
+	te2 := te1.restart(t, &edge.Server{TicketKey: key, TicketLifetime: 3 * time.Second, Authenticate: tokens, Domain: "example.test", Grace: time.Minute})
 	waitFor(t, func() bool {
 		resp, body := get(t, te2, l.URL()+"/", nil)
 		return resp.StatusCode == 200 && body == "alice /"

@@ -38,9 +38,10 @@ type testEdge struct {
 
 func startEdge(t testing.TB) *testEdge {
 	t.Helper()
-	srv := &edge.Server{Domain: "example.test"}
 	agents := listen(t)
 	pub := listen(t)
+	_, port, _ := net.SplitHostPort(pub.Addr().String())
+	srv := &edge.Server{Domain: "example.test", HTTPPort: port} // set before any bind, not when ServeHTTPListener's goroutine runs
 	te := &testEdge{srv: srv, agentAddr: agents.Addr().String(), httpAddr: pub.Addr().String(), serveDone: make(chan struct{})}
 	var wg sync.WaitGroup
 	wg.Go(func() { srv.ServeAgents(agents) })
