@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -252,11 +251,9 @@ func (x *exchange) redial(ctx context.Context) (*clientStream, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &exchangeConn{Conn: conn}
-	c.touch()
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.st = &clientStream{conn: c, br: bufio.NewReaderSize(c, 4<<10), route: route, host: x.info.Host, owner: x.st.owner}
+	x.st = newClientStream(conn, route, x.info.Host, x.st.owner)
 	x.reused = false
 	return x.st, nil
 }

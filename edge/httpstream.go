@@ -248,6 +248,13 @@ func (s *Server) streamFor(ctx context.Context, r *http.Request, routes []Route,
 	if err != nil {
 		return nil, false, err
 	}
+	return newClientStream(conn, route, r.Host, cc), false, nil
+}
+
+// newClientStream wraps a stream just dialled to route for requests to
+// host of the connection owner (nil: one request only).
+func newClientStream(conn net.Conn, route Route, host string, owner *clientConn) *clientStream {
 	c := &exchangeConn{Conn: conn}
-	return &clientStream{conn: c, br: bufio.NewReaderSize(c, 4<<10), route: route, host: r.Host, owner: cc}, false, nil
+	c.touch()
+	return &clientStream{conn: c, br: bufio.NewReaderSize(c, 4<<10), route: route, host: host, owner: owner}
 }

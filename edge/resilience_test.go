@@ -237,34 +237,19 @@ func TestHostileEdgeProxyHeaders(t *testing.T) {
 		// Serve the agent's streams like an edge: answer its requests and
 		// its heartbeat.
 		bound := make(chan struct{})
-		go func() {
-			for {
-				st, err := s.AcceptStream()
-				if err != nil {
-					return
-				}
-				go func() {
-					defer st.Close()
-					var typ [1]byte
-					io.ReadFull(st, typ[:])
-					if wire.StreamType(typ[0]) == wire.StreamHeartbeat {
-						wire.Echo(st)
-						return
-					}
-					var req wire.Request
-					wire.ReadMessage(st, &req)
-					switch req.Op {
-					case wire.OpHello:
-						wire.WriteMessage(st, nil, wire.Response{HelloResp: &wire.HelloResp{Version: 1, SessionID: "s"}})
-					case wire.OpBind:
-						wire.WriteMessage(st, nil, wire.Response{BindResp: &wire.BindResp{TunnelID: "t1", URL: "http://app.example.test"}})
-						close(bound)
-					default:
-						wire.WriteMessage(st, nil, wire.Response{})
-					}
-				}()
+		go answerStreams(s, func(st muxado.Stream, _ wire.StreamType) {
+			var req wire.Request
+			wire.ReadMessage(st, &req)
+			switch req.Op {
+			case wire.OpHello:
+				wire.WriteMessage(st, nil, wire.Response{HelloResp: &wire.HelloResp{Version: 1, SessionID: "s"}})
+			case wire.OpBind:
+				wire.WriteMessage(st, nil, wire.Response{BindResp: &wire.BindResp{TunnelID: "t1", URL: "http://app.example.test"}})
+				close(bound)
+			default:
+				wire.WriteMessage(st, nil, wire.Response{})
 			}
-		}()
+		})
 		<-bound
 		good, _ := wire.AppendProxyStream(nil, wire.ProxyHeader{TunnelID: "t1", Proto: "http"})
 		unknown, _ := wire.AppendProxyStream(nil, wire.ProxyHeader{TunnelID: "nope", Proto: "http"})
@@ -304,6 +289,28 @@ func TestHostileEdgeProxyHeaders(t *testing.T) {
 	}
 	if err := <-edgeDone; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// answerStreams accepts the streams the peer of s opens, until s ends: it
+// echoes the heartbeat, and hands every other stream, its type read, to
+// handle, which runs in a goroutine of its own; the stream is closed after.
+func answerStreams(s muxado.Session, handle func(st muxado.Stream, typ wire.StreamType)) {
+	for {
+		st, err := s.AcceptStream()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer st.Close()
+			var typ [1]byte
+			io.ReadFull(st, typ[:])
+			if wire.StreamType(typ[0]) == wire.StreamHeartbeat {
+				wire.Echo(st)
+				return
+			}
+			handle(st, wire.StreamType(typ[0]))
+		}()
 	}
 }
 

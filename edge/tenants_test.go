@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.ngrok.com/muxado/v2"
+
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
@@ -512,31 +514,17 @@ func TestLyingAgentReplies(t *testing.T) {
 	if resp := call(wire.Request{Op: wire.OpHello, Hello: &wire.Hello{Version: wire.Version}}); resp.HelloResp == nil {
 		t.Fatalf("hello: %+v", resp.Error)
 	}
-	go func() { // answer the edge's heartbeat, and lie on every proxy stream
-		lies := [][]byte{
-			{0, 0xff, 0xff},        // a message longer than any reply
-			{7, 0, 2, 'h', 'i'},    // an unknown status
-			{0},                    // a reply cut short
-			{1, 0, 3, 0xff, 0, 10}, // a refusal with bytes that are no text
-		}
-		for i := 0; ; i++ {
-			st, err := s.AcceptStream()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer st.Close()
-				var typ [1]byte
-				io.ReadFull(st, typ[:])
-				if wire.StreamType(typ[0]) == wire.StreamHeartbeat {
-					wire.Echo(st)
-					return
-				}
-				wire.ReadProxyHeader(st)
-				st.Write(lies[i%len(lies)])
-			}()
-		}
-	}()
+	lies := [][]byte{
+		{0, 0xff, 0xff},        // a message longer than any reply
+		{7, 0, 2, 'h', 'i'},    // an unknown status
+		{0},                    // a reply cut short
+		{1, 0, 3, 0xff, 0, 10}, // a refusal with bytes that are no text
+	}
+	var n atomic.Int32
+	go answerStreams(s, func(st muxado.Stream, _ wire.StreamType) { // lie on every proxy stream
+		wire.ReadProxyHeader(st)
+		st.Write(lies[int(n.Add(1))%len(lies)])
+	})
 	if resp := call(wire.Request{Op: wire.OpBind, Bind: &wire.Bind{Proto: "http", Name: "liar"}}); resp.BindResp == nil {
 		t.Fatalf("bind: %+v", resp.Error)
 	}
