@@ -167,12 +167,23 @@ type Endpoint struct {
 	// URL names the endpoint:
 	//   - "http://abc", "abc" or "http://abc.example.test": HTTP requests for
 	//     abc under the edge's domain; "" or "http://": a random name.
+	//   - "https://abc" or "https://abc.example.test": the same, with TLS
+	//     terminated at the edge (its certificate, HTTP/2 or HTTP/1.1 by
+	//     ALPN); the app gets plain HTTP, with X-Forwarded-Proto https.
 	//   - "tls://app.example.test", "tls://*.app.example.test": TLS
 	//     connections whose server name matches, passed through untouched
 	//     (the app terminates TLS).
 	//   - "tcp://" for any free port, "tcp://:20001" for that port.
-	// A port in an http or tls URL is ignored: the edge's ports apply.
+	// A port in an http, https or tls URL is ignored: the edge's ports
+	// apply.
 	URL string
+
+	// AppProtocol is what the edge speaks to the app on an http or https
+	// endpoint's conns: "" or "http1" for HTTP/1.1, "h2c" for HTTP/2
+	// without TLS (prior knowledge), which gRPC services need for their
+	// streams and trailers. Public clients may use HTTP/1.1 or HTTP/2
+	// either way.
+	AppProtocol string
 
 	// Pool joins the endpoint when this agent's identity already holds
 	// it, so that several sessions share its connections, rather than
@@ -195,6 +206,16 @@ func (c *Client) ListenEndpoint(ctx context.Context, ep Endpoint) (*Listener, er
 		return nil, err
 	}
 	bind.Pool = ep.Pool
+	switch ep.AppProtocol {
+	case "", wire.AppProtocolHTTP1:
+	case wire.AppProtocolH2C:
+		if bind.Proto != wire.ProtoHTTP && bind.Proto != wire.ProtoHTTPS {
+			return nil, fmt.Errorf("agent: endpoint %q: app protocol %q needs an http or https endpoint", ep.URL, ep.AppProtocol)
+		}
+		bind.Options = map[string]string{wire.OptAppProtocol: ep.AppProtocol}
+	default:
+		return nil, fmt.Errorf("agent: app protocol %q: want http1 or h2c", ep.AppProtocol)
+	}
 	mux, err := c.session(ctx)
 	if err != nil {
 		return nil, err
@@ -251,7 +272,7 @@ func parseEndpoint(endpoint string) (wire.Bind, error) {
 		return b, fmt.Errorf("agent: endpoint %q: want scheme://name only", endpoint)
 	}
 	switch u.Scheme {
-	case wire.ProtoHTTP, wire.ProtoTLS:
+	case wire.ProtoHTTP, wire.ProtoHTTPS, wire.ProtoTLS:
 		b.Proto = u.Scheme
 		b.Name = u.Hostname()
 		if b.Proto == wire.ProtoTLS && b.Name == "" {
@@ -270,7 +291,7 @@ func parseEndpoint(endpoint string) (wire.Bind, error) {
 			b.Port = port
 		}
 	default:
-		return b, fmt.Errorf("agent: endpoint %q: unsupported scheme %q (want http, tls or tcp)", endpoint, u.Scheme)
+		return b, fmt.Errorf("agent: endpoint %q: unsupported scheme %q (want http, https, tls or tcp)", endpoint, u.Scheme)
 	}
 	return b, nil
 }

@@ -39,11 +39,26 @@ type Listener struct {
 var _ net.Listener = (*Listener)(nil)
 
 // URL returns the endpoint's public URL: "http://abc.example.test:8080",
+// "https://abc.example.test:8443",
 // "tls://app.example.test:8443" or "tcp://127.0.0.1:20001".
 func (l *Listener) URL() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.url
+}
+
+// AppProtocol returns what the edge speaks to the app on the endpoint's
+// conns: "http1" or "h2c" for http and https endpoints, "" for others.
+func (l *Listener) AppProtocol() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.bind.Proto != wire.ProtoHTTP && l.bind.Proto != wire.ProtoHTTPS:
+		return ""
+	case l.bind.Options[wire.OptAppProtocol] == wire.AppProtocolH2C:
+		return wire.AppProtocolH2C
+	}
+	return wire.AppProtocolHTTP1
 }
 
 // Addr returns the endpoint's public URL as a net.Addr of network "tunnel".
@@ -276,7 +291,7 @@ func (c *Conn) RemoteAddr() net.Addr {
 // the edge knew it.
 func (c *Conn) Host() string { return c.header.Host }
 
-// Proto returns the endpoint's protocol: "http", "tls" or "tcp".
+// Proto returns the endpoint's protocol: "http", "https", "tls" or "tcp".
 func (c *Conn) Proto() string { return c.header.Proto }
 
 // addrPortOf returns a TCP address as a netip.AddrPort; the zero value when

@@ -15,7 +15,7 @@ import (
 // It is plain data, so a Router can keep it in a shared store and a Dialer
 // can reach an agent held by another edge.
 type Route struct {
-	Proto string // "http", "tls" or "tcp"
+	Proto string // "http", "https", "tls" or "tcp"
 	// Name is the public host name or wildcard of an HTTP or TLS endpoint
 	// ("abc.example.test", "*.abc.example.test"), or the port of a TCP
 	// endpoint in decimal ("20001").
@@ -27,6 +27,9 @@ type Route struct {
 	// Pool asks Bind to add r beside the routes the same identity already
 	// has for Name, rather than fail with ErrNameTaken.
 	Pool bool
+	// AppProtocol is what the edge speaks to the app of an http or https
+	// route: "" for HTTP/1.1, "h2c" for HTTP/2 with prior knowledge.
+	AppProtocol string
 }
 
 // Router decides where public traffic goes, and who owns which name. An

@@ -71,9 +71,23 @@ const (
 
 // Protocols of an endpoint.
 const (
-	ProtoHTTP = "http"
-	ProtoTLS  = "tls"
-	ProtoTCP  = "tcp"
+	ProtoHTTP  = "http"
+	ProtoHTTPS = "https" // HTTP whose TLS the edge terminates
+	ProtoTLS   = "tls"
+	ProtoTCP   = "tcp"
+)
+
+// Endpoint options (Bind.Options) the edge knows. A bind with any other
+// option is refused, so that an agent never believes a setting holds that
+// the edge ignores.
+const (
+	// OptAppProtocol is the protocol the edge speaks to the app on an HTTP
+	// or HTTPS endpoint's streams: AppProtocolHTTP1 (the default) or
+	// AppProtocolH2C.
+	OptAppProtocol = "app_protocol"
+
+	AppProtocolHTTP1 = "http1"
+	AppProtocolH2C   = "h2c" // HTTP/2 with prior knowledge, without TLS
 )
 
 // Request is a control request from agent to edge.
@@ -135,8 +149,8 @@ type HelloResp struct {
 
 // Bind asks for a public endpoint.
 type Bind struct {
-	Proto string `json:"proto"` // ProtoHTTP, ProtoTLS or ProtoTCP
-	// Name is the host name of an HTTP or TLS endpoint: one label under
+	Proto string `json:"proto"` // ProtoHTTP, ProtoHTTPS, ProtoTLS or ProtoTCP
+	// Name is the host name of an HTTP, HTTPS or TLS endpoint: one label under
 	// the edge's domain ("abc"), or a full name or wildcard under it
 	// ("abc.example.test", "*.abc.example.test"). Empty: a random label.
 	Name string `json:"name,omitempty"`
@@ -145,7 +159,8 @@ type Bind struct {
 	// Pool joins the endpoint's pool when the same identity holds it
 	// already, rather than fail.
 	Pool bool `json:"pool,omitempty"`
-	// Options is reserved for per-endpoint settings (traffic policy).
+	// Options are per-endpoint settings (OptAppProtocol; traffic policy
+	// later). The edge refuses options it does not know.
 	Options map[string]string `json:"options,omitempty"`
 	// Ticket is the endpoint ticket of an earlier bind of the same name,
 	// which proves the agent held it (after an edge restart).
@@ -224,7 +239,7 @@ func ReadMessage(r io.Reader, v any) error {
 // reached and who the client is.
 type ProxyHeader struct {
 	TunnelID string
-	Proto    string         // ProtoHTTP, ProtoTLS, ProtoTCP
+	Proto    string         // ProtoHTTP, ProtoHTTPS, ProtoTLS, ProtoTCP
 	Client   netip.AddrPort // the public client's address
 	Host     string         // the HTTP Host or TLS server name, when known
 }
