@@ -1,6 +1,6 @@
 // Command hello is an HTTP app that exposes itself through a tunnel edge
-// with agent.Listen and http.Serve. It prints its public URL alone on one
-// stdout line.
+// with an agent.Client's Listen and http.Serve. It prints its public URL
+// alone on one stdout line and logs to stderr.
 //
 //	hello -edge 127.0.0.1:7000 [-url http://hello.example.test]
 package main
@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/signal"
@@ -24,6 +25,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return // -h: the usage is printed
+		}
 		fmt.Fprintln(os.Stderr, "hello:", err)
 		os.Exit(2)
 	}
@@ -39,7 +43,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	setup, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	l, err := agent.Listen(setup, *edgeAddr, *url)
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	c := &agent.Client{Addr: *edgeAddr, Logger: log}
+	defer c.Close()
+	l, err := c.Listen(setup, *url)
 	if err != nil {
 		return err
 	}

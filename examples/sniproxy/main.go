@@ -35,6 +35,9 @@ import (
 
 func main() {
 	if err := run(os.Args[1:], os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return // -h: the usage is printed
+		}
 		fmt.Fprintln(os.Stderr, "sniproxy:", err)
 		os.Exit(2)
 	}
