@@ -254,12 +254,20 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 		ss.mu.Unlock()
 	}()
 	r := Route{Proto: b.Proto, SessionID: ss.id, Identity: identity, Pool: b.Pool}
+	if err := s.endpointOptions(&r, b.Options); err != nil {
+		return fail(wire.CodeBadRequest, "%s", err)
+	}
 	var (
 		names  func() (string, bool) // the next name to try, and whether to retry on ErrNameTaken
 		chosen bool                  // a name or port the agent chose, not one the edge picks
 		err    error
 	)
 	switch b.Proto {
+	case wire.ProtoHTTPS:
+		if !s.servesHTTPS() {
+			return fail(wire.CodeBadRequest, "this edge serves no https endpoints (it has no certificates); bind http or tls")
+		}
+		names, chosen, err = s.hostNames(b.Name)
 	case wire.ProtoHTTP, wire.ProtoTLS:
 		names, chosen, err = s.hostNames(b.Name)
 	case wire.ProtoTCP:
@@ -327,6 +335,29 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	}
 	ss.log.Info("bound", "url", url, "pool", r.Pool)
 	return wire.Response{BindResp: &wire.BindResp{TunnelID: r.TunnelID, URL: url, Ticket: t}}
+}
+
+// endpointOptions applies a bind's options to r, refusing any it does not
+// know.
+func (s *Server) endpointOptions(r *Route, opts map[string]string) error {
+	for k, v := range opts {
+		switch k {
+		case wire.OptAppProtocol:
+			if r.Proto != wire.ProtoHTTP && r.Proto != wire.ProtoHTTPS {
+				return fmt.Errorf("option %s is for http and https endpoints", k)
+			}
+			switch v {
+			case wire.AppProtocolHTTP1:
+			case wire.AppProtocolH2C:
+				r.AppProtocol = v
+			default:
+				return fmt.Errorf("option %s: %q: want %s or %s", k, wire.Printable(v, 32), wire.AppProtocolHTTP1, wire.AppProtocolH2C)
+			}
+		default:
+			return fmt.Errorf("unknown option %q", wire.Printable(k, 32))
+		}
+	}
+	return nil
 }
 
 // endpointTicket returns a fresh ticket saying that r's identity holds its

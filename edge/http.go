@@ -38,7 +38,9 @@ import (
 //	400 bad_request          a malformed request or request body
 //	400 missing_host         no Host header
 //	404 no_endpoint          no tunnel has that name
+//	404 https_only           the name is bound over https only (see RedirectHTTP)
 //	408 body_timeout         the request body stopped moving (BodyTimeout)
+//	421 misdirected          an HTTP/2 connection reused for a name it cannot serve
 //	429 client_limit         the client holds its share of the endpoint (ClientShare)
 //	502 agent_offline        no agent of the endpoint could be reached
 //	502 app_unreachable      the agent could not connect to its app
@@ -51,6 +53,29 @@ import (
 // the app's response.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.init()
+	if s.AccessLog != nil {
+		aw := &accessWriter{ResponseWriter: w, start: time.Now()}
+		defer s.logAccess(aw, r)
+		w = aw
+	}
+	s.serveHTTP(w, r, false)
+}
+
+// serveHTTPS serves the requests of TLS connections the edge terminated
+// for https endpoints.
+func (s *Server) serveHTTPS(w http.ResponseWriter, r *http.Request) {
+	if s.AccessLog != nil {
+		aw := &accessWriter{ResponseWriter: w, start: time.Now()}
+		defer s.logAccess(aw, r)
+		w = aw
+	}
+	s.serveHTTP(w, r, true)
+}
+
+// serveHTTP routes a request by its Host: to https routes when the edge
+// terminated its TLS, else to http routes (https ones first for a request
+// that came over TLS the embedder terminated).
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, terminated bool) {
 	host, err := s.routeHost(r.Host)
 	switch {
 	case errors.Is(err, errMissingHost):
@@ -63,13 +88,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.httpError(w, r, http.StatusNotFound, "no_endpoint", "no tunnel at this address", nil)
 		return
 	}
-	routes, err := s.router().Lookup(r.Context(), wire.ProtoHTTP, host)
+	var routes []Route
+	if terminated || r.TLS != nil && s.servesHTTPS() {
+		routes, err = s.router().Lookup(r.Context(), wire.ProtoHTTPS, host)
+	}
+	if err == nil && len(routes) == 0 && !terminated {
+		routes, err = s.router().Lookup(r.Context(), wire.ProtoHTTP, host)
+	}
 	if err != nil {
 		s.httpError(w, r, http.StatusServiceUnavailable, "routing_unavailable", "routing is unavailable", err)
 		return
 	}
 	if len(routes) == 0 {
-		s.httpError(w, r, http.StatusNotFound, "no_endpoint", "tunnel not found: "+host, nil)
+		s.noRoute(w, r, host, terminated)
 		return
 	}
 	client := clientAddr(r.RemoteAddr)
@@ -86,18 +117,39 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	defer cancel()
 	info := ConnInfo{Client: client, Host: r.Host}
-	dctx, dcancel := context.WithTimeout(ctx, s.handshakeTimeout())
-	st, reused, err := s.streamFor(dctx, r, routes, info)
-	dcancel()
-	if errors.Is(err, errTooManyStreams) {
-		s.httpError(w, r, http.StatusServiceUnavailable, "agent_busy", "the agent of this tunnel has no stream free; try again", err)
-		return
+	x := &exchange{srv: s, routes: routes, info: info}
+	if up := s.sharedH2(clientOf(r), routes, r.Host); up != nil {
+		x.st, x.h2, x.reused = up.st, up, true
+		x.h2Reserved.Store(true)
+	} else {
+		dctx, dcancel := context.WithTimeout(ctx, s.handshakeTimeout())
+		st, reused, err := s.streamFor(dctx, r, routes, info)
+		dcancel()
+		if errors.Is(err, errTooManyStreams) {
+			s.httpError(w, r, http.StatusServiceUnavailable, "agent_busy", "the agent of this tunnel has no stream free; try again", err)
+			return
+		}
+		if err != nil {
+			s.httpError(w, r, http.StatusBadGateway, "agent_offline", "the agent of this tunnel cannot be reached", err)
+			return
+		}
+		x.st, x.reused = st, reused
+		if st.route.AppProtocol == wire.AppProtocolH2C {
+			if x.h2, err = s.newH2(st); err != nil {
+				s.httpError(w, r, http.StatusBadGateway, "agent_offline", "the agent of this tunnel cannot be reached", err)
+				return
+			}
+			x.h2Reserved.Store(true)
+		}
 	}
-	if err != nil {
-		s.httpError(w, r, http.StatusBadGateway, "agent_offline", "the agent of this tunnel cannot be reached", err)
-		return
+	if x.h2 != nil {
+		defer func() {
+			if x.h2Reserved.Load() {
+				x.h2.cc.Release()
+			}
+		}()
 	}
-	x := &exchange{srv: s, st: st, reused: reused, routes: routes, info: info}
+	st := x.st
 	st.conn.touch()
 	defer x.stopIdle()
 	out := r.WithContext(context.WithValue(ctx, exchangeKey{}, x))
@@ -215,6 +267,10 @@ type exchange struct {
 	routes []Route     // the routes looked up for the request
 	info   ConnInfo    // its client and Host
 	body   *bodyReader // nil without a body
+
+	h2 *h2Upstream // the HTTP/2 connection to an h2c app it goes on; nil: HTTP/1.1 on st
+
+	h2Reserved atomic.Bool // a request is reserved on h2 and not sent yet
 
 	mu     sync.Mutex
 	st     *clientStream
@@ -445,6 +501,10 @@ func (p *httpProxy) rewrite(pr *httputil.ProxyRequest) {
 		proto = "https"
 	}
 	forwarded.Rewrite(pr, forwarded.Hop{For: clientAddr(pr.In.RemoteAddr), Proto: proto, Host: pr.In.Host})
+	// The outgoing request shares the incoming one's trailer map, which
+	// net/http fills when the body ends: ReverseProxy's clone would stay
+	// empty, and the app would get the trailers' names without values.
+	pr.Out.Trailer = pr.In.Trailer
 }
 
 // modifyResponse starts the idle watchdog once the app answered: a

@@ -28,6 +28,7 @@ import (
 // clientConn is a public HTTP connection the edge serves.
 type clientConn struct {
 	idle   *clientStream // its stream between requests; guarded by streams.mu
+	h2     *h2Upstream   // its HTTP/2 connection to an h2c app; likewise
 	closed bool          // likewise
 }
 
@@ -94,6 +95,7 @@ func (st *clientStream) wake() bool {
 type idleStreams struct {
 	mu      sync.Mutex
 	byRoute map[routeKey]map[*clientStream]struct{}
+	h2      map[routeKey]map[*h2Upstream]struct{} // shared HTTP/2 connections, idle or not
 }
 
 // put makes st its connection's idle stream, and reports false (and
@@ -120,6 +122,13 @@ func (s *Server) putIdle(st *clientStream) {
 	st.watched = done
 	is.mu.Unlock()
 	go s.watch(st, done)
+}
+
+// clientOf returns the public connection of a request the edge serves
+// itself; nil for one it got as a mounted handler.
+func clientOf(r *http.Request) *clientConn {
+	cc, _ := r.Context().Value(clientConnKey{}).(*clientConn)
+	return cc
 }
 
 // takeIdle returns the idle stream of cc, if any, no longer idle.
@@ -163,9 +172,16 @@ func (s *Server) dropClient(cc *clientConn) {
 	if st != nil {
 		is.removeLocked(st)
 	}
+	up := cc.h2
+	if up != nil {
+		is.forgetH2Locked(up)
+	}
 	is.mu.Unlock()
 	if st != nil {
 		st.close()
+	}
+	if up != nil {
+		up.st.close()
 	}
 }
 
@@ -180,9 +196,19 @@ func (s *Server) closeIdle(r Route) {
 	for _, st := range gone {
 		is.removeLocked(st)
 	}
+	var ups []*h2Upstream
+	for up := range is.h2[keyOf(r)] {
+		ups = append(ups, up)
+	}
+	for _, up := range ups {
+		is.forgetH2Locked(up)
+	}
 	is.mu.Unlock()
 	for _, st := range gone {
 		st.close()
+	}
+	for _, up := range ups {
+		up.shutdown() // its requests in flight finish
 	}
 }
 
@@ -204,12 +230,33 @@ func (s *Server) evictIdle(sessionID string) bool {
 	}
 	if victim != nil {
 		is.removeLocked(victim)
+		is.mu.Unlock()
+		victim.close()
+		return true
+	}
+	var idleH2 *h2Upstream
+	for k, ups := range is.h2 {
+		if k.edge != "" || k.session != sessionID {
+			continue
+		}
+		for up := range ups {
+			if up.idle() {
+				idleH2 = up
+				break
+			}
+		}
+		if idleH2 != nil {
+			break
+		}
+	}
+	if idleH2 != nil {
+		is.forgetH2Locked(idleH2)
 	}
 	is.mu.Unlock()
-	if victim == nil {
+	if idleH2 == nil {
 		return false
 	}
-	victim.close()
+	idleH2.st.close()
 	return true
 }
 
@@ -235,7 +282,7 @@ func (s *Server) trackClients(hs *http.Server) {
 // connection's idle stream when that goes to the same route and host, or a
 // new one to the first of routes that can be reached.
 func (s *Server) streamFor(ctx context.Context, r *http.Request, routes []Route, client ConnInfo) (st *clientStream, reused bool, err error) {
-	cc, _ := r.Context().Value(clientConnKey{}).(*clientConn)
+	cc := clientOf(r)
 	if cc != nil {
 		if st := s.takeIdle(cc); st != nil {
 			if st.wake() && st.serves(routes, r.Host) {

@@ -50,7 +50,9 @@ func (r PortRange) contains(p int) bool { return r.valid() && r.Min <= p && p <=
 
 // ServeSNI serves public TLS on ln: each connection's server name is read
 // with sni.Peek, without terminating TLS, and the untouched bytes go to an
-// agent that bound that name (exact or wildcard). A connection that is not
+// agent that bound that name (exact or wildcard) over tls; for a name bound
+// over https, the edge terminates TLS itself and serves HTTP/2 or HTTP/1.1
+// (see ACME and Certificates). A connection that is not
 // TLS is decided on its first byte and handed to NotTLS (closed when nil);
 // one whose hello is malformed, late or names no route is closed. It
 // returns an error wrapping net.ErrClosed after Close or Shutdown.
@@ -63,6 +65,9 @@ func (s *Server) ServeSNI(ln net.Listener) error {
 		}
 	}
 	s.mu.Unlock()
+	if s.servesHTTPS() {
+		s.serveTerminated()
+	}
 	return s.serveL4(s.publicListener(ln), s.handleSNI)
 }
 
@@ -94,16 +99,37 @@ func (s *Server) handleSNI(c net.Conn) {
 		pc.Close()
 		return
 	}
-	s.proxyL4(pc, wire.ProtoTLS, hello.ServerName, hello.ServerName)
+	proto, routes, err := s.chooseTLS(context.Background(), hello)
+	if err != nil {
+		s.log().Info("routing unavailable", "proto", "tls", "name", hello.ServerName, "err", err)
+		pc.Close()
+		return
+	}
+	if proto == wire.ProtoHTTPS {
+		s.terminate(pc)
+		return
+	}
+	s.proxyRoutes(pc, wire.ProtoTLS, hello.ServerName, hello.ServerName, routes)
 }
 
 // proxyL4 routes a public TLS or TCP conn to an agent and copies both ways
 // until both sides are done.
 func (s *Server) proxyL4(c net.Conn, proto, name, host string) {
-	defer c.Close()
 	routes, err := s.router().Lookup(context.Background(), proto, name)
-	if err != nil || len(routes) == 0 {
-		s.log().Debug("no route", "proto", proto, "name", name, "err", err)
+	if err != nil {
+		s.log().Info("routing unavailable", "proto", proto, "name", name, "err", err)
+		c.Close()
+		return
+	}
+	s.proxyRoutes(c, proto, name, host, routes)
+}
+
+// proxyRoutes routes a public TLS or TCP conn to the first reachable of
+// routes and copies both ways until both sides are done.
+func (s *Server) proxyRoutes(c net.Conn, proto, name, host string, routes []Route) {
+	defer c.Close()
+	if len(routes) == 0 {
+		s.log().Debug("no route", "proto", proto, "name", name)
 		return
 	}
 	info := ConnInfo{Client: addrPort(c.RemoteAddr()), Host: host}

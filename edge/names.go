@@ -172,6 +172,8 @@ func (s *Server) publicURL(r Route) string {
 		return "tcp://" + net.JoinHostPort(s.tcpURLHost(), r.Name)
 	case wire.ProtoTLS:
 		return "tls://" + withPort(r.Name, tlsPort, "443")
+	case wire.ProtoHTTPS:
+		return "https://" + withPort(r.Name, tlsPort, "443")
 	}
 	return "http://" + withPort(r.Name, httpPort, "80")
 }

@@ -38,6 +38,9 @@ func (t exchangeTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if x == nil {
 		return nil, errors.New("edge: a request without its exchange")
 	}
+	if x.h2 != nil {
+		return t.roundTripH2(req, x)
+	}
 	st, err := x.take()
 	if err != nil {
 		return nil, err

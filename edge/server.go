@@ -45,6 +45,34 @@ type Server struct {
 	// Domain instead.
 	TCPListenHost string
 
+	// Certificates are the operator's certificates for https endpoints,
+	// such as one for "*.<Domain>": a terminated handshake gets the first
+	// that covers its server name (and suits the client's algorithms).
+	Certificates []tls.Certificate
+
+	// GetCertificate, if set, is asked first for the certificate of a
+	// terminated handshake; returning nil and no error passes on to
+	// Certificates, then ACME.
+	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+
+	// ACME, if set, gets certificates for https endpoints from an ACME CA
+	// on demand (see ACME).
+	//
+	// Agents may bind https endpoints only when the edge has a source of
+	// certificates: Certificates, GetCertificate or ACME. They are served
+	// on the ServeSNI listeners beside tls endpoints, chosen by server
+	// name, with HTTP/2 and HTTP/1.1.
+	ACME *ACME
+
+	// RedirectHTTP answers a plain-HTTP request for a name bound over
+	// https only with 308 Permanent Redirect to its https URL. False: 404
+	// with the code https_only.
+	RedirectHTTP bool
+
+	// AccessLog, if set, gets one line per public HTTP request: method,
+	// host, path, protocol, status, bytes, duration and client. Nil: none.
+	AccessLog *slog.Logger
+
 	// NotTLS receives the connections on ServeSNI listeners that are not
 	// TLS, with every byte read so far replayed, and owns them. Nil: they
 	// are closed.
@@ -196,6 +224,7 @@ type Server struct {
 	auth     *authGuard
 	shares   shares
 	streams  idleStreams
+	term     terminating
 
 	mu          sync.Mutex
 	closed      bool
@@ -377,13 +406,13 @@ func (s *Server) serve(ln net.Listener, what string, handle func(net.Conn)) erro
 // It returns an error wrapping net.ErrClosed after Close or Shutdown.
 func (s *Server) ServeHTTPListener(ln net.Listener) error {
 	s.init()
-	hs := &http.Server{
-		Handler:           s,
-		ReadHeaderTimeout: s.handshakeTimeout(),
-		IdleTimeout:       s.idleTimeout(2 * time.Minute),
-		ErrorLog:          slog.NewLogLogger(s.log().Handler(), slog.LevelDebug),
-	}
-	s.trackClients(hs)
+	hs := s.newHTTPServer(s)
+	// HTTP/2 without TLS, for clients that know the edge speaks it (prior
+	// knowledge), beside HTTP/1.1.
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	hs.Protocols = p
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -405,6 +434,18 @@ func (s *Server) ServeHTTPListener(ln net.Listener) error {
 		err = fmt.Errorf("edge: %w", net.ErrClosed)
 	}
 	return err
+}
+
+// newHTTPServer returns an http.Server for public HTTP connections.
+func (s *Server) newHTTPServer(h http.Handler) *http.Server {
+	hs := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: s.handshakeTimeout(),
+		IdleTimeout:       s.idleTimeout(2 * time.Minute),
+		ErrorLog:          slog.NewLogLogger(s.log().Handler(), slog.LevelDebug),
+	}
+	s.trackClients(hs)
+	return hs
 }
 
 // Close closes every listener, public HTTP connection and agent session at

@@ -1,0 +1,350 @@
+package edge
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/acme"
+	"golang.org/x/crypto/acme/autocert"
+
+	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"github.com/tunnelkit/tunnelkit/router"
+	"github.com/tunnelkit/tunnelkit/sni"
+)
+
+// https:// endpoints: TLS terminated at the edge.
+//
+// ServeSNI peeks at each connection's ClientHello and looks the server name
+// up among https and tls routes. A tls route gets the bytes untouched; an
+// https route makes the edge complete the handshake itself, with the
+// operator's certificate or one from ACME, and serve HTTP/2 or HTTP/1.1 (by
+// ALPN) on the connection, through the same reverse proxy as plain HTTP. So
+// one port serves both, chosen by name.
+
+// ACME gets certificates for https endpoints from an ACME CA (Let's
+// Encrypt, or any RFC 8555 server) on demand, through
+// golang.org/x/crypto/acme/autocert: the first handshake for a name gets a
+// certificate by a TLS-ALPN-01 challenge on the TLS port (or HTTP-01 on the
+// HTTP port), later ones get it from the cache, and it is renewed before it
+// expires while the Server runs. Setting ACME accepts the CA's terms of
+// service.
+//
+// Certificates are asked for only for names an agent has bound over https,
+// exactly: never for whatever server name a stranger sends, and not for the
+// names under a wildcard endpoint (anyone could make the edge spend the
+// CA's rate limit, shared by every tenant of the domain, on random names
+// under it). A wildcard endpoint needs the operator's certificate.
+type ACME struct {
+	// DirectoryURL is the CA's directory. Empty: Let's Encrypt's
+	// production directory.
+	DirectoryURL string
+
+	// Email is the contact the CA may write to about the certificates.
+	Email string
+
+	// Cache keeps the account key and certificates. Several edges sharing
+	// one Cache (a shared store implementing the interface) serve the same
+	// certificates. Nil: a directory, "tunnelkit/acme" under the user's
+	// cache directory.
+	Cache autocert.Cache
+
+	// HTTPClient talks to the CA. Nil: http.DefaultClient.
+	HTTPClient *http.Client
+
+	// RenewBefore is how long before a certificate expires it is renewed.
+	// Zero: the lesser of 30 days and a third of its lifetime.
+	RenewBefore time.Duration
+}
+
+// terminating is the TLS the edge terminates for https endpoints: its
+// configuration and the HTTP server its connections go to.
+type terminating struct {
+	once     sync.Once
+	config   *tls.Config
+	acme     *autocert.Manager // nil without ACME
+	acmeHTTP http.Handler      // its HTTP-01 challenges
+	leaves   []*tls.Certificate
+	queue    *connQueue
+	hs       *http.Server
+	serve    sync.Once
+}
+
+// servesHTTPS reports whether the server has any source of certificates,
+// which https endpoints need.
+func (s *Server) servesHTTPS() bool {
+	return len(s.Certificates) > 0 || s.GetCertificate != nil || s.ACME != nil
+}
+
+// tlsTerm returns the server's TLS termination, set up on first use.
+func (s *Server) tlsTerm() *terminating {
+	t := &s.term
+	t.once.Do(func() {
+		for i := range s.Certificates {
+			c := s.Certificates[i]
+			if c.Leaf == nil && len(c.Certificate) > 0 {
+				c.Leaf, _ = x509.ParseCertificate(c.Certificate[0])
+			}
+			t.leaves = append(t.leaves, &c)
+		}
+		protos := []string{"h2", "http/1.1"}
+		if a := s.ACME; a != nil {
+			cache := a.Cache
+			if cache == nil {
+				if dir, err := os.UserCacheDir(); err == nil {
+					cache = autocert.DirCache(filepath.Join(dir, "tunnelkit", "acme"))
+				} else {
+					s.log().Warn("acme: no cache directory; certificates last as long as the process", "err", err)
+				}
+			}
+			t.acme = &autocert.Manager{
+				Prompt:      autocert.AcceptTOS,
+				Cache:       cache,
+				HostPolicy:  s.acmePolicy,
+				RenewBefore: a.RenewBefore,
+				Client:      &acme.Client{DirectoryURL: a.DirectoryURL, HTTPClient: a.HTTPClient},
+				Email:       a.Email,
+			}
+			t.acmeHTTP = t.acme.HTTPHandler(nil)
+			protos = append(protos, acme.ALPNProto)
+		}
+		t.config = &tls.Config{
+			MinVersion:     tls.VersionTLS12,
+			NextProtos:     protos,
+			GetCertificate: s.certificate,
+		}
+		t.queue = newConnQueue()
+		t.hs = s.newHTTPServer(http.HandlerFunc(s.serveHTTPS))
+		p := new(http.Protocols)
+		p.SetHTTP1(true)
+		p.SetHTTP2(true)
+		t.hs.Protocols = p
+	})
+	return t
+}
+
+// certificate returns the certificate for a terminated handshake:
+// GetCertificate's, else the first of Certificates that covers the name,
+// else one from ACME.
+func (s *Server) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	t := s.tlsTerm()
+	if slices.Contains(hello.SupportedProtos, acme.ALPNProto) {
+		if t.acme == nil {
+			return nil, errors.New("edge: an ACME challenge, and this edge uses no ACME")
+		}
+		return t.acme.GetCertificate(hello)
+	}
+	if s.GetCertificate != nil {
+		c, err := s.GetCertificate(hello)
+		if c != nil || err != nil {
+			return c, err
+		}
+	}
+	for _, c := range t.leaves {
+		if hello.SupportsCertificate(c) == nil {
+			return c, nil
+		}
+	}
+	if t.acme != nil {
+		return t.acme.GetCertificate(hello)
+	}
+	return nil, fmt.Errorf("edge: no certificate for %q", hello.ServerName)
+}
+
+// acmePolicy lets ACME get a certificate only for a name bound over https
+// exactly (not through a wildcard).
+func (s *Server) acmePolicy(ctx context.Context, host string) error {
+	name, ok := router.Normalise(host)
+	if !ok {
+		return fmt.Errorf("edge: no certificate for %q: not a host name", host)
+	}
+	routes, err := s.router().Lookup(ctx, wire.ProtoHTTPS, name)
+	if err != nil {
+		return err
+	}
+	for _, r := range routes {
+		if r.Name == name {
+			return nil
+		}
+	}
+	return fmt.Errorf("edge: no certificate for %q: no https endpoint has that name", host)
+}
+
+// chooseTLS decides whether a TLS connection for hello's server name is
+// terminated here (an https route) or passed through (a tls route), and
+// returns the routes of the one chosen. The more specific pattern wins (an
+// exact name over a wildcard, a longer wildcard over a shorter one); when
+// the same pattern has both, the connection is passed through, but for an
+// ACME challenge, which the edge answers.
+func (s *Server) chooseTLS(ctx context.Context, hello *sni.ClientHello) (proto string, routes []Route, err error) {
+	name := hello.ServerName
+	tlsRoutes, err := s.router().Lookup(ctx, wire.ProtoTLS, name)
+	if err != nil {
+		return "", nil, err
+	}
+	var httpsRoutes []Route
+	if s.servesHTTPS() {
+		if httpsRoutes, err = s.router().Lookup(ctx, wire.ProtoHTTPS, name); err != nil {
+			return "", nil, err
+		}
+	}
+	switch {
+	case len(httpsRoutes) == 0:
+		return wire.ProtoTLS, tlsRoutes, nil
+	case len(tlsRoutes) == 0:
+		return wire.ProtoHTTPS, httpsRoutes, nil
+	case slices.Contains(hello.ALPN, acme.ALPNProto):
+		return wire.ProtoHTTPS, httpsRoutes, nil
+	case moreSpecific(httpsRoutes[0].Name, tlsRoutes[0].Name):
+		return wire.ProtoHTTPS, httpsRoutes, nil
+	}
+	return wire.ProtoTLS, tlsRoutes, nil
+}
+
+// moreSpecific reports whether pattern a matches fewer names than b, both
+// matching the same host: an exact name beats a wildcard, and a longer
+// wildcard a shorter one.
+func moreSpecific(a, b string) bool {
+	aw, bw := strings.HasPrefix(a, "*."), strings.HasPrefix(b, "*.")
+	if aw != bw {
+		return bw
+	}
+	return len(a) > len(b)
+}
+
+// terminate completes the TLS handshake of a public connection for an
+// https endpoint and hands it to the https HTTP server.
+func (s *Server) terminate(c net.Conn) {
+	t := s.tlsTerm()
+	tc := tls.Server(c, t.config)
+	c.SetDeadline(time.Now().Add(s.handshakeTimeout()))
+	if err := tc.Handshake(); err != nil {
+		s.log().Debug("tls handshake", "client", c.RemoteAddr().String(), "err", err)
+		c.Close()
+		return
+	}
+	c.SetDeadline(time.Time{})
+	if tc.ConnectionState().NegotiatedProtocol == acme.ALPNProto {
+		// A CA validating a TLS-ALPN-01 challenge: the handshake was all.
+		tc.Close()
+		return
+	}
+	if !t.queue.push(tc) {
+		tc.Close()
+	}
+}
+
+// serveTerminated serves the HTTP of terminated TLS connections until the
+// server closes. ServeSNI starts it.
+func (s *Server) serveTerminated() {
+	t := s.tlsTerm()
+	t.serve.Do(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.closed {
+			t.queue.Close()
+			return
+		}
+		if s.servers == nil {
+			s.servers = map[*http.Server]struct{}{}
+		}
+		s.servers[t.hs] = struct{}{}
+		s.wg.Go(func() { t.hs.Serve(t.queue) })
+	})
+}
+
+// connQueue is a net.Listener whose conns are pushed to it.
+type connQueue struct {
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newConnQueue() *connQueue {
+	return &connQueue{conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+// push hands c to Accept, and reports false once the queue is closed.
+func (q *connQueue) push(c net.Conn) bool {
+	select {
+	case q.conns <- c:
+		return true
+	case <-q.done:
+		return false
+	}
+}
+
+func (q *connQueue) Accept() (net.Conn, error) {
+	select {
+	case c := <-q.conns:
+		return c, nil
+	case <-q.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (q *connQueue) Close() error {
+	q.once.Do(func() { close(q.done) })
+	return nil
+}
+
+func (q *connQueue) Addr() net.Addr { return queueAddr{} }
+
+type queueAddr struct{}
+
+func (queueAddr) Network() string { return "tls" }
+func (queueAddr) String() string  { return "terminated-tls" }
+
+// noRoute answers a request whose host has no route for its scheme: a name
+// bound over https only gets redirected there (or told so), an ACME HTTP-01
+// challenge for it is answered, and an HTTP/2 connection reused for a name
+// its TLS was not for gets 421, so that the client opens one of its own.
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request, host string, terminated bool) {
+	if terminated {
+		if r.TLS != nil && r.TLS.ServerName != "" && !strings.EqualFold(r.TLS.ServerName, host) {
+			s.httpError(w, r, http.StatusMisdirectedRequest, "misdirected", "this connection does not serve "+host+"; open a new one", nil)
+			return
+		}
+		s.httpError(w, r, http.StatusNotFound, "no_endpoint", "tunnel not found: "+host, nil)
+		return
+	}
+	if r.TLS == nil && s.servesHTTPS() {
+		routes, err := s.router().Lookup(r.Context(), wire.ProtoHTTPS, host)
+		if err == nil && len(routes) > 0 {
+			s.httpsOnly(w, r, host)
+			return
+		}
+	}
+	s.httpError(w, r, http.StatusNotFound, "no_endpoint", "tunnel not found: "+host, nil)
+}
+
+// httpsOnly answers a plain-HTTP request for a name bound over https only.
+func (s *Server) httpsOnly(w http.ResponseWriter, r *http.Request, host string) {
+	t := s.tlsTerm()
+	if t.acmeHTTP != nil && strings.HasPrefix(r.URL.Path, "/.well-known/acme-challenge/") {
+		t.acmeHTTP.ServeHTTP(w, r)
+		return
+	}
+	s.mu.Lock()
+	port := s.TLSPort
+	s.mu.Unlock()
+	target := "https://" + withPort(host, port, "443") + r.URL.RequestURI()
+	if !s.RedirectHTTP {
+		s.httpError(w, r, http.StatusNotFound, "https_only", "this tunnel is served over https only: "+target, nil)
+		return
+	}
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+	}
+	http.Redirect(w, r, target, http.StatusPermanentRedirect)
+}
