@@ -1,0 +1,140 @@
+package edge_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/acme/autocert"
+
+	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/internal/testacme"
+)
+
+// orderCounter counts the new orders an ACME client sends: a POST to a URL
+// ending in "/order-plz" (pebble's newOrder).
+type orderCounter struct {
+	base   http.RoundTripper
+	orders atomic.Int64
+}
+
+func (c *orderCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/order-plz") {
+		c.orders.Add(1)
+	}
+	return c.base.RoundTrip(r)
+}
+
+// TestACMECertificateOnDemand runs a real ACME server (pebble) whose
+// validation connects to the edge's own ports: an agent binds https://x,
+// the first handshake gets a certificate issued by pebble through a
+// TLS-ALPN-01 challenge the edge answers, and the second comes from the
+// cache. Names nobody bound over https, and names under a wildcard
+// endpoint, get no certificate and cost no order.
+func TestACMECertificateOnDemand(t *testing.T) {
+	agents, httpLn, tlsLn := listen(t), listen(t), listen(t)
+	httpPort, _ := strconv.Atoi(portOf(httpLn))
+	tlsPort, _ := strconv.Atoi(portOf(tlsLn))
+	pebble := testacme.Start(t, httpPort, tlsPort)
+	counter := &orderCounter{base: pebble.HTTPClient.Transport}
+	cacheDir := t.TempDir()
+	srv := &edge.Server{
+		Domain:   "example.test",
+		HTTPPort: portOf(httpLn),
+		TLSPort:  portOf(tlsLn),
+		ACME: &edge.ACME{
+			DirectoryURL: pebble.DirectoryURL,
+			Email:        "ops@example.test",
+			Cache:        autocert.DirCache(cacheDir),
+			HTTPClient:   &http.Client{Transport: counter, Timeout: 30 * time.Second},
+		},
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { srv.ServeAgents(agents) })
+	wg.Go(func() { srv.ServeHTTPListener(httpLn) })
+	wg.Go(func() { srv.ServeSNI(tlsLn) })
+	t.Cleanup(func() { srv.Close(); wg.Wait() })
+
+	c := &agent.Client{Addr: agents.Addr().String()}
+	defer c.Close()
+	l, err := c.Listen(context.Background(), "https://x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "https://x.example.test:" + portOf(tlsLn); l.URL() != want {
+		t.Fatalf("URL %q, want %q", l.URL(), want)
+	}
+	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "hello over "+r.Header.Get("X-Forwarded-Proto"))
+	}))
+	wl, err := c.Listen(context.Background(), "https://*.wild.example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wl.Close()
+
+	roots := pebble.Roots(t)
+	get := func() (*x509.Certificate, string) {
+		t.Helper()
+		tr := &http.Transport{
+			DialContext:     func(ctx context.Context, n, _ string) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, n, tlsLn.Addr().String()) },
+			TLSClientConfig: &tls.Config{RootCAs: roots},
+		}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 60 * time.Second}).Get("https://x.example.test/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.TLS.PeerCertificates[0], string(b)
+	}
+	first, body := get()
+	if body != "hello over https" {
+		t.Errorf("body %q", body)
+	}
+	if !strings.Contains(first.Issuer.CommonName, "Pebble") {
+		t.Errorf("issuer %q, want pebble's", first.Issuer.CommonName)
+	}
+	orders := counter.orders.Load()
+	if orders != 1 {
+		t.Errorf("%d ACME orders for the first handshake, want 1", orders)
+	}
+	if _, err := os.Stat(filepath.Join(cacheDir, "x.example.test")); err != nil {
+		t.Errorf("certificate not in the cache: %v", err)
+	}
+	second, _ := get()
+	if second.SerialNumber.Cmp(first.SerialNumber) != 0 {
+		t.Error("the second handshake got a new certificate, not the cached one")
+	}
+
+	// Strangers' names: unbound, under the wildcard endpoint, the domain
+	// itself. No handshake, and no order.
+	for _, name := range []string{"nobody.example.test", "a.wild.example.test", "example.test"} {
+		conn, err := tls.Dial("tcp", tlsLn.Addr().String(), &tls.Config{ServerName: name, InsecureSkipVerify: true})
+		if err == nil {
+			conn.Close()
+			t.Errorf("%s: handshake succeeded", name)
+		}
+	}
+	if n := counter.orders.Load(); n != orders {
+		t.Errorf("%d more ACME orders for names nobody bound over https", n-orders)
+	}
+}
+
+func portOf(ln net.Listener) string {
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
