@@ -1,0 +1,139 @@
+package edge_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/internal/testpki"
+	"github.com/tunnelkit/tunnelkit/internal/testtools"
+)
+
+// Real clients against https endpoints: headless Chromium, curl.
+
+// protocolPage is a page whose script writes, into the DOM, which protocol
+// the browser loaded it over and the page's name.
+func protocolPage(name string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		io.WriteString(w, `<!doctype html><html><body><p id="out">script did not run</p><script>
+document.getElementById("out").textContent = "page=`+name+` proto=" + performance.getEntriesByType("navigation")[0].nextHopProtocol;
+</script></body></html>`)
+	})
+}
+
+// spki returns the base64 SHA-256 of a certificate's public key, as
+// Chromium's --ignore-certificate-errors-spki-list wants it.
+func spki(t testing.TB, cert tls.Certificate) string {
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(leaf.RawSubjectPublicKeyInfo)
+	return base64.StdEncoding.EncodeToString(sum[:])
+}
+
+// chromium loads url in headless Chromium, trusting the certificates whose
+// keys are in spkis, with every name of example.test resolving to
+// loopback, and returns the DOM after its scripts ran.
+func chromium(t testing.TB, url string, spkis ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "chromium",
+		"--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+		"--user-data-dir="+t.TempDir(),
+		"--host-resolver-rules=MAP *.example.test 127.0.0.1",
+		"--ignore-certificate-errors-spki-list="+strings.Join(spkis, ","),
+		"--virtual-time-budget=5000",
+		"--dump-dom", url)
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("chromium %s: %v\n%s", url, err, stderr)
+	}
+	return string(out)
+}
+
+// TestChromiumHTTPSAndTLSOnOnePort: Chromium loads a page from an https
+// endpoint (TLS terminated at the edge, HTTP/2) and one from a tls
+// endpoint (TLS terminated by the app) on the same port.
+func TestChromiumHTTPSAndTLSOnOnePort(t *testing.T) {
+	testtools.Need(t, "chromium")
+	e := startHTTPSEdge(t, nil)
+	_, tlsPort, _ := net.SplitHostPort(e.tlsAddr)
+	l := e.serve(t, agent.Endpoint{URL: "https://web"}, protocolPage("web"))
+
+	appCA := testpki.New(t)
+	appCert := appCA.Issue(t, "pass.example.test")
+	c := &agent.Client{Addr: e.agentAddr}
+	tl, err := c.Listen(context.Background(), "tls://pass.example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	go http.Serve(tls.NewListener(tl, &tls.Config{Certificates: []tls.Certificate{appCert}, NextProtos: []string{"h2", "http/1.1"}}), protocolPage("pass"))
+
+	edgeCert := e.srv.Certificates[0]
+	dom := chromium(t, l.URL()+"/", spki(t, edgeCert), spki(t, appCert))
+	if !strings.Contains(dom, "page=web proto=h2") {
+		t.Errorf("https endpoint: want page=web over h2, DOM:\n%s", dom)
+	}
+	dom = chromium(t, "https://pass.example.test:"+tlsPort+"/", spki(t, edgeCert), spki(t, appCert))
+	if !strings.Contains(dom, "page=pass proto=h2") {
+		t.Errorf("tls endpoint: want page=pass over h2, DOM:\n%s", dom)
+	}
+}
+
+// TestCurlHTTP2: curl --http2 against an https endpoint and
+// --http2-prior-knowledge against the HTTP port.
+func TestCurlHTTP2(t *testing.T) {
+	testtools.Need(t, "curl")
+	e := startHTTPSEdge(t, nil)
+	e.serve(t, agent.Endpoint{URL: "https://app"}, echoInfo)
+	e.serve(t, agent.Endpoint{URL: "http://plain"}, echoInfo)
+	_, tlsPort, _ := net.SplitHostPort(e.tlsAddr)
+	_, httpPort, _ := net.SplitHostPort(e.httpAddr)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, e.pki.PEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--http2", "--cacert", ca, "--resolve", "app.example.test:" + tlsPort + ":127.0.0.1", "https://app.example.test:" + tlsPort + "/tls"},
+			"2 host=app.example.test:" + tlsPort + " proto=HTTP/1.1 xfp=https xff=127.0.0.1 path=/tls"},
+		{[]string{"--http2-prior-knowledge", "--resolve", "plain.example.test:" + httpPort + ":127.0.0.1", "http://plain.example.test:" + httpPort + "/h2c"},
+			"2 host=plain.example.test:" + httpPort + " proto=HTTP/1.1 xfp=http xff=127.0.0.1 path=/h2c"},
+		{[]string{"--http1.1", "--cacert", ca, "--resolve", "app.example.test:" + tlsPort + ":127.0.0.1", "https://app.example.test:" + tlsPort + "/h1"},
+			"1.1 host=app.example.test:" + tlsPort + " proto=HTTP/1.1 xfp=https xff=127.0.0.1 path=/h1"},
+	} {
+		args := append([]string{"-sS", "--max-time", "20", "-w", "%{http_version} ", "-o", "/dev/stderr"}, c.args...)
+		cmd := exec.Command("curl", args...)
+		var body strings.Builder
+		cmd.Stderr = &body
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("curl %v: %v\n%s", c.args, err, body.String())
+		}
+		if got := string(out) + body.String(); got != c.want {
+			t.Errorf("curl %v:\n got %q\nwant %q", c.args, got, c.want)
+		}
+	}
+}
