@@ -153,7 +153,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, terminated bo
 	st.conn.touch()
 	defer x.stopIdle()
 	out := r.WithContext(context.WithValue(ctx, exchangeKey{}, x))
-	if r.Body != nil && r.Body != http.NoBody {
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		x.body = &bodyReader{ReadCloser: r.Body, rc: http.NewResponseController(w), timeout: s.bodyTimeout()}
 		out.Body = x.body
 	}
@@ -250,10 +250,12 @@ func (s *Server) httpError(w http.ResponseWriter, r *http.Request, status int, c
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Tunnelkit-Error", code)
-	if r.ContentLength != 0 {
+	if r.ContentLength != 0 && r.ProtoMajor == 1 {
 		// Close rather than read what is left of the body first, as
 		// net/http would: a client that sends it slowly, or never, would
-		// hold the connection for as long as it likes.
+		// hold the connection for as long as it likes. (HTTP/2 resets
+		// the stream alone; "Connection: close" would end the whole
+		// connection, every other stream's too.)
 		h.Set("Connection", "close")
 	}
 	w.WriteHeader(status)
@@ -516,7 +518,7 @@ func (p *httpProxy) modifyResponse(resp *http.Response) error {
 		return nil
 	}
 	x.armIdle(p.srv.idleTimeout(2 * time.Minute))
-	if x.body != nil && !x.body.done() && resp.StatusCode != http.StatusSwitchingProtocols {
+	if x.body != nil && !x.body.done() && resp.StatusCode != http.StatusSwitchingProtocols && resp.Request.ProtoMajor == 1 {
 		// The app answered before reading the whole body: close the
 		// client's connection after the response rather than wait for
 		// the rest of a body nobody will read.

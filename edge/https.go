@@ -343,7 +343,7 @@ func (s *Server) httpsOnly(w http.ResponseWriter, r *http.Request, host string) 
 		s.httpError(w, r, http.StatusNotFound, "https_only", "this tunnel is served over https only: "+target, nil)
 		return
 	}
-	if r.ContentLength != 0 {
+	if r.ContentLength != 0 && r.ProtoMajor == 1 {
 		w.Header().Set("Connection", "close")
 	}
 	http.Redirect(w, r, target, http.StatusPermanentRedirect)

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"testing"
@@ -510,5 +511,32 @@ func TestHTTPSAndHTTPSameNameSameOwner(t *testing.T) {
 	defer c.Close()
 	if _, err := c.Listen(context.Background(), "https://both"); !errors.Is(err, agent.ErrNameTaken) {
 		t.Errorf("another identity's https bind: %v, want ErrNameTaken", err)
+	}
+}
+
+// TestHTTP2ConnectionOutlivesItsRequests: requests, with or without a body
+// the app leaves unread, never end a client's HTTP/2 connection (a
+// "Connection: close" on an HTTP/2 response makes net/http send GOAWAY).
+func TestHTTP2ConnectionOutlivesItsRequests(t *testing.T) {
+	e := startHTTPSEdge(t, nil)
+	e.serve(t, agent.Endpoint{URL: "https://app"}, echoInfo)
+	c := e.client(t, true)
+	conns := 0
+	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
+		if !i.Reused {
+			conns++
+		}
+	}}
+	for i := range 20 {
+		var body io.Reader
+		method := "GET"
+		if i%2 == 1 {
+			method, body = "POST", strings.NewReader(strings.Repeat("x", 100<<10)) // echoInfo never reads it
+		}
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), method, "https://app.example.test/", body)
+		mustRead(t)(c.Do(req))
+	}
+	if conns != 1 {
+		t.Errorf("20 requests took %d connections, want 1", conns)
 	}
 }
