@@ -89,7 +89,9 @@ func TestACMECertificateOnDemand(t *testing.T) {
 	get := func() (*x509.Certificate, string) {
 		t.Helper()
 		tr := &http.Transport{
-			DialContext:     func(ctx context.Context, n, _ string) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, n, tlsLn.Addr().String()) },
+			DialContext: func(ctx context.Context, n, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, n, tlsLn.Addr().String())
+			},
 			TLSClientConfig: &tls.Config{RootCAs: roots},
 		}
 		defer tr.CloseIdleConnections()

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,7 +28,7 @@ import (
 
 // clientConn is a public HTTP connection the edge serves.
 type clientConn struct {
-	idle   *clientStream // its stream between requests; guarded by streams.mu
+	idle   []*clientStream // its streams between requests, the latest last; guarded by streams.mu
 	h2     *h2Upstream   // its HTTP/2 connection to an h2c app; likewise
 	closed bool          // likewise
 }
@@ -98,18 +99,23 @@ type idleStreams struct {
 	h2      map[routeKey]map[*h2Upstream]struct{} // shared HTTP/2 connections, idle or not
 }
 
-// put makes st its connection's idle stream, and reports false (and
-// closes st) when the connection is gone or has one already.
+// maxIdlePerConn bounds the idle streams of one public connection: one for
+// HTTP/1.1, which sends a request at a time; for HTTP/2, as many as its
+// requests ran at once, up to this.
+const maxIdlePerConn = 64
+
+// putIdle makes st one of its connection's idle streams, or closes it when
+// the connection is gone or has as many as it may keep.
 func (s *Server) putIdle(st *clientStream) {
 	is := &s.streams
 	is.mu.Lock()
 	cc := st.owner
-	if cc.closed || cc.idle != nil || st.dead.Load() {
+	if cc.closed || len(cc.idle) >= maxIdlePerConn || st.dead.Load() {
 		is.mu.Unlock()
 		st.close()
 		return
 	}
-	cc.idle = st
+	cc.idle = append(cc.idle, st)
 	k := keyOf(st.route)
 	if is.byRoute == nil {
 		is.byRoute = map[routeKey]map[*clientStream]struct{}{}
@@ -131,15 +137,16 @@ func clientOf(r *http.Request) *clientConn {
 	return cc
 }
 
-// takeIdle returns the idle stream of cc, if any, no longer idle.
+// takeIdle returns the latest idle stream of cc, if any, no longer idle.
 func (s *Server) takeIdle(cc *clientConn) *clientStream {
 	is := &s.streams
 	is.mu.Lock()
 	defer is.mu.Unlock()
-	st := cc.idle
-	if st != nil {
-		is.removeLocked(st)
+	if len(cc.idle) == 0 {
+		return nil
 	}
+	st := cc.idle[len(cc.idle)-1]
+	is.removeLocked(st)
 	return st
 }
 
@@ -147,7 +154,7 @@ func (s *Server) takeIdle(cc *clientConn) *clientStream {
 func (is *idleStreams) remove(st *clientStream) bool {
 	is.mu.Lock()
 	defer is.mu.Unlock()
-	if st.owner.idle != st {
+	if !slices.Contains(st.owner.idle, st) {
 		return false
 	}
 	is.removeLocked(st)
@@ -155,7 +162,10 @@ func (is *idleStreams) remove(st *clientStream) bool {
 }
 
 func (is *idleStreams) removeLocked(st *clientStream) {
-	st.owner.idle = nil
+	cc := st.owner
+	if i := slices.Index(cc.idle, st); i >= 0 {
+		cc.idle = slices.Delete(cc.idle, i, i+1)
+	}
 	k := keyOf(st.route)
 	delete(is.byRoute[k], st)
 	if len(is.byRoute[k]) == 0 {
@@ -168,8 +178,8 @@ func (s *Server) dropClient(cc *clientConn) {
 	is := &s.streams
 	is.mu.Lock()
 	cc.closed = true
-	st := cc.idle
-	if st != nil {
+	idle := slices.Clone(cc.idle)
+	for _, st := range idle {
 		is.removeLocked(st)
 	}
 	up := cc.h2
@@ -177,7 +187,7 @@ func (s *Server) dropClient(cc *clientConn) {
 		is.forgetH2Locked(up)
 	}
 	is.mu.Unlock()
-	if st != nil {
+	for _, st := range idle {
 		st.close()
 	}
 	if up != nil {
