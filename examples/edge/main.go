@@ -1,12 +1,17 @@
 // Command edge runs a tunnel edge: agents connect on -agents; public HTTP
-// requests on -http reach them by name under -domain, public TLS on -tls by
-// server name (passed through, never terminated), and TCP endpoints are
-// opened on ports of -tcp-ports.
+// requests on -http reach them by name under -domain; public TLS on -tls
+// goes by server name to tls endpoints (passed through, never terminated)
+// and https endpoints (terminated here, with -cert/-key or certificates
+// from an ACME CA); TCP endpoints are opened on ports of -tcp-ports.
 //
 //	edge -agents 127.0.0.1:7000 -http 127.0.0.1:8080 -domain example.test \
-//	     -tls 127.0.0.1:8443 -tcp-ports 20000-20100 \
-//	     -tokens tokens.txt -ticket-key ticket.key \
+//	     -tls 127.0.0.1:8443 -cert wildcard.pem -key wildcard-key.pem \
+//	     -tcp-ports 20000-20100 -tokens tokens.txt -ticket-key ticket.key \
 //	     -agent-cert edge.pem -agent-key edge-key.pem
+//
+//	edge -domain tunnel.example.com -http :80 -tls :443 \
+//	     -acme-directory https://acme-v02.api.letsencrypt.org/directory \
+//	     -acme-email ops@example.com -acme-cache /var/lib/edge/acme
 //
 // A tokens file holds one "token identity" pair per line; blank lines and
 // lines starting with # are skipped. Each identity owns the names its
@@ -20,6 +25,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -28,11 +34,15 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/crypto/acme/autocert"
 
 	"github.com/tunnelkit/tunnelkit/edge"
 )
@@ -69,6 +79,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	proxyProtocol := fs.Bool("proxy-protocol", false, "expect a PROXY protocol header (v1 or v2) from a load balancer at the start of every public connection (-http, -tls, TCP endpoints)")
 	agentCert := fs.String("agent-cert", "", "PEM certificate for TLS on -agents (with -agent-key; empty: plaintext)")
 	agentKey := fs.String("agent-key", "", "PEM private key of -agent-cert")
+	certFile := fs.String("cert", "", "PEM certificate (chain) for https endpoints on -tls, e.g. a wildcard for *.DOMAIN (with -key)")
+	keyFile := fs.String("key", "", "PEM private key of -cert")
+	acmeDir := fs.String("acme-directory", "", "ACME directory URL to get certificates for https endpoints from, on demand, for names agents bind (implies accepting the CA's terms)")
+	acmeCA := fs.String("acme-ca", "", "PEM file of the CA that signs the ACME server's own HTTPS certificate (a test CA; default: the system's roots)")
+	acmeEmail := fs.String("acme-email", "", "contact address for the ACME CA")
+	acmeCache := fs.String("acme-cache", "", "directory for the ACME account key and certificates (default: tunnelkit/acme under the user's cache directory)")
+	redirectHTTPS := fs.Bool("redirect-https", false, "answer plain-HTTP requests for names bound over https only with 308 to https (default: 404 https_only)")
+	accessLog := fs.Bool("access-log", true, "log one line per public HTTP request")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -79,7 +97,17 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return errors.New("-domain is required")
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	certs, acme, err := certificates(*certFile, *keyFile, *acmeDir, *acmeCA, *acmeEmail, *acmeCache)
+	if err != nil {
+		return err
+	}
+	if (len(certs) > 0 || acme != nil) && *tlsAddr == "" {
+		return errors.New("-cert and -acme-directory serve https endpoints on -tls: give -tls too")
+	}
 	srv := &edge.Server{
+		Certificates:           certs,
+		ACME:                   acme,
+		RedirectHTTP:           *redirectHTTPS,
 		Domain:                 *domain,
 		Logger:                 log,
 		AllowCatchAll:          *allowCatchAll,
@@ -101,6 +129,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if len(ids) > 0 {
 		srv.Authenticate = ids.authenticate
+	}
+	if *accessLog {
+		srv.AccessLog = log.With("log", "access")
 	}
 	if *ticketKey != "" {
 		key, created, err := loadTicketKey(*ticketKey)
@@ -158,7 +189,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 	}
-	log.Info("edge up", "agents", agentLn.Addr().String(), "http", httpLn.Addr().String(), "tls", *tlsAddr, "tcp_ports", *tcpPorts, "domain", *domain)
+	log.Info("edge up", "agents", agentLn.Addr().String(), "http", httpLn.Addr().String(), "tls", *tlsAddr, "tcp_ports", *tcpPorts, "domain", *domain, "https", len(certs) > 0 || acme != nil)
 	errc := make(chan error, 3)
 	go func() { errc <- srv.ServeAgents(agentLn) }()
 	go func() { errc <- srv.ServeHTTPListener(httpLn) }()
@@ -240,4 +271,50 @@ func loadTicketKey(path string) (key []byte, created bool, err error) {
 		return nil, false, fmt.Errorf("-ticket-key %s: want at least 32 bytes in hex", path)
 	}
 	return key, false, nil
+}
+
+// certificates loads the certificate of -cert and -key, and the ACME
+// settings of the -acme flags.
+func certificates(certFile, keyFile, dir, caFile, email, cacheDir string) ([]tls.Certificate, *edge.ACME, error) {
+	var certs []tls.Certificate
+	if (certFile == "") != (keyFile == "") {
+		return nil, nil, errors.New("-cert and -key go together")
+	}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-cert: %w", err)
+		}
+		certs = append(certs, cert)
+	}
+	if dir == "" {
+		if caFile != "" || email != "" || cacheDir != "" {
+			return nil, nil, errors.New("-acme-ca, -acme-email and -acme-cache need -acme-directory")
+		}
+		return certs, nil, nil
+	}
+	if u, err := url.Parse(dir); err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, nil, fmt.Errorf("-acme-directory %q: want an https:// URL", dir)
+	}
+	acme := &edge.ACME{DirectoryURL: dir, Email: email}
+	if cacheDir != "" {
+		if err := os.MkdirAll(cacheDir, 0o700); err != nil {
+			return nil, nil, fmt.Errorf("-acme-cache: %w", err)
+		}
+		acme.Cache = autocert.DirCache(cacheDir)
+	}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-acme-ca: %w", err)
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, nil, fmt.Errorf("-acme-ca %s: no PEM certificate", caFile)
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{RootCAs: roots}
+		acme.HTTPClient = &http.Client{Transport: tr, Timeout: time.Minute}
+	}
+	return certs, acme, nil
 }
