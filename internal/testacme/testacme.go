@@ -42,6 +42,10 @@ type Pebble struct {
 	// HTTPClient trusts pebble's own HTTPS listeners (the ACME API and the
 	// management API), whose certificate comes from a throwaway CA.
 	HTTPClient *http.Client
+	// CAPEM is the throwaway CA of pebble's own HTTPS listeners,
+	// PEM-encoded: what a client of the ACME API (an edge's -acme-ca)
+	// trusts.
+	CAPEM []byte
 
 	mgmtURL string // https://127.0.0.1:M, the management API
 }
@@ -71,7 +75,7 @@ func Start(t testing.TB, httpPort, tlsPort int) *Pebble {
 		t.Fatal(err)
 	}
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool}}
-	p := &Pebble{HTTPClient: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	p := &Pebble{HTTPClient: &http.Client{Transport: tr, Timeout: 30 * time.Second}, CAPEM: ca.PEM}
 
 	var procs []*proc
 	logged := false

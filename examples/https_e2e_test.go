@@ -1,0 +1,137 @@
+package examples_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tunnelkit/tunnelkit/internal/testacme"
+	"github.com/tunnelkit/tunnelkit/internal/testpki"
+)
+
+// getTLS fetches url over HTTPS with every name resolved to addr,
+// verifying the certificate against roots, and returns the body and the
+// protocol the response came over.
+func getTLS(t *testing.T, addr, url string, roots *x509.CertPool) (string, string) {
+	t.Helper()
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+		TLSClientConfig:   &tls.Config{RootCAs: roots},
+		ForceAttemptHTTP2: true,
+	}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Timeout: 60 * time.Second, Transport: tr}).Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	return string(b), resp.Proto
+}
+
+// localApp serves what it saw of each request on loopback until the test
+// ends, and returns its address.
+func localApp(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "local app saw %s over %s from %s", r.Host, r.Header.Get("X-Forwarded-Proto"), r.Header.Get("X-Forwarded-For"))
+	})}
+	go app.Serve(ln)
+	t.Cleanup(func() { app.Close() })
+	return ln.Addr().String()
+}
+
+// TestHTTPSWithOperatorCertificate runs the edge with -tls, -cert and
+// -key, and the agent with an https URL.
+func TestHTTPSWithOperatorCertificate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds binaries")
+	}
+	bin := build(t, "edge", "agent")
+	pki := testpki.New(t)
+	certPEM, keyPEM := testpki.PEMFiles(t, pki.Issue(t, "*.example.test"))
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(certFile, certPEM, 0o600)
+	os.WriteFile(keyFile, keyPEM, 0o600)
+	agents, pub, tlsAddr := freePort(t), freePort(t), freePort(t)
+	start(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-tls", tlsAddr, "-domain", "example.test",
+		"-cert", certFile, "-key", keyFile, "-redirect-https")
+	waitListening(t, agents)
+	waitListening(t, tlsAddr)
+	_, tlsPort, _ := net.SplitHostPort(tlsAddr)
+
+	url := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-url", "https://abc.example.test", "-to", localApp(t)))
+	if want := "https://abc.example.test:" + tlsPort; url != want {
+		t.Fatalf("agent printed %q, want %q", url, want)
+	}
+	body, proto := getTLS(t, tlsAddr, url+"/", pki.Pool)
+	if want := "local app saw abc.example.test:" + tlsPort + " over https from 127.0.0.1"; body != want || proto != "HTTP/2.0" {
+		t.Fatalf("got %q over %s, want %q over HTTP/2.0", body, proto, want)
+	}
+	// -redirect-https: plain HTTP for the name is sent to https.
+	client := &http.Client{
+		Transport: &http.Transport{DialContext: func(ctx context.Context, n, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, n, pub)
+		}},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	resp, err := client.Get("http://abc.example.test/p?q=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusPermanentRedirect || loc != url+"/p?q=1" {
+		t.Fatalf("plain HTTP: %d to %q, want 308 to %s/p?q=1", resp.StatusCode, loc, url)
+	}
+}
+
+// TestHTTPSWithACME runs the edge with -acme-directory against a real ACME
+// server (pebble), which validates through the edge's own TLS port.
+func TestHTTPSWithACME(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds binaries")
+	}
+	bin := build(t, "edge", "agent")
+	agents, pub, tlsAddr := freePort(t), freePort(t), freePort(t)
+	_, httpPort, _ := net.SplitHostPort(pub)
+	_, tlsPort, _ := net.SplitHostPort(tlsAddr)
+	hp, _ := strconv.Atoi(httpPort)
+	tp, _ := strconv.Atoi(tlsPort)
+	pebble := testacme.Start(t, hp, tp)
+	caFile := filepath.Join(t.TempDir(), "pebble-ca.pem")
+	if err := os.WriteFile(caFile, pebble.CAPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-tls", tlsAddr, "-domain", "example.test",
+		"-acme-directory", pebble.DirectoryURL, "-acme-ca", caFile, "-acme-email", "ops@example.test", "-acme-cache", t.TempDir())
+	waitListening(t, agents)
+	waitListening(t, tlsAddr)
+
+	url := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-url", "https://acme.example.test", "-to", localApp(t)))
+	if want := "https://acme.example.test:" + tlsPort; url != want {
+		t.Fatalf("agent printed %q, want %q", url, want)
+	}
+	body, _ := getTLS(t, tlsAddr, url+"/", pebble.Roots(t))
+	if want := "local app saw acme.example.test:" + tlsPort + " over https from 127.0.0.1"; body != want {
+		t.Fatalf("got %q, want %q", body, want)
+	}
+}
