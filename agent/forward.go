@@ -10,6 +10,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/internal/pipe"
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
+	"github.com/tunnelkit/tunnelkit/internal/wire"
 )
 
 // Forward accepts l's conns and connects each to addr, copying both ways
@@ -20,10 +21,35 @@ func Forward(l net.Listener, addr string, logger *slog.Logger) error {
 	return f.Serve(l)
 }
 
-// Forwarder connects the conns of a listener to a local address.
+// Forwarder connects the conns of a listener to a local address: it
+// copies their bytes, or with HTTP forwards the HTTP requests they carry.
 type Forwarder struct {
 	// To is the local address each conn is forwarded to, "127.0.0.1:3000".
 	To string
+
+	// HTTP makes Serve speak HTTP on the conns rather than copy their
+	// bytes: an http.Server reads their requests (HTTP/1.1, and HTTP/2
+	// with prior knowledge when AppProtocol is h2c) and an
+	// httputil.ReverseProxy forwards each to To over pooled connections,
+	// so that Logger gets one line per request, with its method, path,
+	// status, bytes and duration. The app gets each request as the edge
+	// sent it, less the hop-by-hop headers (and with header names in
+	// canonical case): Host, X-Forwarded-For, -Proto and -Host unchanged,
+	// no header added. Bodies and trailers stream both ways, as do
+	// upgraded connections (WebSocket), whose line comes when they end.
+	// When To cannot be reached, the client gets 502 with Tunnelkit-Error
+	// app_unreachable, as from the edge; 502 app_error when the app closes
+	// without a whole response. Serve refuses HTTP with ProxyProtocol: the
+	// connections to To are not one client's. False: the conns' bytes are
+	// copied, and the line is per connection.
+	HTTP bool
+
+	// AppProtocol is what the conns carry and the app at To speaks when
+	// HTTP is set: "http1" for HTTP/1.1, "h2c" for HTTP/2 without TLS
+	// (prior knowledge; the server still takes HTTP/1.1 too). Empty: what
+	// the listener's AppProtocol method says when it has one (a
+	// *Listener; "" there means http1), else http1.
+	AppProtocol string
 
 	// ProxyProtocol, when 1 or 2, makes the forwarder send a PROXY
 	// protocol header of that version to the upstream first, so that it
@@ -34,17 +60,26 @@ type Forwarder struct {
 	// DialTimeout bounds each connection to To. Zero: 10 s.
 	DialTimeout time.Duration
 
-	// Logger gets one line per connection. Nil: discarded.
+	// Logger gets one line per connection, or with HTTP per request.
+	// Nil: discarded.
 	Logger *slog.Logger
 }
 
 // Serve accepts l's conns and forwards each to f.To, copying both ways with
-// half-closes kept. It returns nil when l is closed and the error of
-// Accept otherwise, after closing the conns it still copies and waiting
-// for them.
+// half-closes kept, or with f.HTTP request by request. It returns nil when
+// l is closed and the error of Accept otherwise, after closing the conns
+// it still serves and waiting for them.
 func (f *Forwarder) Serve(l net.Listener) error {
 	if f.ProxyProtocol < 0 || f.ProxyProtocol > 2 {
 		return fmt.Errorf("agent: PROXY protocol version %d: want 0, 1 or 2", f.ProxyProtocol)
+	}
+	switch f.AppProtocol {
+	case "", wire.AppProtocolHTTP1, wire.AppProtocolH2C:
+	default:
+		return fmt.Errorf("agent: app protocol %q: want http1 or h2c", f.AppProtocol)
+	}
+	if f.HTTP {
+		return f.serveHTTP(l)
 	}
 	var (
 		mu    sync.Mutex
