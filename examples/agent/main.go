@@ -1,7 +1,12 @@
 // Command agent exposes a local address through a tunnel edge. It prints
-// the public URL alone on one stdout line and logs to stderr.
+// the public URL alone on one stdout line and logs to stderr: for an http
+// or https URL a line per request (method, path, status, bytes, duration,
+// client), for the others a line per connection.
 //
 //	agent -edge 127.0.0.1:7000 -url http://abc.example.test -to 127.0.0.1:3001
+//	agent -edge 127.0.0.1:7000 -url https://abc.example.test -to 127.0.0.1:3001
+//	agent -edge 127.0.0.1:7000 -url https://grpc.example.test -app-protocol h2c -to 127.0.0.1:50051
+//	agent -edge 127.0.0.1:7000 -url http://abc.example.test -log-requests=false -proxy-proto 1 -to 127.0.0.1:3001
 //	agent -edge 127.0.0.1:7000 -url tls://app.example.test -to 127.0.0.1:9443
 //	agent -edge 127.0.0.1:7000 -url tcp://:20001 -proxy-proto 2 -pool -to 127.0.0.1:22
 package main
@@ -29,6 +34,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0) // the usage is out
+		}
 		if !strings.HasPrefix(err.Error(), "agent:") {
 			err = fmt.Errorf("agent: %w", err)
 		}
@@ -41,9 +49,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	edgeAddr := fs.String("edge", "127.0.0.1:7000", "the edge's agent address")
-	url := fs.String("url", "", "public URL to ask for: http://abc.example.test, tls://app.example.test, tcp:// (any port) or tcp://:20001 (empty: http with a random name)")
+	url := fs.String("url", "", "public URL to ask for: http://abc.example.test, https://abc.example.test (TLS ends at the edge), tls://app.example.test (TLS passed through to -to), tcp:// (any port) or tcp://:20001 (empty: http with a random name)")
 	to := fs.String("to", "", "local address to forward connections to, e.g. 127.0.0.1:3001")
-	proxyProto := fs.Int("proxy-proto", 0, "send a PROXY protocol header of this version (1 or 2) to -to first; 0: none")
+	appProto := fs.String("app-protocol", "", "for an http or https URL, what -to speaks: http1 (HTTP/1.1) or h2c (HTTP/2 without TLS, as gRPC servers do) (empty: http1)")
+	logRequests := fs.Bool("log-requests", true, "for an http or https URL, forward request by request and log a line for each; false: copy each connection's bytes and log a line per connection")
+	proxyProto := fs.Int("proxy-proto", 0, "send a PROXY protocol header of this version (1 or 2) to -to at the start of each connection (with an http or https URL, needs -log-requests=false); 0: none")
 	pool := fs.Bool("pool", false, "join the endpoint's pool rather than fail when it is already bound")
 	token := fs.String("token", "", "token to present to the edge")
 	edgeCA := fs.String("edge-ca", "", "PEM file of the CA that signed the edge's certificate (default: the system's roots)")
@@ -63,6 +73,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *proxyProto < 0 || *proxyProto > 2 {
 		return fmt.Errorf("-proxy-proto %d: want 1 or 2 (0: none)", *proxyProto)
 	}
+	scheme := urlScheme(*url)
+	isHTTP := scheme == "http" || scheme == "https"
+	switch *appProto {
+	case "", "http1", "h2c":
+	default:
+		return fmt.Errorf("-app-protocol %q: want http1 or h2c", *appProto)
+	}
+	if *appProto != "" && !isHTTP {
+		return fmt.Errorf("-app-protocol %s: only for an http or https URL (a %s endpoint's bytes reach -to as the client sent them)", *appProto, scheme)
+	}
+	httpMode := isHTTP && *logRequests
+	if httpMode && *proxyProto != 0 {
+		return fmt.Errorf("-proxy-proto %d: for an http or https URL the agent forwards request by request (-log-requests) over connections to -to that clients share, so no PROXY header could name the client (-to gets X-Forwarded-For instead); pass -log-requests=false to forward each connection's bytes after a PROXY header", *proxyProto)
+	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	c := &agent.Client{Addr: *edgeAddr, Token: *token, Plaintext: *plaintext, Logger: log}
 	if *edgeCA != "" {
@@ -80,14 +104,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer c.Close()
 	setup, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	l, err := c.ListenEndpoint(setup, agent.Endpoint{URL: *url, Pool: *pool})
+	l, err := c.ListenEndpoint(setup, agent.Endpoint{URL: *url, AppProtocol: *appProto, Pool: *pool})
 	if err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, l.URL())
-	log.Info("forwarding", "url", l.URL(), "to", *to)
+	if httpMode {
+		log.Info("forwarding requests", "url", l.URL(), "to", *to, "app_protocol", l.AppProtocol())
+	} else {
+		log.Info("forwarding", "url", l.URL(), "to", *to)
+	}
 	go func() { <-ctx.Done(); l.Close() }()
-	fwd := &agent.Forwarder{To: *to, ProxyProtocol: *proxyProto, Logger: log}
+	// The forwarder takes the app protocol from l.
+	fwd := &agent.Forwarder{To: *to, HTTP: httpMode, ProxyProtocol: *proxyProto, Logger: log}
 	if err := fwd.Serve(l); err != nil {
 		return err
 	}
@@ -95,4 +124,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return errors.New("session to the edge ended")
 	}
 	return nil
+}
+
+// urlScheme returns the scheme of an endpoint URL as the agent package
+// reads it: "http" for "" and for a bare name.
+func urlScheme(u string) string {
+	scheme, _, ok := strings.Cut(u, "://")
+	if u == "" || !ok {
+		return "http"
+	}
+	return strings.ToLower(scheme)
 }
