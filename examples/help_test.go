@@ -29,10 +29,6 @@ func TestHelpExitsZero(t *testing.T) {
 					t.Fatal(err)
 				}
 				if code := cmd.ProcessState.ExitCode(); code != 0 {
-					// TODO: remove once examples/agent handles flag.ErrHelp.
-					if name == "agent" && code == 2 {
-						t.Skip("agent: being fixed")
-					}
 					t.Errorf("%s %s exited with %d, want 0\n%s", name, flag, code, stderr.String())
 				}
 				if want := "Usage of " + name; !strings.Contains(stderr.String(), want) {
