@@ -11,5 +11,7 @@
 //	return http.Serve(l, handler) // r.RemoteAddr is the real client
 //
 // A [Client] carries several listeners over one session; [Forward] copies a
-// listener's connections to a local address ("expose localhost:3000").
+// listener's connections to a local address ("expose localhost:3000"), and
+// a [Forwarder] with HTTP set forwards an http or https endpoint request by
+// request, logging a line for each.
 package agent
