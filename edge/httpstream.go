@@ -29,8 +29,8 @@ import (
 // clientConn is a public HTTP connection the edge serves.
 type clientConn struct {
 	idle   []*clientStream // its streams between requests, the latest last; guarded by streams.mu
-	h2     *h2Upstream   // its HTTP/2 connection to an h2c app; likewise
-	closed bool          // likewise
+	h2     *h2Upstream     // its HTTP/2 connection to an h2c app; likewise
+	closed bool            // likewise
 }
 
 type clientConnKey struct{}
