@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/internal/testtools"
 )
 
 // The tests of Forwarder's HTTP mode serve a plain loopback listener,
@@ -95,26 +96,9 @@ func client(t testing.TB, addr string, h2c bool) *http.Client {
 	return &http.Client{Transport: tr}
 }
 
-// logBuffer is a log's text, written by several goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *logBuffer) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+// debugLogger returns a logger of every level into b.
+func debugLogger(b *testtools.Buffer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // modes are the two ways the edge speaks to an app: the forwarder's
@@ -355,8 +339,8 @@ func TestHTTPForwardUpgrade(t *testing.T) {
 		brw.Flush()
 		io.Copy(c, brw) // echo until the client's half-close
 	})
-	var log logBuffer
-	addr, stop := startForwarder(t, &agent.Forwarder{To: serveApp(t, app, false), HTTP: true, Logger: log.logger()})
+	var log testtools.Buffer
+	addr, stop := startForwarder(t, &agent.Forwarder{To: serveApp(t, app, false), HTTP: true, Logger: debugLogger(&log)})
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -507,8 +491,8 @@ func TestHTTPForwardAppUnreachable(t *testing.T) {
 		{"closes", serveApp(t, closer, false), "app_error", "app_error: the app closed the connection without a whole response: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var log logBuffer
-			addr, stop := startForwarder(t, &agent.Forwarder{To: tc.to, HTTP: true, Logger: log.logger()})
+			var log testtools.Buffer
+			addr, stop := startForwarder(t, &agent.Forwarder{To: tc.to, HTTP: true, Logger: debugLogger(&log)})
 			resp, err := client(t, addr, false).Post("http://app.example.test/x", "text/plain", strings.NewReader("data"))
 			if err != nil {
 				t.Fatal(err)
@@ -538,8 +522,8 @@ func TestHTTPForwardLogLine(t *testing.T) {
 				w.WriteHeader(http.StatusCreated)
 				io.WriteString(w, "hello")
 			})
-			var log logBuffer
-			addr, stop := startForwarder(t, &agent.Forwarder{To: serveApp(t, app, m.h2c), HTTP: true, AppProtocol: appProtocol(m.h2c), Logger: log.logger()})
+			var log testtools.Buffer
+			addr, stop := startForwarder(t, &agent.Forwarder{To: serveApp(t, app, m.h2c), HTTP: true, AppProtocol: appProtocol(m.h2c), Logger: debugLogger(&log)})
 			c := client(t, addr, m.h2c)
 			for _, path := range []string{"/hello/world", "/x%0Ay%1B" + strings.Repeat("z", 300)} {
 				resp, err := c.Get("http://app.example.test" + path + "?q=1")
@@ -587,8 +571,8 @@ func TestHTTPForwardThroughEdge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var log logBuffer
-	stop := serve(t, &agent.Forwarder{To: serveApp(t, app, false), HTTP: true, Logger: log.logger()}, l)
+	var log testtools.Buffer
+	stop := serve(t, &agent.Forwarder{To: serveApp(t, app, false), HTTP: true, Logger: debugLogger(&log)}, l)
 	resp, err := client(t, public.Addr().String(), false).Get(l.URL() + "/through?x=1")
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
+	"github.com/tunnelkit/tunnelkit/internal/testtools"
 )
 
 // httpsEdge is an edge with agents, plain HTTP and TLS (https and tls
@@ -408,7 +409,7 @@ func TestMisdirectedRequestOnCoalescedConnection(t *testing.T) {
 }
 
 func TestAccessLog(t *testing.T) {
-	var buf syncBuffer
+	var buf testtools.Buffer
 	e := startHTTPSEdge(t, func(s *edge.Server) { s.AccessLog = slog.New(slog.NewTextHandler(&buf, nil)) })
 	e.serve(t, agent.Endpoint{URL: "https://app"}, echoInfo)
 	e.serve(t, agent.Endpoint{URL: "http://plain"}, echoInfo)
@@ -426,24 +427,6 @@ func TestAccessLog(t *testing.T) {
 			t.Errorf("access log lacks %q:\n%s", want, log)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestHostileTLSClientsOfHTTPS: clients that stall in the handshake, send

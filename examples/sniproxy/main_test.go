@@ -12,12 +12,12 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/internal/testnet"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
+	"github.com/tunnelkit/tunnelkit/internal/testtools"
 )
 
 func listen(t testing.TB) net.Listener {
@@ -65,9 +65,9 @@ func deadAddr(t testing.TB) string {
 }
 
 // startProxy runs a proxy with routes on loopback and returns its address.
-func startProxy(t testing.TB, def string, routes ...string) (*proxy, string, *logBuffer) {
+func startProxy(t testing.TB, def string, routes ...string) (*proxy, string, *testtools.Buffer) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testtools.Buffer{}
 	p := &proxy{Default: def, DialTimeout: 5 * time.Second, Logger: newLogger(logs)}
 	for _, r := range routes {
 		if err := p.addRoute(r); err != nil {
@@ -252,25 +252,7 @@ func TestFlags(t *testing.T) {
 	}
 }
 
-// logBuffer collects log output safely across goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func waitLog(t testing.TB, l *logBuffer, want string) {
+func waitLog(t testing.TB, l *testtools.Buffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(l.String(), want) {
