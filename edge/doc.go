@@ -1,12 +1,17 @@
 // Package edge is the public side of a tunnel: it accepts agent sessions
 // and routes public traffic to them. HTTP requests are routed by Host: an
-// agent that binds the name "abc" is reached at abc.<Domain>.
+// agent that binds the name "abc" is reached at abc.<Domain>. TLS
+// connections are routed by server name on the ServeSNI listeners: passed
+// through untouched to tls:// endpoints, or terminated by the edge for
+// https:// endpoints (HTTP/2 and HTTP/1.1, with Certificates,
+// GetCertificate or ACME). TCP endpoints get a port of their own.
 //
 // Typical use, in a control plane of your own:
 //
 //	srv := &edge.Server{Domain: "example.test", Logger: slog.Default()}
 //	go srv.ServeAgents(agentListener)   // agents connect here
 //	go srv.ServeHTTPListener(httpListener) // or mount srv as an http.Handler
+//	go srv.ServeSNI(tlsListener)        // tls:// and https:// endpoints
 //	...
 //	srv.Shutdown(ctx)
 //
