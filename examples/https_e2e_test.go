@@ -23,6 +23,14 @@ import (
 // protocol the response came over.
 func getTLS(t *testing.T, addr, url string, roots *x509.CertPool) (string, string) {
 	t.Helper()
+	body, proto, _ := getTLSCert(t, addr, url, roots)
+	return body, proto
+}
+
+// getTLSCert is getTLS, on a new connection, also returning the server's
+// certificate.
+func getTLSCert(t *testing.T, addr, url string, roots *x509.CertPool) (string, string, *x509.Certificate) {
+	t.Helper()
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, network, addr)
@@ -40,7 +48,7 @@ func getTLS(t *testing.T, addr, url string, roots *x509.CertPool) (string, strin
 	if resp.StatusCode != 200 {
 		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
 	}
-	return string(b), resp.Proto
+	return string(b), resp.Proto, resp.TLS.PeerCertificates[0]
 }
 
 // localApp serves what it saw of each request on loopback until the test
@@ -106,6 +114,9 @@ func TestHTTPSWithOperatorCertificate(t *testing.T) {
 
 // TestHTTPSWithACME runs the edge with -acme-directory against a real ACME
 // server (pebble), which validates through the edge's own TLS port.
+// Pebble's certificates live 30 s here, and the edge renews them 20 s
+// before they expire (-acme-renew-before): a later handshake gets a new
+// certificate, without a restart, before the first one expires.
 func TestHTTPSWithACME(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
@@ -116,13 +127,14 @@ func TestHTTPSWithACME(t *testing.T) {
 	_, tlsPort, _ := net.SplitHostPort(tlsAddr)
 	hp, _ := strconv.Atoi(httpPort)
 	tp, _ := strconv.Atoi(tlsPort)
-	pebble := testacme.Start(t, hp, tp)
+	pebble := testacme.Start(t, hp, tp, testacme.CertValidity(30*time.Second))
 	caFile := filepath.Join(t.TempDir(), "pebble-ca.pem")
 	if err := os.WriteFile(caFile, pebble.CAPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	start(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-tls", tlsAddr, "-domain", "example.test",
-		"-acme-directory", pebble.DirectoryURL, "-acme-ca", caFile, "-acme-email", "ops@example.test", "-acme-cache", t.TempDir())
+		"-acme-directory", pebble.DirectoryURL, "-acme-ca", caFile, "-acme-email", "ops@example.test", "-acme-cache", t.TempDir(),
+		"-acme-renew-before", "20s")
 	waitListening(t, agents)
 	waitListening(t, tlsAddr)
 
@@ -130,8 +142,19 @@ func TestHTTPSWithACME(t *testing.T) {
 	if want := "https://acme.example.test:" + tlsPort; url != want {
 		t.Fatalf("agent printed %q, want %q", url, want)
 	}
-	body, _ := getTLS(t, tlsAddr, url+"/", pebble.Roots(t))
+	roots := pebble.Roots(t)
+	body, _, first := getTLSCert(t, tlsAddr, url+"/", roots)
 	if want := "local app saw acme.example.test:" + tlsPort + " over https from 127.0.0.1"; body != want {
 		t.Fatalf("got %q, want %q", body, want)
+	}
+	for {
+		_, _, cert := getTLSCert(t, tlsAddr, url+"/", roots)
+		if cert.SerialNumber.Cmp(first.SerialNumber) != 0 {
+			break // renewed; getTLSCert verified it against pebble's root
+		}
+		if time.Now().After(first.NotAfter) {
+			t.Fatal("the certificate expired without being renewed")
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }

@@ -85,6 +85,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	acmeCA := fs.String("acme-ca", "", "PEM file of the CA that signs the ACME server's own HTTPS certificate (a test CA; default: the system's roots)")
 	acmeEmail := fs.String("acme-email", "", "contact address for the ACME CA")
 	acmeCache := fs.String("acme-cache", "", "directory for the ACME account key and certificates (default: tunnelkit/acme under the user's cache directory)")
+	acmeRenew := fs.Duration("acme-renew-before", 0, "renew ACME certificates this long before they expire (0: the lesser of 30 days and a third of their lifetime)")
 	redirectHTTPS := fs.Bool("redirect-https", false, "answer plain-HTTP requests for names bound over https only with 308 to https (default: 404 https_only)")
 	accessLog := fs.Bool("access-log", true, "log one line per public HTTP request")
 	if err := fs.Parse(args); err != nil {
@@ -100,6 +101,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	certs, acme, err := certificates(*certFile, *keyFile, *acmeDir, *acmeCA, *acmeEmail, *acmeCache)
 	if err != nil {
 		return err
+	}
+	if *acmeRenew != 0 {
+		if acme == nil || *acmeRenew < 0 {
+			return errors.New("-acme-renew-before: want a positive duration, with -acme-directory")
+		}
+		acme.RenewBefore = *acmeRenew
 	}
 	if (len(certs) > 0 || acme != nil) && *tlsAddr == "" {
 		return errors.New("-cert and -acme-directory serve https endpoints on -tls: give -tls too")

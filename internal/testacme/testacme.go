@@ -61,8 +61,14 @@ const startTimeout = 20 * time.Second
 // returns once pebble answers its directory, and stops both processes at
 // the test's cleanup; their output is logged only when the test failed. It
 // skips the test when the commands are missing (see testtools.Need).
-func Start(t testing.TB, httpPort, tlsPort int) *Pebble {
+//
+// Options change pebble's settings: CertValidity.
+func Start(t testing.TB, httpPort, tlsPort int, opts ...Option) *Pebble {
 	t.Helper()
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	testtools.Need(t, "pebble", "pebble-challtestsrv")
 	dir := t.TempDir()
 	ca := testpki.New(t)
@@ -90,7 +96,7 @@ func Start(t testing.TB, httpPort, tlsPort int) *Pebble {
 	})
 	deadline := time.Now().Add(startTimeout)
 	for attempt := 1; ; attempt++ {
-		err := p.launch(dir, certFile, keyFile, httpPort, tlsPort, deadline, &procs)
+		err := p.launch(dir, certFile, keyFile, httpPort, tlsPort, o, deadline, &procs)
 		if err == nil {
 			return p
 		}
@@ -111,7 +117,7 @@ var errPortTaken = errors.New("a port was taken")
 
 // launch starts pebble-challtestsrv and pebble on free ports and waits until
 // both answer.
-func (p *Pebble) launch(dir, certFile, keyFile string, httpPort, tlsPort int, deadline time.Time, procs *[]*proc) error {
+func (p *Pebble) launch(dir, certFile, keyFile string, httpPort, tlsPort int, o options, deadline time.Time, procs *[]*proc) error {
 	ports, err := freePorts(4)
 	if err != nil {
 		return err
@@ -131,7 +137,7 @@ func (p *Pebble) launch(dir, certFile, keyFile string, httpPort, tlsPort int, de
 		return err
 	}
 
-	conf, err := json.Marshal(map[string]any{"pebble": map[string]any{
+	settings := map[string]any{
 		"listenAddress":                  addr(ports[2]),
 		"managementListenAddress":        addr(ports[3]),
 		"certificate":                    certFile,
@@ -140,7 +146,11 @@ func (p *Pebble) launch(dir, certFile, keyFile string, httpPort, tlsPort int, de
 		"tlsPort":                        tlsPort,
 		"ocspResponderURL":               "",
 		"externalAccountBindingRequired": false,
-	}})
+	}
+	if o.validity > 0 {
+		settings["certificateValidityPeriod"] = uint64(o.validity / time.Second)
+	}
+	conf, err := json.Marshal(map[string]any{"pebble": settings})
 	if err != nil {
 		return err
 	}
@@ -337,4 +347,17 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// An Option changes a setting of pebble.
+type Option func(*options)
+
+type options struct {
+	validity time.Duration
+}
+
+// CertValidity makes pebble issue certificates valid for d (whole seconds)
+// rather than 5 years: short enough for a test to see them renewed.
+func CertValidity(d time.Duration) Option {
+	return func(o *options) { o.validity = d }
 }
