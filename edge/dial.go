@@ -56,14 +56,18 @@ func (s *Server) DialRoute(ctx context.Context, r Route, c ConnInfo) (net.Conn, 
 // to the router so later lookups try those routes last.
 func (s *Server) dialRoutes(ctx context.Context, routes []Route, c ConnInfo) (net.Conn, Route, error) {
 	var errs *multierror.Error
+	hr, _ := s.router().(HealthReporter)
 	for _, r := range routes {
 		conn, err := s.dialer().DialRoute(ctx, r, c)
 		if err == nil {
+			if hr != nil {
+				hr.Succeed(r)
+			}
 			return conn, r, nil
 		}
 		errs = multierror.Append(errs, err)
-		if fr, ok := s.router().(failReporter); ok {
-			fr.Fail(r)
+		if hr != nil {
+			hr.Fail(r)
 		}
 		if ctx.Err() != nil {
 			break

@@ -110,10 +110,25 @@ type Router interface {
 	Lookup(ctx context.Context, proto, host string) ([]Route, error)
 }
 
-// failReporter is implemented by Routers that want to hear about routes
-// whose agent could not be reached, to try them later than the others.
-type failReporter interface {
+// HealthReporter is implemented by Routers that want to hear how reaching
+// a route's agent went, to try failing routes after the others: the edge
+// calls Fail when its Dialer could not reach a route's agent, and Succeed
+// each time it did. Both must be cheap (they are called on the request
+// path, so a shared store's Router keeps this state locally) and safe for
+// concurrent use.
+type HealthReporter interface {
 	Fail(Route)
+	Succeed(Route)
+}
+
+// RouteWatcher is implemented by Routers shared between edges. WatchRoutes
+// calls f with every route that exists when it is called (bound true), then
+// with each route bound or unbound anywhere in the cluster afterwards, in
+// order, from one goroutine at a time, until stop is called. An edge uses
+// it to listen on the ports of TCP endpoints whose agents are held by other
+// edges.
+type RouteWatcher interface {
+	WatchRoutes(f func(r Route, bound bool)) (stop func())
 }
 
 // MemoryRouter is the in-memory Router an edge uses when none is set: a
@@ -395,3 +410,6 @@ func (m *MemoryRouter) Lookup(_ context.Context, proto, host string) ([]Route, e
 
 // Fail marks r as failing: later lookups try it after the others.
 func (m *MemoryRouter) Fail(r Route) { m.table(r.Proto).Fail(r) }
+
+// Succeed ends r's failing mark.
+func (m *MemoryRouter) Succeed(r Route) { m.table(r.Proto).Succeed(r) }
