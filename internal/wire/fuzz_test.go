@@ -847,3 +847,55 @@ func FuzzPrintable(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReadRelayHeader reads arbitrary bytes as the opening of a relay
+// stream. It may not panic; a failure is ErrMalformed or
+// io.ErrUnexpectedEOF with nothing returned; a header read is written
+// again as the same bytes it consumed (less a proxy header's ignored
+// trailing fields and an invalid client address) and reads back equal.
+func FuzzReadRelayHeader(f *testing.F) {
+	v4 := netip.MustParseAddrPort("203.0.113.7:51234")
+	for _, c := range []struct {
+		session string
+		h       ProxyHeader
+	}{
+		{"3f2a9c1e51aa77b0", ProxyHeader{TunnelID: "9c1e", Proto: ProtoHTTP, Client: v4, Host: "abc.example.test"}},
+		{"", ProxyHeader{}},
+		{strings.Repeat("s", 255), ProxyHeader{TunnelID: "t", Proto: ProtoTCP}},
+	} {
+		b, err := AppendRelayStream(nil, c.session, c.h)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+		f.Add(b[:len(b)-1])
+		f.Add(append(b, "after"...))
+	}
+	f.Add([]byte{})
+	f.Add([]byte{5, 'a', 'b'})
+	f.Add([]byte{0, 9, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cr := &countReader{r: bytes.NewReader(data)}
+		session, h, err := ReadRelayHeader(cr)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, io.ErrUnexpectedEOF) || session != "" || h != (ProxyHeader{}) {
+				t.Fatalf("ReadRelayHeader: %q, %s, %v; want nothing and ErrMalformed or io.ErrUnexpectedEOF", clip([]byte(session)), describe(h), err)
+			}
+			return
+		}
+		if len(session) != int(data[0]) || session != string(data[1:1+len(session)]) {
+			t.Fatalf("session %q from %s", clip([]byte(session)), clip(data))
+		}
+		b, err := AppendRelayStream(nil, session, h)
+		if err != nil {
+			return // a parsed header too long to write again (the host grew no longer than read)
+		}
+		_, h2, err := ReadRelayHeader(bytes.NewReader(b))
+		if err != nil || h2 != h {
+			t.Fatalf("wrote %s back, read %s, %v", describe(h), describe(h2), err)
+		}
+		if len(b) > cr.n {
+			t.Fatalf("wrote %d bytes back from a header of %d", len(b), cr.n)
+		}
+	})
+}

@@ -388,3 +388,40 @@ func Printable(s string, max int) string {
 	}
 	return string(b)
 }
+
+// AppendRelayStream appends the opening bytes of a relay stream, which one
+// edge opens to another for a public connection to an agent the other
+// holds: the agent's session id (u8 length, ASCII), then the proxy stream
+// the other edge opens to the agent, type byte and header.
+func AppendRelayStream(b []byte, session string, h ProxyHeader) ([]byte, error) {
+	if len(session) > 255 {
+		return b, fmt.Errorf("wire: relay header: session id of %d bytes", len(session))
+	}
+	b = append(b, byte(len(session)))
+	b = append(b, session...)
+	return AppendProxyStream(b, h)
+}
+
+// ReadRelayHeader reads the opening of a relay stream (see
+// AppendRelayStream), as its bytes arrive.
+func ReadRelayHeader(r io.Reader) (session string, h ProxyHeader, err error) {
+	var n [1]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return "", ProxyHeader{}, unexpected(err)
+	}
+	id := make([]byte, n[0])
+	if _, err := io.ReadFull(r, id); err != nil {
+		return "", ProxyHeader{}, unexpected(err)
+	}
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return "", ProxyHeader{}, unexpected(err)
+	}
+	if n[0] != byte(StreamProxy) {
+		return "", ProxyHeader{}, fmt.Errorf("%w: relay stream of type %d", ErrMalformed, n[0])
+	}
+	h, err = ReadProxyHeader(r)
+	if err != nil {
+		return "", ProxyHeader{}, err
+	}
+	return string(id), h, nil
+}
