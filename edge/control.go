@@ -253,7 +253,7 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 		ss.binding--
 		ss.mu.Unlock()
 	}()
-	r := Route{Proto: b.Proto, SessionID: ss.id, Identity: identity, Pool: b.Pool}
+	r := Route{Proto: b.Proto, SessionID: ss.id, Identity: identity, Pool: b.Pool, Edge: s.ID}
 	if err := s.endpointOptions(&r, b.Options); err != nil {
 		return fail(wire.CodeBadRequest, "%s", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -35,7 +36,17 @@ type ConnInfo struct {
 // could not hand the connection to its app, Read fails with an error
 // wrapping ErrAppUnreachable.
 func (s *Server) DialRoute(ctx context.Context, r Route, c ConnInfo) (net.Conn, error) {
-	if r.Edge != "" {
+	return s.dial(ctx, r, c, false)
+}
+
+// dialRaw is DialRoute for a relay: the agent's reply is left for the
+// other edge to read.
+func (s *Server) dialRaw(ctx context.Context, r Route, c ConnInfo) (net.Conn, error) {
+	return s.dial(ctx, r, c, true)
+}
+
+func (s *Server) dial(ctx context.Context, r Route, c ConnInfo, raw bool) (net.Conn, error) {
+	if r.Edge != "" && r.Edge != s.ID {
 		return nil, fmt.Errorf("%w: route held by edge %q", ErrNoSession, r.Edge)
 	}
 	s.mu.Lock()
@@ -49,7 +60,7 @@ func (s *Server) DialRoute(ctx context.Context, r Route, c ConnInfo) (net.Conn, 
 		Proto:    r.Proto,
 		Client:   c.Client,
 		Host:     c.Host,
-	})
+	}, raw)
 }
 
 // dialRoutes dials the first reachable route of routes, reporting failures
@@ -82,7 +93,7 @@ func (s *Server) dialRoutes(ctx context.Context, routes []Route, c ConnInfo) (ne
 var errNoRoute = errors.New("edge: no route")
 
 // openProxy opens a proxy stream carrying h first.
-func (ss *session) openProxy(ctx context.Context, h wire.ProxyHeader) (net.Conn, error) {
+func (ss *session) openProxy(ctx context.Context, h wire.ProxyHeader, raw bool) (net.Conn, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -96,7 +107,7 @@ func (ss *session) openProxy(ctx context.Context, h wire.ProxyHeader) (net.Conn,
 		ss.open.Add(-1)
 		return nil, fmt.Errorf("edge: open stream: %w", err)
 	}
-	c := &proxyStream{Stream: st, ss: ss}
+	c := &proxyStream{Stream: st, ss: ss, raw: raw}
 	buf, err := wire.AppendProxyStream(nil, h)
 	if err != nil {
 		c.Close()
@@ -113,44 +124,52 @@ func (ss *session) openProxy(ctx context.Context, h wire.ProxyHeader) (net.Conn,
 
 // proxyStream is a stream to an agent. It counts against the session's
 // bound until closed, and reads the agent's reply before the app's first
-// byte.
+// byte, unless raw (a relay passes the reply on to the edge that asked).
 type proxyStream struct {
 	muxado.Stream
 	ss        *session
+	raw       bool
 	closeOnce sync.Once
-
-	replyMu  sync.Mutex
-	replied  bool
-	replyErr error // why the agent did not hand the conn to its app
-}
-
-// reply reads the agent's reply once; later calls return its verdict.
-func (p *proxyStream) reply() error {
-	p.replyMu.Lock()
-	defer p.replyMu.Unlock()
-	if p.replied {
-		return p.replyErr
-	}
-	r, err := wire.ReadReply(p.Stream)
-	if err != nil {
-		return err // the stream broke: not a verdict, Read reports it as is
-	}
-	p.replied = true
-	switch r.Status {
-	case wire.ReplyOK:
-	case wire.ReplyNoEndpoint:
-		p.replyErr = fmt.Errorf("%w: %s", ErrNoEndpoint, wire.Printable(r.Message, 200))
-	default:
-		p.replyErr = fmt.Errorf("%w: %s", ErrAppUnreachable, wire.Printable(r.Message, 200))
-	}
-	return p.replyErr
+	verdict   reply
 }
 
 func (p *proxyStream) Read(b []byte) (int, error) {
-	if err := p.reply(); err != nil {
-		return 0, err
+	if !p.raw {
+		if err := p.verdict.read(p.Stream); err != nil {
+			return 0, err
+		}
 	}
 	return p.Stream.Read(b)
+}
+
+// reply is the agent's reply at the start of a proxy stream, read once.
+type reply struct {
+	mu   sync.Mutex
+	done bool
+	err  error // why the agent did not hand the conn to its app
+}
+
+// read reads the reply from r the first time; later calls return its
+// verdict.
+func (v *reply) read(r io.Reader) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.done {
+		return v.err
+	}
+	rep, err := wire.ReadReply(r)
+	if err != nil {
+		return err // the stream broke: not a verdict, Read reports it as is
+	}
+	v.done = true
+	switch rep.Status {
+	case wire.ReplyOK:
+	case wire.ReplyNoEndpoint:
+		v.err = fmt.Errorf("%w: %s", ErrNoEndpoint, wire.Printable(rep.Message, 200))
+	default:
+		v.err = fmt.Errorf("%w: %s", ErrAppUnreachable, wire.Printable(rep.Message, 200))
+	}
+	return v.err
 }
 
 func (p *proxyStream) Close() error {

@@ -376,7 +376,7 @@ func (x *exchange) classify(s *Server, err error) (int, string, string) {
 // holdsSession reports whether r's session is still open here; true for a
 // route held by another edge, which this one cannot tell.
 func (s *Server) holdsSession(r Route) bool {
-	if r.Edge != "" {
+	if r.Edge != "" && r.Edge != s.ID {
 		return true
 	}
 	s.mu.Lock()

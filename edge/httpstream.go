@@ -229,7 +229,7 @@ func (s *Server) evictIdle(sessionID string) bool {
 	is.mu.Lock()
 	var victim *clientStream
 	for k, sts := range is.byRoute {
-		if k.edge != "" || k.session != sessionID {
+		if k.edge != s.ID || k.session != sessionID {
 			continue
 		}
 		for st := range sts {
@@ -246,7 +246,7 @@ func (s *Server) evictIdle(sessionID string) bool {
 	}
 	var idleH2 *h2Upstream
 	for k, ups := range is.h2 {
-		if k.edge != "" || k.session != sessionID {
+		if k.edge != s.ID || k.session != sessionID {
 			continue
 		}
 		for up := range ups {

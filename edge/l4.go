@@ -262,3 +262,51 @@ func (s *Server) tcpURLHost() string {
 	}
 	return h
 }
+
+// watchRoutes makes the edge listen on the ports of TCP endpoints other
+// edges hold, while they exist, when the Router is shared (RouteWatcher).
+func (s *Server) watchRoutes() {
+	rw, ok := s.router().(RouteWatcher)
+	if !ok {
+		return
+	}
+	s.watchOnce.Do(func() {
+		opened := map[routeKey]string{} // remote tcp routes this edge listens for, and their port
+		stop := rw.WatchRoutes(func(r Route, bound bool) {
+			if r.Proto != "tcp" || r.Edge == s.ID {
+				return
+			}
+			k := keyOf(r)
+			switch _, had := opened[k]; {
+			case bound && !had:
+				if err := s.openTCP(r.Name); err != nil {
+					s.log().Warn("tcp endpoint of another edge", "port", r.Name, "edge", r.Edge, "err", err)
+					return
+				}
+				opened[k] = r.Name
+			case !bound && had:
+				delete(opened, k)
+				s.closeTCP(r.Name)
+			}
+		})
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			stop()
+			return
+		}
+		s.stopWatch = stop
+		s.mu.Unlock()
+	})
+}
+
+// stopWatching stops watching the Router's routes.
+func (s *Server) stopWatching() {
+	s.mu.Lock()
+	stop := s.stopWatch
+	s.stopWatch = nil
+	s.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}

@@ -366,6 +366,7 @@ type relay struct {
 	ln     net.Listener
 	frozen atomic.Bool
 	mu     sync.Mutex
+	closed bool
 	front  []net.Conn // the clients' sides
 	back   []net.Conn // addr's sides
 }
@@ -384,6 +385,13 @@ func newRelay(t testing.TB, addr string) *relay {
 				continue
 			}
 			r.mu.Lock()
+			if r.closed {
+				// Accepted as the test ended: its copies would outlive it.
+				r.mu.Unlock()
+				c.Close()
+				up.Close()
+				return
+			}
 			r.front = append(r.front, c)
 			r.back = append(r.back, up)
 			r.mu.Unlock()
@@ -393,7 +401,9 @@ func newRelay(t testing.TB, addr string) *relay {
 	}()
 	t.Cleanup(func() {
 		r.ln.Close()
+		r.frozen.Store(false) // copies holding bytes go on, and end
 		r.mu.Lock()
+		r.closed = true
 		for _, c := range append(r.front, r.back...) {
 			c.Close()
 		}

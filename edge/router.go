@@ -144,6 +144,7 @@ type MemoryRouter struct {
 	lapses    reservationHeap           // reservations by the time they lapse
 	tables    sync.Map                  // proto to *router.Table[Route]
 	now       func() time.Time          // nil: time.Now
+	watchers  map[*routeWatch]struct{}
 }
 
 // endpointKey is the pattern of a protocol that routes and pools share.
@@ -236,6 +237,7 @@ func (m *MemoryRouter) Bind(_ context.Context, r Route) error {
 		ep.pool, ep.until = r.Pool, time.Time{}
 	}
 	ep.routes[keyOf(r)] = r
+	m.notifyLocked(r, true)
 	return nil
 }
 
@@ -345,6 +347,7 @@ func (m *MemoryRouter) Unbind(_ context.Context, r Route, reserve time.Duration)
 	}
 	delete(ep.routes, keyOf(r))
 	m.table(r.Proto).Remove(name, stored)
+	m.notifyLocked(stored, false)
 	if len(ep.routes) > 0 {
 		return nil
 	}
@@ -413,3 +416,88 @@ func (m *MemoryRouter) Fail(r Route) { m.table(r.Proto).Fail(r) }
 
 // Succeed ends r's failing mark.
 func (m *MemoryRouter) Succeed(r Route) { m.table(r.Proto).Succeed(r) }
+
+// WatchRoutes calls f with every route bound now, then with each route
+// bound or unbound, in order, from a goroutine of its own, until stop is
+// called (see RouteWatcher). Edges sharing one MemoryRouter in a process
+// form a cluster this way.
+func (m *MemoryRouter) WatchRoutes(f func(r Route, bound bool)) (stop func()) {
+	w := &routeWatch{f: f, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	m.mu.Lock()
+	for _, ep := range m.endpoints {
+		for _, r := range ep.routes {
+			w.queue = append(w.queue, routeEvent{r, true})
+		}
+	}
+	if m.watchers == nil {
+		m.watchers = map[*routeWatch]struct{}{}
+	}
+	m.watchers[w] = struct{}{}
+	m.mu.Unlock()
+	w.signal()
+	go w.run()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			m.mu.Lock()
+			delete(m.watchers, w)
+			m.mu.Unlock()
+			close(w.quit)
+			<-w.done
+		})
+	}
+}
+
+func (m *MemoryRouter) notifyLocked(r Route, bound bool) {
+	for w := range m.watchers {
+		w.mu.Lock()
+		w.queue = append(w.queue, routeEvent{r, bound})
+		w.mu.Unlock()
+		w.signal()
+	}
+}
+
+// routeWatch delivers route events to one watcher, in order.
+type routeWatch struct {
+	f     func(Route, bool)
+	mu    sync.Mutex
+	queue []routeEvent
+	wake  chan struct{}
+	quit  chan struct{}
+	done  chan struct{}
+}
+
+type routeEvent struct {
+	r     Route
+	bound bool
+}
+
+func (w *routeWatch) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *routeWatch) run() {
+	defer close(w.done)
+	for {
+		select {
+		case <-w.quit:
+			return
+		case <-w.wake:
+		}
+		w.mu.Lock()
+		events := w.queue
+		w.queue = nil
+		w.mu.Unlock()
+		for _, e := range events {
+			select {
+			case <-w.quit:
+				return
+			default:
+			}
+			w.f(e.r, e.bound)
+		}
+	}
+}

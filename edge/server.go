@@ -27,6 +27,11 @@ type Server struct {
 	// the name "abc" is reached at abc.<Domain>. Required for HTTP.
 	Domain string
 
+	// ID names this edge in a cluster of edges sharing one Router: it is
+	// stamped on the routes it binds (Route.Edge), so that the others know
+	// which edge holds the agent (see Relay). Empty: a lone edge.
+	ID string
+
 	// HTTPPort is the port written into public HTTP URLs handed to agents.
 	// Empty: the port of the first listener given to ServeHTTPListener, or
 	// none (port 80) when the server is only used as an http.Handler.
@@ -226,6 +231,9 @@ type Server struct {
 	streams  idleStreams
 	term     terminating
 
+	watchOnce sync.Once
+	stopWatch func() // stops watching a shared Router's routes
+
 	mu          sync.Mutex
 	closed      bool
 	pending     list.List // agent conns waiting for their hello
@@ -366,6 +374,7 @@ func (s *Server) ServeAgents(ln net.Listener) error {
 		ln.Close()
 		return fmt.Errorf("edge: TicketKey has %d bytes, want at least %d", n, minTicketKey)
 	}
+	s.watchRoutes()
 	return s.serve(ln, "agents", s.serveSession)
 }
 
@@ -452,6 +461,7 @@ func (s *Server) newHTTPServer(h http.Handler) *http.Server {
 // once, and waits for the server's goroutines. It is safe to call more than
 // once.
 func (s *Server) Close() error {
+	s.stopWatching()
 	s.stop()
 	s.mu.Lock()
 	for hs := range s.servers {
@@ -470,6 +480,7 @@ func (s *Server) Close() error {
 // for the server's goroutines. It returns ctx's error when in-flight
 // requests were cut short.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.stopWatching()
 	s.stop()
 	s.goAway()
 	s.mu.Lock()

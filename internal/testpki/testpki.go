@@ -69,7 +69,7 @@ func (ca *CA) Issue(t testing.TB, names ...string) tls.Certificate {
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, // servers, and edges authenticating to each other
 	}
 	for _, n := range names {
 		if ip := net.ParseIP(n); ip != nil {

@@ -1,0 +1,189 @@
+package edge_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/internal/testpki"
+)
+
+// clusterEdge is one edge of a cluster on loopback: agents, HTTP, TLS and a
+// relay listener, sharing a Router with the others.
+type clusterEdge struct {
+	srv                                     *edge.Server
+	relay                                   *edge.Relay
+	agentAddr, httpAddr, tlsAddr, relayAddr string
+}
+
+// startCluster starts edges sharing rt, named by their relay addresses,
+// relaying to each other with certificates from one CA. The TCP endpoints
+// of edge i listen on hosts[i].
+func startCluster(t testing.TB, rt edge.Router, hosts ...string) []*clusterEdge {
+	t.Helper()
+	ca := testpki.New(t)
+	var edges []*clusterEdge
+	for _, host := range hosts {
+		agents, httpLn, tlsLn, relayLn := listen(t), listen(t), listen(t), listen(t)
+		srv := &edge.Server{
+			ID:            relayLn.Addr().String(),
+			Domain:        "example.test",
+			HTTPPort:      portOf(httpLn),
+			TLSPort:       portOf(tlsLn),
+			Router:        rt,
+			TCPPorts:      edge.PortRange{Min: 1024, Max: 65535},
+			TCPListenHost: host,
+		}
+		relay := &edge.Relay{Server: srv, TLSConfig: &tls.Config{
+			Certificates: []tls.Certificate{ca.Issue(t, "127.0.0.1")},
+			RootCAs:      ca.Pool,
+			ClientCAs:    ca.Pool,
+		}}
+		srv.Dialer = relay
+		var wg sync.WaitGroup
+		wg.Go(func() { srv.ServeAgents(agents) })
+		wg.Go(func() { srv.ServeHTTPListener(httpLn) })
+		wg.Go(func() { srv.ServeSNI(tlsLn) })
+		wg.Go(func() { relay.Serve(relayLn) })
+		t.Cleanup(func() { relay.Close(); srv.Close(); wg.Wait() })
+		edges = append(edges, &clusterEdge{srv: srv, relay: relay, agentAddr: agents.Addr().String(), httpAddr: httpLn.Addr().String(), tlsAddr: tlsLn.Addr().String(), relayAddr: relayLn.Addr().String()})
+	}
+	return edges
+}
+
+// TestRelayAcrossEdges: three edges share one Router; an agent on edge A
+// serves http, tls and tcp endpoints; clients of edges B and C reach it,
+// the app sees exactly one X-Forwarded-For hop, and the client's own
+// address and port as RemoteAddr.
+func TestRelayAcrossEdges(t *testing.T) {
+	rt := &edge.MemoryRouter{}
+	// TCP endpoints listen on every edge: in one process, only one edge per
+	// loopback address can have the port, so A listens on 127.0.0.1, B on
+	// ::1, and C, also on 127.0.0.1, fails to (and says so in its log).
+	edges := startCluster(t, rt, "127.0.0.1", "::1", "127.0.0.1")
+	a, b, c := edges[0], edges[1], edges[2]
+
+	ag := &agent.Client{Addr: a.agentAddr}
+	defer ag.Close()
+	hl, err := ag.Listen(context.Background(), "http://app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go http.Serve(hl, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "remote=%s xff=%s xfp=%s", r.RemoteAddr, r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Forwarded-Proto"))
+	}))
+	pki := testpki.New(t)
+	tl, err := ag.Listen(context.Background(), "tls://secure.example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go http.Serve(tls.NewListener(tl, &tls.Config{Certificates: []tls.Certificate{pki.Issue(t, "secure.example.test")}}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "tls remote=%s", r.RemoteAddr)
+	}))
+	cl, err := ag.Listen(context.Background(), "tcp://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			conn, err := cl.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				line, _ := bufio.NewReader(conn).ReadString('\n')
+				fmt.Fprintf(conn, "tcp remote=%s echo=%s", conn.RemoteAddr(), line)
+			}()
+		}
+	}()
+
+	for _, e := range []*clusterEdge{b, c, a} {
+		// HTTP: the client's address, port included, reaches the app.
+		var local string
+		trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { local = i.Conn.LocalAddr().String() }}
+		tr := &http.Transport{DialContext: func(ctx context.Context, n, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, n, e.httpAddr)
+		}}
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "GET", "http://app.example.test/", nil)
+		body := mustRead(t)((&http.Client{Transport: tr}).Do(req))
+		tr.CloseIdleConnections()
+		if want := "remote=" + local + " xff=127.0.0.1 xfp=http"; body != want {
+			t.Errorf("http via edge %s: app saw %q, want %q", e.srv.ID, body, want)
+		}
+
+		// TLS passed through, end to end.
+		ttr := &http.Transport{
+			DialContext: func(ctx context.Context, n, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, n, e.tlsAddr)
+			},
+			TLSClientConfig: &tls.Config{RootCAs: pki.Pool},
+		}
+		body = mustRead(t)((&http.Client{Transport: ttr}).Get("https://secure.example.test/"))
+		ttr.CloseIdleConnections()
+		if !strings.HasPrefix(body, "tls remote=127.0.0.1:") {
+			t.Errorf("tls via edge %s: %q", e.srv.ID, body)
+		}
+	}
+
+	// TCP: the port listens on the other edge too, once it heard of the
+	// route.
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(cl.URL(), "tcp://"))
+	for _, host := range []string{"::1"} {
+		addr := net.JoinHostPort(host, port)
+		var conn net.Conn
+		waitFor(t, func() bool {
+			conn, err = net.Dial("tcp", addr)
+			return err == nil
+		})
+		fmt.Fprintf(conn, "ping\n")
+		got, _ := io.ReadAll(conn)
+		conn.Close()
+		if want := "tcp remote=" + conn.LocalAddr().String() + " echo=ping\n"; string(got) != want {
+			t.Errorf("tcp via %s: %q, want %q", addr, got, want)
+		}
+	}
+
+	// The agent goes: the other edge stops listening on its port.
+	ag.Close()
+	for _, host := range []string{"::1"} {
+		waitFor(t, func() bool {
+			conn, err := net.DialTimeout("tcp", net.JoinHostPort(host, port), time.Second)
+			if err == nil {
+				conn.Close()
+			}
+			return err != nil
+		})
+	}
+}
+
+// TestRelayRefusesUnknownEdges: a peer without a certificate of the
+// cluster's CA gets no relay session.
+func TestRelayRefusesUnknownEdges(t *testing.T) {
+	edges := startCluster(t, &edge.MemoryRouter{}, "127.0.0.1")
+	stranger := testpki.New(t)
+	conn, err := tls.Dial("tcp", edges[0].relayAddr, &tls.Config{
+		Certificates:       []tls.Certificate{stranger.Issue(t, "127.0.0.1")},
+		InsecureSkipVerify: true,
+	})
+	if err == nil {
+		// TLS 1.3 clients learn of a refused certificate at their first read.
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err = conn.Read(make([]byte, 1))
+		conn.Close()
+	}
+	if err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("a stranger's relay session: %v", err)
+	}
+}
