@@ -187,3 +187,29 @@ func TestRelayRefusesUnknownEdges(t *testing.T) {
 		t.Fatalf("a stranger's relay session: %v", err)
 	}
 }
+
+// BenchmarkRelayHTTPRatio measures a small HTTP request through a relay hop
+// (client -> edge B -> relay -> edge A -> agent) against the same request
+// served by the edge holding the agent (client -> edge A -> agent), in one
+// run, interleaved, from benchWorkers keep-alive clients and from one.
+// The target is a ratio of at least 0.7.
+func BenchmarkRelayHTTPRatio(b *testing.B) {
+	edges := startCluster(b, &edge.MemoryRouter{}, "127.0.0.1", "127.0.0.1")
+	a, relayed := edges[0], edges[1]
+	ag := &agent.Client{Addr: a.agentAddr}
+	b.Cleanup(func() { ag.Close() })
+	l, err := ag.Listen(context.Background(), "http://bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go http.Serve(l, helloHandler)
+	local := benchTarget{url: "http://bench.example.test/", client: benchClient(b, a.httpAddr)}
+	remote := benchTarget{url: "http://bench.example.test/", client: benchClient(b, relayed.httpAddr)}
+	warm(b, local)
+	warm(b, remote)
+	for _, workers := range []int{benchWorkers, 1} {
+		b.Run(fmt.Sprintf("conns=%d", workers), func(b *testing.B) {
+			benchmarkRatio(b, local, remote, workers)
+		})
+	}
+}
