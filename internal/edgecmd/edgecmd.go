@@ -1,0 +1,394 @@
+// Package edgecmd is the example edge command, shared by the binaries that
+// run it: examples/edge with routes in memory, and a cluster's edge with a
+// shared Router of its own (an Extension).
+package edgecmd
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/crypto/acme/autocert"
+
+	"github.com/tunnelkit/tunnelkit/edge"
+)
+
+// Extension adds to the command: flags of its own, and a Router.
+type Extension struct {
+	// Flags adds flags to the command's set before it is parsed.
+	Flags func(fs *flag.FlagSet)
+	// Router returns the Router of the edge with ID id, after the flags
+	// are parsed, and a func that closes it when the edge has stopped.
+	// Nil: routes in memory.
+	Router func(ctx context.Context, id string, log *slog.Logger) (edge.Router, func() error, error)
+}
+
+// Main runs the command named name with the process's arguments until
+// SIGINT or SIGTERM, and exits 2 on an error (0 after -h).
+func Main(name string, ext *Extension) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, name, os.Args[1:], os.Stderr, ext); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return // -h: the usage is printed
+		}
+		fmt.Fprintln(os.Stderr, name+":", err)
+		os.Exit(2)
+	}
+}
+
+// Run runs the command with args until ctx is done, logging to stderr.
+func Run(ctx context.Context, name string, args []string, stderr io.Writer, ext *Extension) error {
+	return run(ctx, name, args, stderr, ext)
+}
+
+func run(ctx context.Context, name string, args []string, stderr io.Writer, ext *Extension) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	agents := fs.String("agents", "127.0.0.1:7000", "address agents connect to")
+	httpAddr := fs.String("http", "127.0.0.1:8080", "address of public HTTP")
+	domain := fs.String("domain", "example.test", "domain HTTP endpoints are named under")
+	tlsAddr := fs.String("tls", "", "address of public TLS, routed by SNI (empty: none)")
+	tcpPorts := fs.String("tcp-ports", "", "range of ports for TCP endpoints, e.g. 20000-20100 (empty: none)")
+	token := fs.String("token", "", "shared secret agents must present, as identity \"token\" (empty, and no -tokens: any agent is accepted, each its own identity)")
+	tokensFile := fs.String("tokens", "", "file of \"token identity\" lines: agents present a token, and its identity owns their names")
+	ticketKey := fs.String("ticket-key", "", "file with the hex key that signs agents' tickets, created with a new random key if missing; keep it across restarts so that names go back to their owners (empty: a new key each start)")
+	allowCatchAll := fs.Bool("allow-catch-all", false, "let agents bind * and *.DOMAIN (every name under the domain: single-tenant edges only)")
+	maxPending := fs.Int("max-pending", 0, "agent connections waiting for their hello at most; the oldest is closed past it (0: 1024, negative: no bound)")
+	maxEndpoints := fs.Int("max-endpoints", 0, "endpoints per agent session at most (0: 1024, negative: no bound)")
+	maxAuthFailures := fs.Int("max-auth-failures", 0, "failed agent authentications per source address per minute before its connections are closed at once (0: 10, negative: no limit)")
+	clientShare := fs.Float64("client-share", 0, "part of an endpoint's streams one client address may hold (0: 1/16, negative: no bound)")
+	bodyTimeout := fs.Duration("body-timeout", 0, "cut off an HTTP request body that stops moving this long (0: 60s, negative: never)")
+	proxyProtocol := fs.Bool("proxy-protocol", false, "expect a PROXY protocol header (v1 or v2) from a load balancer at the start of every public connection (-http, -tls, TCP endpoints)")
+	agentCert := fs.String("agent-cert", "", "PEM certificate for TLS on -agents (with -agent-key; empty: plaintext)")
+	agentKey := fs.String("agent-key", "", "PEM private key of -agent-cert")
+	certFile := fs.String("cert", "", "PEM certificate (chain) for https endpoints on -tls, e.g. a wildcard for *.DOMAIN (with -key)")
+	keyFile := fs.String("key", "", "PEM private key of -cert")
+	acmeDir := fs.String("acme-directory", "", "ACME directory URL to get certificates for https endpoints from, on demand, for names agents bind (implies accepting the CA's terms)")
+	acmeCA := fs.String("acme-ca", "", "PEM file of the CA that signs the ACME server's own HTTPS certificate (a test CA; default: the system's roots)")
+	acmeEmail := fs.String("acme-email", "", "contact address for the ACME CA")
+	acmeCache := fs.String("acme-cache", "", "directory for the ACME account key and certificates (default: tunnelkit/acme under the user's cache directory)")
+	acmeRenew := fs.Duration("acme-renew-before", 0, "renew ACME certificates this long before they expire (0: the lesser of 30 days and a third of their lifetime)")
+	redirectHTTPS := fs.Bool("redirect-https", false, "answer plain-HTTP requests for names bound over https only with 308 to https (default: 404 https_only)")
+	accessLog := fs.Bool("access-log", true, "log one line per public HTTP request")
+	relayAddr := fs.String("relay", "", "address other edges of the cluster reach this one on, relaying connections to the agents it holds (empty: no relay; a lone edge)")
+	id := fs.String("id", "", "this edge's ID in the cluster, which other edges dial to relay (default: -relay's address; it must be reachable by them)")
+	relayCert := fs.String("relay-cert", "", "PEM certificate of this edge for relay sessions, both ways (with -relay-key and -relay-ca)")
+	relayKey := fs.String("relay-key", "", "PEM private key of -relay-cert")
+	relayCA := fs.String("relay-ca", "", "PEM file of the CA that signs every edge's -relay-cert")
+	if ext != nil && ext.Flags != nil {
+		ext.Flags(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *domain == "" {
+		return errors.New("-domain is required")
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	certs, acme, err := certificates(*certFile, *keyFile, *acmeDir, *acmeCA, *acmeEmail, *acmeCache)
+	if err != nil {
+		return err
+	}
+	if *acmeRenew != 0 {
+		if acme == nil || *acmeRenew < 0 {
+			return errors.New("-acme-renew-before: want a positive duration, with -acme-directory")
+		}
+		acme.RenewBefore = *acmeRenew
+	}
+	if (len(certs) > 0 || acme != nil) && *tlsAddr == "" {
+		return errors.New("-cert and -acme-directory serve https endpoints on -tls: give -tls too")
+	}
+	srv := &edge.Server{
+		ID:                     *id,
+		Certificates:           certs,
+		ACME:                   acme,
+		RedirectHTTP:           *redirectHTTPS,
+		Domain:                 *domain,
+		Logger:                 log,
+		AllowCatchAll:          *allowCatchAll,
+		MaxPendingSessions:     *maxPending,
+		MaxEndpointsPerSession: *maxEndpoints,
+		MaxAuthFailures:        *maxAuthFailures,
+		ClientShare:            *clientShare,
+		BodyTimeout:            *bodyTimeout,
+		ProxyProtocol:          *proxyProtocol,
+	}
+	ids := identities{}
+	if *token != "" {
+		ids.add(*token, "token")
+	}
+	if *tokensFile != "" {
+		if err := ids.load(*tokensFile); err != nil {
+			return err
+		}
+	}
+	if len(ids) > 0 {
+		srv.Authenticate = ids.authenticate
+	}
+	if *accessLog {
+		srv.AccessLog = log.With("log", "access")
+	}
+	if *ticketKey != "" {
+		key, created, err := loadTicketKey(*ticketKey)
+		if err != nil {
+			return err
+		}
+		srv.TicketKey = key
+		if created {
+			srv.RestartGrace = -1 // a first start: no agent holds a ticket yet
+		}
+	}
+	if (*agentCert == "") != (*agentKey == "") {
+		return errors.New("-agent-cert and -agent-key go together")
+	}
+	if *agentCert != "" {
+		cert, err := tls.LoadX509KeyPair(*agentCert, *agentKey)
+		if err != nil {
+			return fmt.Errorf("-agent-cert: %w", err)
+		}
+		srv.AgentTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if *tcpPorts != "" {
+		r, err := edge.ParsePortRange(*tcpPorts)
+		if err != nil {
+			return err
+		}
+		srv.TCPPorts = r
+		if host, _, err := net.SplitHostPort(*httpAddr); err == nil {
+			srv.TCPListenHost = host
+		}
+	}
+	relay, err := relayOf(srv, *relayAddr, *relayCert, *relayKey, *relayCA)
+	if err != nil {
+		return err
+	}
+	if ext != nil && ext.Router != nil {
+		rt, closeRouter, err := ext.Router(ctx, srv.ID, log)
+		if err != nil {
+			return err
+		}
+		defer closeRouter()
+		srv.Router = rt
+	}
+	var lns []net.Listener
+	listen := func(addr string) (net.Listener, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, err
+		}
+		lns = append(lns, ln)
+		return ln, nil
+	}
+	agentLn, err := listen(*agents)
+	if err != nil {
+		return err
+	}
+	httpLn, err := listen(*httpAddr)
+	if err != nil {
+		return err
+	}
+	var tlsLn, relayLn net.Listener
+	if *tlsAddr != "" {
+		if tlsLn, err = listen(*tlsAddr); err != nil {
+			return err
+		}
+	}
+	if relay != nil {
+		if relayLn, err = listen(*relayAddr); err != nil {
+			return err
+		}
+	}
+	log.Info("edge up", "id", srv.ID, "agents", agentLn.Addr().String(), "http", httpLn.Addr().String(), "tls", *tlsAddr, "relay", *relayAddr, "tcp_ports", *tcpPorts, "domain", *domain, "https", len(certs) > 0 || acme != nil)
+	errc := make(chan error, 4)
+	go func() { errc <- srv.ServeAgents(agentLn) }()
+	go func() { errc <- srv.ServeHTTPListener(httpLn) }()
+	if tlsLn != nil {
+		go func() { errc <- srv.ServeSNI(tlsLn) }()
+	}
+	if relay != nil {
+		go func() { errc <- relay.Serve(relayLn) }()
+		defer relay.Close()
+	}
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err = <-errc:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv.Shutdown(sctx)
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	return err
+}
+
+// identities maps the SHA-256 of each token to its identity: looking up a
+// hash takes the same time whatever the token's bytes.
+type identities map[[32]byte]string
+
+func (ids identities) add(token, identity string) { ids[sha256.Sum256([]byte(token))] = identity }
+
+func (ids identities) authenticate(_ context.Context, token string) (string, error) {
+	if id, ok := ids[sha256.Sum256([]byte(token))]; ok {
+		return id, nil
+	}
+	return "", errors.New("unknown token")
+}
+
+// load reads "token identity" lines.
+func (ids identities) load(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("-tokens: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) != 2 {
+			return fmt.Errorf("-tokens %s:%d: want \"token identity\"", path, n)
+		}
+		if _, dup := ids[sha256.Sum256([]byte(fields[0]))]; dup {
+			return fmt.Errorf("-tokens %s:%d: a token given twice", path, n)
+		}
+		ids.add(fields[0], fields[1])
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("-tokens %s: %w", path, err)
+	}
+	return nil
+}
+
+// loadTicketKey reads a hex key of at least 32 bytes, or creates the file
+// with a new random one (created is then true).
+func loadTicketKey(path string) (key []byte, created bool, err error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		key := make([]byte, 32)
+		rand.Read(key)
+		if err := os.WriteFile(path, []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
+			return nil, false, fmt.Errorf("-ticket-key: %w", err)
+		}
+		return key, true, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("-ticket-key: %w", err)
+	}
+	key, err = hex.DecodeString(string(bytes.TrimSpace(b)))
+	if err != nil || len(key) < 32 {
+		return nil, false, fmt.Errorf("-ticket-key %s: want at least 32 bytes in hex", path)
+	}
+	return key, false, nil
+}
+
+// certificates loads the certificate of -cert and -key, and the ACME
+// settings of the -acme flags.
+func certificates(certFile, keyFile, dir, caFile, email, cacheDir string) ([]tls.Certificate, *edge.ACME, error) {
+	var certs []tls.Certificate
+	if (certFile == "") != (keyFile == "") {
+		return nil, nil, errors.New("-cert and -key go together")
+	}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-cert: %w", err)
+		}
+		certs = append(certs, cert)
+	}
+	if dir == "" {
+		if caFile != "" || email != "" || cacheDir != "" {
+			return nil, nil, errors.New("-acme-ca, -acme-email and -acme-cache need -acme-directory")
+		}
+		return certs, nil, nil
+	}
+	if u, err := url.Parse(dir); err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, nil, fmt.Errorf("-acme-directory %q: want an https:// URL", dir)
+	}
+	acme := &edge.ACME{DirectoryURL: dir, Email: email}
+	if cacheDir != "" {
+		if err := os.MkdirAll(cacheDir, 0o700); err != nil {
+			return nil, nil, fmt.Errorf("-acme-cache: %w", err)
+		}
+		acme.Cache = autocert.DirCache(cacheDir)
+	}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-acme-ca: %w", err)
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, nil, fmt.Errorf("-acme-ca %s: no PEM certificate", caFile)
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{RootCAs: roots}
+		acme.HTTPClient = &http.Client{Transport: tr, Timeout: time.Minute}
+	}
+	return certs, acme, nil
+}
+
+// relayOf returns the Relay of -relay and its certificate flags, set as
+// srv's Dialer, and fills in srv.ID; nil without -relay.
+func relayOf(srv *edge.Server, addr, certFile, keyFile, caFile string) (*edge.Relay, error) {
+	if addr == "" {
+		if certFile != "" || keyFile != "" || caFile != "" {
+			return nil, errors.New("-relay-cert, -relay-key and -relay-ca need -relay")
+		}
+		return nil, nil
+	}
+	if certFile == "" || keyFile == "" || caFile == "" {
+		return nil, errors.New("-relay needs -relay-cert, -relay-key and -relay-ca: edges authenticate each other")
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return nil, fmt.Errorf("-relay %q: %v", addr, err)
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("-relay-cert: %w", err)
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("-relay-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("-relay-ca %s: no PEM certificate", caFile)
+	}
+	if srv.ID == "" {
+		srv.ID = addr
+	}
+	relay := &edge.Relay{Server: srv, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ClientCAs: pool, MinVersion: tls.VersionTLS13}}
+	srv.Dialer = relay
+	return relay, nil
+}
