@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -38,31 +37,55 @@ var (
 )
 
 // Client is one session to an edge, carrying any number of listeners. Its
-// zero value with Addr set is ready to use: the session is opened by the
-// first Listen. When the session ends while listeners are open, the client
-// reconnects on its own, with exponential backoff and jitter, forever until
-// closed, and binds every listener's endpoint again with the same name: the
-// listeners stay open across the gap. The edge's session ticket makes the
-// new session take over the old one's endpoints at once, even when the edge
-// has not yet noticed that the old one died; endpoint tickets get the names
-// back after the edge restarted. A bind the edge cannot grant for now is
-// tried again with backoff; only a name lost for good (ErrNameTaken,
-// ErrRefused) ends a listener, whose Accept then returns that error. A
-// Client must not be copied after first use.
+// zero value with Addr (or Addrs) set is ready to use: the session is
+// opened by the first Listen. Given several edges, it holds a session to
+// one of them at a time (see Addrs). When the session ends while listeners
+// are open, the client reconnects on its own, with exponential backoff and
+// jitter, forever until closed, and binds every listener's endpoint again
+// with the same name: the listeners stay open across the gap. The edge's
+// session ticket makes the new session take over the old one's endpoints
+// at once, even when the edge has not yet noticed that the old one died;
+// endpoint tickets get the names back after the edge restarted. A bind the
+// edge cannot grant for now is tried again with backoff; only a name lost
+// for good (ErrNameTaken, ErrRefused) ends a listener, whose Accept then
+// returns that error. Opening a session to one edge (the dial, TLS, the
+// hello) takes at most 10 s, within the context given to Listen. A Client
+// must not be copied, nor its fields changed, after first use.
 type Client struct {
-	// Addr is the edge's agent address, "host:port".
+	// Addr is the edge's agent address, "host:port". With Addrs, it is the
+	// first edge tried. Empty: Addrs alone.
 	Addr string
+
+	// Addrs are the agent addresses of more edges, "host:port" each, tried
+	// after Addr, in order: edges that share their names (a cluster behind
+	// DNS), so that an endpoint comes back with the same name on any of
+	// them. The client holds a session to one edge at a time. The first
+	// goes to the first edge that takes it: when an attempt fails (the
+	// dial, TLS, the hello, or no answer within 10 s), the next edge is
+	// tried at once. When a session ends, the client reconnects to the
+	// edge after the one it was on (that one may be the edge that died),
+	// and so on through the list, wrapping around. Each round of attempts,
+	// one per edge, starts after the backoff wait (see MinBackoff); within
+	// a round, a failed attempt moves on to the next edge at once. A
+	// listener's URL is then the one the new edge answered (Listener.URL).
+	// An address listed twice is tried once per round; empty ones are left
+	// out. Nil: Addr alone.
+	Addrs []string
 
 	// Token is presented to the edge in the hello. Empty: none.
 	Token string
 
-	// TLSConfig is the configuration for TLS to the edge. Nil: TLS with the
-	// system's roots and Addr's host as the server name, except that a
-	// loopback Addr ("127.0.0.1:7000", "localhost:7000") is plaintext.
+	// TLSConfig is the configuration for TLS to the edges. An empty
+	// ServerName stands for the host of each edge's address, as with
+	// tls.Dial; set one only when every edge's certificate carries it. Nil:
+	// TLS with the system's roots and each edge's host as the server name,
+	// except that a loopback edge ("127.0.0.1:7000", "localhost:7000") is
+	// plaintext.
 	TLSConfig *tls.Config
 
-	// Plaintext connects without TLS, whatever Addr is. Use it only for an
-	// edge behind a TLS-terminating proxy or on a private network.
+	// Plaintext connects without TLS, whatever the edges' addresses are.
+	// Use it only for edges behind a TLS-terminating proxy or on a private
+	// network.
 	Plaintext bool
 
 	// DialContext opens the TCP connection to the edge. Nil: a net.Dialer.
@@ -79,10 +102,10 @@ type Client struct {
 	// 64 KiB and 16 MiB.
 	StreamWindow int
 
-	// MinBackoff and MaxBackoff bound the wait before each reconnection
-	// attempt: it starts at MinBackoff and doubles up to MaxBackoff, each
-	// wait drawn at random between half and all of it. Zero: 250 ms and
-	// 30 s.
+	// MinBackoff and MaxBackoff bound the wait before each round of
+	// reconnection attempts (one attempt per edge, see Addrs): it starts at
+	// MinBackoff and doubles up to MaxBackoff, each wait drawn at random
+	// between half and all of it. Zero: 250 ms and 30 s.
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
 
@@ -102,6 +125,8 @@ type Client struct {
 
 	mu         sync.Mutex
 	mux        muxado.Session // nil while disconnected
+	edge       string         // the address of mux's edge
+	next       int            // the index in edges() of the edge to try next
 	sessionID  string
 	ticket     string        // the session ticket, for the next hello
 	renewAfter time.Duration // how often endpoint tickets are renewed
@@ -124,7 +149,8 @@ const (
 	// Disconnected: the session ended; Err says why.
 	Disconnected
 	// Reconnecting: an attempt starts after Delay; Err is why the previous
-	// attempt failed, if one did.
+	// attempt failed, if one did. With several edges, Delay is the backoff
+	// for the first attempt of a round and zero for the others.
 	Reconnecting
 )
 
@@ -146,11 +172,16 @@ type Event struct {
 	Err     error         // the cause, for Disconnected and failed attempts
 	Attempt int           // for Reconnecting: 1 for the first attempt
 	Delay   time.Duration // for Reconnecting: the wait before the attempt
+	// Addr is the edge's address: the one connected to (Connected), the
+	// one whose session ended (Disconnected), or the one the attempt will
+	// try unless a session was opened meanwhile (Reconnecting).
+	Addr string
 }
 
 // Listen opens a session to the edge at edgeAddr and binds one endpoint
 // there; see Endpoint.URL for endpoint. The session belongs to the
-// listener: closing the listener closes it.
+// listener: closing the listener closes it. For several edges, use a
+// Client with Addrs.
 func Listen(ctx context.Context, edgeAddr, endpoint string) (*Listener, error) {
 	c := &Client{Addr: edgeAddr}
 	l, err := c.Listen(ctx, endpoint)
@@ -239,8 +270,9 @@ func (c *Client) ListenEndpoint(ctx context.Context, ep Endpoint) (*Listener, er
 	}
 	c.listeners[l] = struct{}{}
 	c.byTunnel[resp.TunnelID] = l
+	edge := c.edge
 	c.mu.Unlock()
-	c.log().Info("listening", "url", resp.URL)
+	c.log().Info("listening", "url", resp.URL, "edge", edge)
 	return l, nil
 }
 
@@ -310,7 +342,7 @@ func (c *Client) session(ctx context.Context) (muxado.Session, error) {
 	if mux != nil {
 		return mux, nil
 	}
-	return c.connect(ctx)
+	return c.connectAny(ctx)
 }
 
 func (c *Client) initLocked() {
@@ -321,26 +353,35 @@ func (c *Client) initLocked() {
 	}
 }
 
-// connect opens a session: the transport, the mux, the hello. It installs
-// the session and starts its goroutines. The caller holds connectMu.
-func (c *Client) connect(ctx context.Context) (muxado.Session, error) {
-	if c.Addr == "" {
-		return nil, errors.New("agent: Client.Addr is empty")
+// connect opens a session to the edge at addr, within ctx and
+// edgeTimeout, and logs a failure. The caller holds connectMu.
+func (c *Client) connect(ctx context.Context, addr string) (muxado.Session, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, edgeTimeout, errEdgeTimeout)
+	defer cancel()
+	mux, err := c.open(ctx, addr)
+	if err != nil && c.ctx.Err() == nil {
+		c.log().Warn("connecting to edge failed", "edge", addr, "err", err)
 	}
+	return mux, err
+}
+
+// open opens a session: the transport, the mux, the hello. It installs
+// the session and starts its goroutines.
+func (c *Client) open(ctx context.Context, addr string) (muxado.Session, error) {
 	dial := c.DialContext
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
 	}
-	conn, err := dial(ctx, "tcp", c.Addr)
+	conn, err := dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("agent: dial edge: %w", err)
 	}
-	tlsCfg := c.tlsConfig()
+	tlsCfg := c.tlsConfig(addr)
 	if tlsCfg != nil {
 		tc := tls.Client(conn, tlsCfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			conn.Close()
-			return nil, fmt.Errorf("agent: TLS to edge: %w", err)
+			return nil, fmt.Errorf("agent: TLS to edge: %w", ctxErr(ctx, err))
 		}
 		conn = tc
 	}
@@ -362,7 +403,7 @@ func (c *Client) connect(ctx context.Context) (muxado.Session, error) {
 	// answered from the start.
 	accepting := make(chan struct{})
 	dead := make(chan struct{}) // closed when the session ends
-	c.wg.Go(func() { c.acceptLoop(mux, accepting, dead) })
+	c.wg.Go(func() { c.acceptLoop(mux, addr, accepting, dead) })
 	var resp wire.Response
 	c.mu.Lock()
 	ticket := c.ticket
@@ -386,19 +427,20 @@ func (c *Client) connect(ctx context.Context) (muxado.Session, error) {
 		return nil, err
 	}
 	c.mux = mux
+	c.edge = addr
 	c.sessionID = resp.HelloResp.SessionID
 	if resp.HelloResp.Ticket != "" {
 		c.ticket = resp.HelloResp.Ticket
 	}
 	c.renewAfter = time.Duration(resp.HelloResp.RenewAfter) * time.Second
-	c.wg.Go(func() { c.heartbeat(mux) })
-	if c.renewAfter > 0 {
-		c.wg.Go(func() { c.renewLoop(mux, c.renewAfter, dead) })
+	c.wg.Go(func() { c.heartbeat(mux, addr) })
+	if renew := c.renewAfter; renew > 0 {
+		c.wg.Go(func() { c.renewLoop(mux, renew, dead) })
 	}
 	c.mu.Unlock()
 	close(accepting)
-	c.log().Info("connected to edge", "edge", c.Addr, "session", resp.HelloResp.SessionID)
-	c.emit(Event{Kind: Connected})
+	c.log().Info("connected to edge", "edge", addr, "session", resp.HelloResp.SessionID)
+	c.emit(Event{Kind: Connected, Addr: addr})
 	return mux, nil
 }
 
@@ -418,28 +460,6 @@ func (c *Client) preamble(ctx context.Context, conn net.Conn) (uint32, error) {
 		return 0, ctx.Err()
 	}
 	return window, conn.SetDeadline(time.Time{})
-}
-
-// tlsConfig returns the TLS configuration to the edge, or nil for
-// plaintext.
-func (c *Client) tlsConfig() *tls.Config {
-	if c.Plaintext {
-		return nil
-	}
-	if c.TLSConfig != nil {
-		return c.TLSConfig
-	}
-	host, _, err := net.SplitHostPort(c.Addr)
-	if err != nil {
-		host = c.Addr
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if a, err := netip.ParseAddr(host); err == nil && a.IsLoopback() {
-		return nil
-	}
-	return &tls.Config{ServerName: host}
 }
 
 // call sends one control request on its own stream and reads the answer.
@@ -473,9 +493,10 @@ func (c *Client) call(ctx context.Context, mux muxado.Session, req wire.Request,
 	return nil
 }
 
+// ctxErr returns why ctx ended, if it did, else err.
 func ctxErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return context.Cause(ctx)
 	}
 	return err
 }
@@ -483,14 +504,14 @@ func ctxErr(ctx context.Context, err error) error {
 // acceptLoop accepts the edge's streams until the session ends, then
 // closes dead. Proxy streams wait for accepting, closed once the session is
 // installed.
-func (c *Client) acceptLoop(mux muxado.Session, accepting <-chan struct{}, dead chan struct{}) {
+func (c *Client) acceptLoop(mux muxado.Session, addr string, accepting <-chan struct{}, dead chan struct{}) {
 	var wg sync.WaitGroup
 	for {
 		st, err := mux.AcceptStream()
 		if err != nil {
 			break
 		}
-		wg.Go(func() { c.handleStream(st, accepting, dead) })
+		wg.Go(func() { c.handleStream(st, addr, accepting, dead) })
 	}
 	close(dead)
 	wg.Wait()
@@ -507,6 +528,7 @@ func (c *Client) sessionEnded(mux muxado.Session) {
 		return
 	}
 	c.mux = nil
+	edge := c.edge
 	c.byTunnel = map[string]*Listener{}
 	closed := c.closed
 	redial := !closed && len(c.listeners) > 0 && !c.redialing
@@ -516,13 +538,16 @@ func (c *Client) sessionEnded(mux muxado.Session) {
 	}
 	c.mu.Unlock()
 	if !closed {
-		c.log().Warn("session to edge ended", "edge", c.Addr, "err", localErr)
-		c.emit(Event{Kind: Disconnected, Err: localErr})
+		c.log().Warn("session to edge ended", "edge", edge, "err", localErr)
+		c.emit(Event{Kind: Disconnected, Err: localErr, Addr: edge})
 	}
 }
 
 // reconnectLoop opens a new session and binds every open listener again,
-// with backoff between attempts, until it succeeds or the client closes.
+// until it succeeds or the client closes. It goes in rounds of one attempt
+// per edge, from the edge after the one the session was on: the first
+// attempt of a round after the backoff wait, the others at once. A round
+// ends early when a session is open but some endpoints are not granted yet.
 func (c *Client) reconnectLoop() {
 	defer func() {
 		c.mu.Lock()
@@ -538,48 +563,72 @@ func (c *Client) reconnectLoop() {
 	}
 	backoff := minB
 	var lastErr error
-	for attempt := 1; ; attempt++ {
+	attempt := 0
+	for {
 		delay := backoff/2 + rand.N(backoff/2+1)
 		backoff = min(2*backoff, maxB)
-		c.log().Info("reconnecting", "edge", c.Addr, "attempt", attempt, "in", delay.Round(time.Millisecond))
-		c.emit(Event{Kind: Reconnecting, Attempt: attempt, Delay: delay, Err: lastErr})
-		t := time.NewTimer(delay)
-		select {
-		case <-c.ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
+		edges, err := c.edges()
+		if err != nil {
+			edges = []string{""} // rebindAll fails with err, once a round
 		}
-		ctx, cancel := context.WithTimeout(c.ctx, 15*time.Second)
-		err := c.rebindAll(ctx)
-		cancel()
-		if err == nil {
-			return
+		for i := range edges {
+			attempt++
+			if i > 0 {
+				delay = 0
+			}
+			addr := c.nextEdge(edges)
+			c.log().Info("reconnecting", "edge", addr, "attempt", attempt, "in", delay.Round(time.Millisecond))
+			c.emit(Event{Kind: Reconnecting, Attempt: attempt, Delay: delay, Err: lastErr, Addr: addr})
+			if delay > 0 {
+				t := time.NewTimer(delay)
+				select {
+				case <-c.ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
+			ctx, cancel := context.WithTimeout(c.ctx, 15*time.Second)
+			up, err := c.rebindAll(ctx)
+			cancel()
+			if err == nil || c.ctx.Err() != nil {
+				return
+			}
+			lastErr = err
+			if up {
+				// The session is fine; its endpoints wait for the backoff.
+				c.log().Warn("reconnect failed", "edge", addr, "attempt", attempt, "err", err)
+				break
+			}
+			// connect logged the failure; on to the next edge.
 		}
-		lastErr = err
-		c.log().Warn("reconnect failed", "edge", c.Addr, "attempt", attempt, "err", err)
 	}
 }
 
-// rebindAll opens a session if none is open, and binds each open
-// listener's endpoint that is not bound on it. A listener whose endpoint is
-// refused for good (its name taken by another identity, or refused) is
-// closed with that error; one the edge cannot grant for now stays open and
-// unbound, and rebindAll returns that error so that it is tried again. A
-// failure of the session itself closes it.
-func (c *Client) rebindAll(ctx context.Context) error {
+// rebindAll opens a session, to the next edge, if none is open, and binds
+// each open listener's endpoint that is not bound on it. A listener whose
+// endpoint is refused for good (its name taken by another identity, or
+// refused) is closed with that error; one the edge cannot grant for now
+// stays open and unbound, and rebindAll returns that error, with up true,
+// so that it is tried again on the same session. A failure of the session
+// itself closes it (up false).
+func (c *Client) rebindAll(ctx context.Context) (up bool, err error) {
 	c.connectMu.Lock()
 	defer c.connectMu.Unlock()
 	c.mu.Lock()
-	mux, closed := c.mux, c.closed
+	mux, edge, closed := c.mux, c.edge, c.closed
 	c.mu.Unlock()
 	if closed {
-		return nil
+		return false, nil
 	}
 	if mux == nil {
-		var err error
-		if mux, err = c.connect(ctx); err != nil {
-			return err
+		edges, err := c.edges()
+		if err != nil {
+			return false, err
+		}
+		edge = c.takeEdge(edges)
+		if mux, err = c.connect(ctx, edge); err != nil {
+			return false, err
 		}
 	}
 	c.mu.Lock()
@@ -610,18 +659,19 @@ func (c *Client) rebindAll(ctx context.Context) error {
 			later = err
 			continue
 		default:
+			c.log().Warn("rebinding failed; closing the session", "edge", edge, "url", l.URL(), "err", err)
 			mux.Close() // try again with a new session
-			return err
+			return false, err
 		}
 		if resp.URL != l.URL() {
-			c.log().Warn("endpoint came back under another URL", "was", l.URL(), "now", resp.URL)
+			c.log().Warn("endpoint came back under another URL", "was", l.URL(), "now", resp.URL, "edge", edge)
 		}
 		l.setBound(mux, b, resp)
 		c.mu.Lock()
 		c.byTunnel[resp.TunnelID] = l
 		c.mu.Unlock()
 	}
-	return later
+	return true, later
 }
 
 // renewLoop renews the endpoint tickets of the listeners bound on mux every
@@ -664,7 +714,7 @@ func (c *Client) renewLoop(mux muxado.Session, interval time.Duration, dead <-ch
 // handleStream reads the header of a stream the edge opened and hands it to
 // its listener.
 // A stream waiting for Accept is dropped when dead is closed.
-func (c *Client) handleStream(st muxado.Stream, accepting, dead <-chan struct{}) {
+func (c *Client) handleStream(st muxado.Stream, addr string, accepting, dead <-chan struct{}) {
 	st.SetReadDeadline(time.Now().Add(10 * time.Second))
 	var t [1]byte
 	if _, err := io.ReadFull(st, t[:]); err != nil {
@@ -681,7 +731,7 @@ func (c *Client) handleStream(st muxado.Stream, accepting, dead <-chan struct{})
 		err := wire.ReadMessage(st, &g)
 		st.Close()
 		if err == nil {
-			c.log().Info("edge is going away; will reconnect when the session ends", "edge", c.Addr, "reason", wire.Printable(g.Message, 200))
+			c.log().Info("edge is going away; will reconnect when the session ends", "edge", addr, "reason", wire.Printable(g.Message, 200))
 		}
 	case wire.StreamProxy:
 		h, err := wire.ReadProxyHeader(st)
@@ -724,7 +774,7 @@ func (c *Client) listener(tunnelID string) *Listener {
 }
 
 // heartbeat pings the edge and closes the session when it stops answering.
-func (c *Client) heartbeat(mux muxado.Session) {
+func (c *Client) heartbeat(mux muxado.Session, addr string) {
 	st, err := mux.OpenStream()
 	if err != nil {
 		return
@@ -737,7 +787,7 @@ func (c *Client) heartbeat(mux muxado.Session) {
 		Interval: c.HeartbeatInterval,
 		Timeout:  c.HeartbeatTimeout,
 		Dead: func() {
-			c.log().Warn("edge missed its heartbeat; closing the session", "edge", c.Addr)
+			c.log().Warn("edge missed its heartbeat; closing the session", "edge", addr)
 			mux.Close()
 		},
 	}

@@ -1,0 +1,144 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.ngrok.com/muxado/v2"
+)
+
+// edgeTimeout bounds opening a session to one edge (the dial, TLS, the
+// hello), as the edge's own HandshakeTimeout does by default: an edge that
+// does not answer holds up the next one no longer.
+const edgeTimeout = 10 * time.Second
+
+// errEdgeTimeout is the cause of an attempt that took edgeTimeout.
+var errEdgeTimeout error = edgeTimeoutError{}
+
+type edgeTimeoutError struct{}
+
+func (edgeTimeoutError) Error() string   { return "edge did not answer within " + edgeTimeout.String() }
+func (edgeTimeoutError) Timeout() bool   { return true }
+func (edgeTimeoutError) Temporary() bool { return true }
+
+var _ net.Error = edgeTimeoutError{}
+
+// edges returns the edges' addresses in the order they are tried: Addr,
+// then Addrs, each once, empty ones left out.
+func (c *Client) edges() ([]string, error) {
+	list := make([]string, 0, 1+len(c.Addrs))
+	for _, a := range append([]string{c.Addr}, c.Addrs...) {
+		if strings.Contains(a, ",") {
+			return nil, fmt.Errorf("agent: edge address %q holds a comma: give each edge its own entry in Client.Addrs", a)
+		}
+		if a != "" && !slices.Contains(list, a) {
+			list = append(list, a)
+		}
+	}
+	if len(list) == 0 {
+		return nil, errors.New("agent: no edge address: Client.Addr and Client.Addrs are empty")
+	}
+	return list, nil
+}
+
+// nextEdge returns the edge the next connection attempt goes to.
+func (c *Client) nextEdge(edges []string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return edges[c.next%len(edges)]
+}
+
+// takeEdge returns the edge the next connection attempt goes to, and moves
+// on: the attempt after it, whether this one fails or its session ends
+// later, goes to the edge after it.
+func (c *Client) takeEdge(edges []string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a := edges[c.next%len(edges)]
+	c.next = (c.next + 1) % len(edges)
+	return a
+}
+
+// connectAny opens a session to the first edge that takes it, trying each
+// once in turn from the next one, and stops early when ctx ends or the
+// client closes. The caller holds connectMu.
+func (c *Client) connectAny(ctx context.Context) (muxado.Session, error) {
+	edges, err := c.edges()
+	if err != nil {
+		return nil, err
+	}
+	var failed edgesError
+	for range edges {
+		addr := c.takeEdge(edges)
+		mux, err := c.connect(ctx, addr)
+		if err == nil {
+			return mux, nil
+		}
+		failed.addrs = append(failed.addrs, addr)
+		failed.errs = append(failed.errs, err)
+		if ctx.Err() != nil || c.ctx.Err() != nil {
+			break
+		}
+	}
+	if len(edges) == 1 {
+		return nil, failed.errs[0]
+	}
+	return nil, &failed
+}
+
+// edgesError is the failure of a round of connection attempts, one per
+// edge. errors.Is matches any of them.
+type edgesError struct {
+	addrs []string
+	errs  []error
+}
+
+func (e *edgesError) Error() string {
+	var b strings.Builder
+	b.WriteString("agent: no edge took the session: ")
+	for i, err := range e.errs {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(e.addrs[i])
+		b.WriteString(": ")
+		b.WriteString(strings.TrimPrefix(err.Error(), "agent: "))
+	}
+	return b.String()
+}
+
+func (e *edgesError) Unwrap() []error { return e.errs }
+
+// tlsConfig returns the TLS configuration to the edge at addr, or nil for
+// plaintext.
+func (c *Client) tlsConfig(addr string) *tls.Config {
+	if c.Plaintext {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if c.TLSConfig != nil {
+		if c.TLSConfig.ServerName != "" {
+			return c.TLSConfig
+		}
+		cfg := c.TLSConfig.Clone()
+		cfg.ServerName = host
+		return cfg
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if a, err := netip.ParseAddr(host); err == nil && a.IsLoopback() {
+		return nil
+	}
+	return &tls.Config{ServerName: host}
+}
