@@ -1,7 +1,9 @@
 // Command agent exposes a local address through a tunnel edge. It prints
 // the public URL alone on one stdout line and logs to stderr: for an http
 // or https URL a line per request (method, path, status, bytes, duration,
-// client), for the others a line per connection.
+// client), for the others a line per connection. -edge takes one edge's
+// agent address or several, separated by commas: edges that share their
+// names, which the agent moves between when its session ends.
 //
 //	agent -edge 127.0.0.1:7000 -url http://abc.example.test -to 127.0.0.1:3001
 //	agent -edge 127.0.0.1:7000 -url https://abc.example.test -to 127.0.0.1:3001
@@ -9,6 +11,7 @@
 //	agent -edge 127.0.0.1:7000 -url http://abc.example.test -log-requests=false -proxy-proto 1 -to 127.0.0.1:3001
 //	agent -edge 127.0.0.1:7000 -url tls://app.example.test -to 127.0.0.1:9443
 //	agent -edge 127.0.0.1:7000 -url tcp://:20001 -proxy-proto 2 -pool -to 127.0.0.1:22
+//	agent -edge edge1.example.com:7000,edge2.example.com:7000 -url https://abc.example.com -to 127.0.0.1:3001
 package main
 
 import (
@@ -48,7 +51,7 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	edgeAddr := fs.String("edge", "127.0.0.1:7000", "the edge's agent address")
+	edgeList := fs.String("edge", "127.0.0.1:7000", "the edge's agent address, or several separated by commas (edges that share their names): the agent connects to the first that answers and, when its session ends, moves on to the next")
 	url := fs.String("url", "", "public URL to ask for: http://abc.example.test, https://abc.example.test (TLS ends at the edge), tls://app.example.test (TLS passed through to -to), tcp:// (any port) or tcp://:20001 (empty: http with a random name)")
 	to := fs.String("to", "", "local address to forward connections to, e.g. 127.0.0.1:3001")
 	appProto := fs.String("app-protocol", "", "for an http or https URL, what -to speaks: http1 (HTTP/1.1) or h2c (HTTP/2 without TLS, as gRPC servers do) (empty: http1)")
@@ -56,13 +59,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	proxyProto := fs.Int("proxy-proto", 0, "send a PROXY protocol header of this version (1 or 2) to -to at the start of each connection (with an http or https URL, needs -log-requests=false); 0: none")
 	pool := fs.Bool("pool", false, "join the endpoint's pool rather than fail when it is already bound")
 	token := fs.String("token", "", "token to present to the edge")
-	edgeCA := fs.String("edge-ca", "", "PEM file of the CA that signed the edge's certificate (default: the system's roots)")
-	plaintext := fs.Bool("plaintext", false, "connect to the edge without TLS (the default for a loopback edge)")
+	edgeCA := fs.String("edge-ca", "", "PEM file of the CA that signed the edges' certificates, each checked against its -edge host name (default: the system's roots)")
+	plaintext := fs.Bool("plaintext", false, "connect to the edges without TLS (the default for a loopback edge)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	edges, err := parseEdges(*edgeList)
+	if err != nil {
+		return err
 	}
 	if *to == "" {
 		return errors.New("-to is required")
@@ -88,7 +95,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-proxy-proto %d: for an http or https URL the agent forwards request by request (-log-requests) over connections to -to that clients share, so no PROXY header could name the client (-to gets X-Forwarded-For instead); pass -log-requests=false to forward each connection's bytes after a PROXY header", *proxyProto)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	c := &agent.Client{Addr: *edgeAddr, Token: *token, Plaintext: *plaintext, Logger: log}
+	c := &agent.Client{Addrs: edges, Token: *token, Plaintext: *plaintext, Logger: log}
 	if *edgeCA != "" {
 		pem, err := os.ReadFile(*edgeCA)
 		if err != nil {
@@ -98,11 +105,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if !roots.AppendCertsFromPEM(pem) {
 			return fmt.Errorf("-edge-ca %s: no PEM certificate", *edgeCA)
 		}
-		host, _, _ := net.SplitHostPort(*edgeAddr)
-		c.TLSConfig = &tls.Config{RootCAs: roots, ServerName: host}
+		// Each edge's certificate is checked against its own host name.
+		c.TLSConfig = &tls.Config{RootCAs: roots}
 	}
 	defer c.Close()
-	setup, cancel := context.WithTimeout(ctx, 15*time.Second)
+	// Time for each edge to be tried, one that does not answer too.
+	setup, cancel := context.WithTimeout(ctx, time.Duration(len(edges))*15*time.Second)
 	defer cancel()
 	l, err := c.ListenEndpoint(setup, agent.Endpoint{URL: *url, AppProtocol: *appProto, Pool: *pool})
 	if err != nil {
@@ -124,6 +132,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return errors.New("session to the edge ended")
 	}
 	return nil
+}
+
+// parseEdges splits -edge's comma-separated list of host:port addresses.
+func parseEdges(list string) ([]string, error) {
+	var edges []string
+	for a := range strings.SplitSeq(list, ",") {
+		a = strings.TrimSpace(a)
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("-edge %q: want host:port[,host:port...]: %q: %v", list, a, err)
+		}
+		edges = append(edges, a)
+	}
+	return edges, nil
 }
 
 // urlScheme returns the scheme of an endpoint URL as the agent package
