@@ -1,18 +1,34 @@
 package edge
 
 import (
+	"io"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 )
 
-// accessWriter keeps what an access log line says of a response.
+// accessWriter keeps what an access log line and the Observer say of a
+// response.
 type accessWriter struct {
 	http.ResponseWriter
 	start  time.Time
 	status int
 	bytes  int64
+	in     atomic.Int64 // bytes of the request body read (by the proxy's writer)
+}
+
+// countedBody counts the bytes read from a request body.
+type countedBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *countedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
 }
 
 func (a *accessWriter) WriteHeader(code int) {
@@ -35,8 +51,27 @@ func (a *accessWriter) Write(p []byte) (int, error) {
 // deadlines, hijacking).
 func (a *accessWriter) Unwrap() http.ResponseWriter { return a.ResponseWriter }
 
+// endAccess writes the access log line of a request and tells the
+// Observer.
+func (s *Server) endAccess(a *accessWriter, r *http.Request) {
+	proto := "http"
+	if r.TLS != nil {
+		proto = "https"
+	}
+	d := time.Since(a.start)
+	status := a.status
+	if status == 0 {
+		status = http.StatusOK // what net/http sends for a handler that wrote nothing
+	}
+	s.obs().Request(proto, status, d)
+	s.obs().Bytes(proto, a.in.Load(), a.bytes)
+	if s.AccessLog != nil {
+		s.logAccess(a, r, d)
+	}
+}
+
 // logAccess writes the access log line of a request.
-func (s *Server) logAccess(a *accessWriter, r *http.Request) {
+func (s *Server) logAccess(a *accessWriter, r *http.Request, d time.Duration) {
 	status := a.status
 	if status == 0 {
 		status = http.StatusOK
@@ -48,7 +83,7 @@ func (s *Server) logAccess(a *accessWriter, r *http.Request) {
 		"proto", r.Proto,
 		"status", status,
 		"bytes", a.bytes,
-		"duration", time.Since(a.start).Round(time.Microsecond),
+		"duration", d.Round(time.Microsecond),
 		"client", r.RemoteAddr,
 	}
 	if code := a.Header().Get("Tunnelkit-Error"); code != "" {

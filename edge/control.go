@@ -82,6 +82,7 @@ func (ss *session) serveRequest(ctx context.Context, req *wire.Request) wire.Res
 		if !ok {
 			return fail(wire.CodeNotFound, "no such tunnel")
 		}
+		ss.srv.obs().Endpoint(r.Proto, -1)
 		ss.srv.unbind(r, 0)
 		ss.log.Info("unbound", "url", ss.srv.publicURL(r))
 		return wire.Response{}
@@ -139,6 +140,7 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 	if limit := s.maxSessionsPerIdentity(); limit > 0 && s.perIdentity[identity] >= limit {
 		s.mu.Unlock()
 		ss.log.Info("agent refused: too many sessions", "identity", wire.Printable(identity, 64))
+		s.obs().Refused("session_limit")
 		ss.refuseHello()
 		return fail(wire.CodeUnavailable, "too many sessions for this identity")
 	}
@@ -155,6 +157,7 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 	ss.identity = identity
 	ss.hello = helloAccepted
 	s.perIdentity[identity]++
+	s.obs().Session(1)
 	ss.mu.Unlock()
 	s.mu.Unlock()
 	s.donePending(ss.pending)
@@ -189,6 +192,7 @@ func (ss *session) decideHello(ctx context.Context, h *wire.Hello) (wire.Respons
 		id, err := auth(ctx, h.Token)
 		if err != nil {
 			s.auth.failed(sourceOf(addrPort(ss.src).Addr()))
+			s.obs().Refused("auth")
 			ss.log.Debug("agent refused", "err", err)
 			return fail(wire.CodeUnauthorized, "authentication failed"), ""
 		}
@@ -244,6 +248,7 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	identity := ss.identity
 	if max := s.maxEndpoints(); max > 0 && len(ss.routes)+ss.binding >= max {
 		ss.mu.Unlock()
+		s.obs().Refused("endpoint_limit")
 		return fail(wire.CodeUnavailable, "too many endpoints on this session (at most %d)", max)
 	}
 	ss.binding++
@@ -327,6 +332,7 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 		return fail(wire.CodeUnavailable, "session closed")
 	}
 	ss.routes[r.TunnelID] = r
+	s.obs().Endpoint(r.Proto, 1)
 	ss.mu.Unlock()
 	url := s.publicURL(r)
 	t, err := s.endpointTicket(r)

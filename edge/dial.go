@@ -104,7 +104,7 @@ func (ss *session) openProxy(ctx context.Context, h wire.ProxyHeader, raw bool) 
 	}
 	st, err := ss.mux.OpenStream()
 	if err != nil {
-		ss.open.Add(-1)
+		ss.release()
 		return nil, fmt.Errorf("edge: open stream: %w", err)
 	}
 	c := &proxyStream{Stream: st, ss: ss, raw: raw}
@@ -174,6 +174,6 @@ func (v *reply) read(r io.Reader) error {
 
 func (p *proxyStream) Close() error {
 	err := p.Stream.Close()
-	p.closeOnce.Do(func() { p.ss.open.Add(-1) })
+	p.closeOnce.Do(p.ss.release)
 	return err
 }

@@ -53,23 +53,28 @@ import (
 // the app's response.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.init()
-	if s.AccessLog != nil {
-		aw := &accessWriter{ResponseWriter: w, start: time.Now()}
-		defer s.logAccess(aw, r)
-		w = aw
-	}
-	s.serveHTTP(w, r, false)
+	s.observeHTTP(w, r, false)
 }
 
 // serveHTTPS serves the requests of TLS connections the edge terminated
 // for https endpoints.
 func (s *Server) serveHTTPS(w http.ResponseWriter, r *http.Request) {
-	if s.AccessLog != nil {
-		aw := &accessWriter{ResponseWriter: w, start: time.Now()}
-		defer s.logAccess(aw, r)
-		w = aw
+	s.observeHTTP(w, r, true)
+}
+
+// observeHTTP serves a request, logging and counting it when the Server
+// has an AccessLog or an Observer.
+func (s *Server) observeHTTP(w http.ResponseWriter, r *http.Request, terminated bool) {
+	if s.AccessLog == nil && s.Observer == nil {
+		s.serveHTTP(w, r, terminated)
+		return
 	}
-	s.serveHTTP(w, r, true)
+	aw := &accessWriter{ResponseWriter: w, start: time.Now()}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = &countedBody{ReadCloser: r.Body, n: &aw.in}
+	}
+	defer s.endAccess(aw, r)
+	s.serveHTTP(aw, r, terminated)
 }
 
 // serveHTTP routes a request by its Host: to https routes when the edge
@@ -246,6 +251,7 @@ func (s *Server) httpError(w http.ResponseWriter, r *http.Request, status int, c
 		level = slog.LevelInfo
 	}
 	s.log().Log(r.Context(), level, "http error", "status", status, "code", code, "host", wire.Printable(r.Host, 256), "client", r.RemoteAddr, "err", err)
+	s.obs().Refused(code)
 	h := w.Header()
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")

@@ -124,7 +124,7 @@ func (s *Server) tlsTerm() *terminating {
 			GetCertificate: s.certificate,
 		}
 		t.queue = newConnQueue()
-		t.hs = s.newHTTPServer(http.HandlerFunc(s.serveHTTPS))
+		t.hs = s.newHTTPServer(http.HandlerFunc(s.serveHTTPS), "https")
 		p := new(http.Protocols)
 		p.SetHTTP1(true)
 		p.SetHTTP2(true)

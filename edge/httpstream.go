@@ -272,9 +272,10 @@ func (s *Server) evictIdle(sessionID string) bool {
 
 // trackClients makes hs tell the Server about its connections, so that
 // their requests can reuse their streams.
-func (s *Server) trackClients(hs *http.Server) {
+func (s *Server) trackClients(hs *http.Server, proto string) {
 	var clients sync.Map // net.Conn to *clientConn
 	hs.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		s.obs().Conn(proto)
 		cc := &clientConn{}
 		clients.Store(c, cc)
 		return context.WithValue(ctx, clientConnKey{}, cc)

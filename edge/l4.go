@@ -102,6 +102,7 @@ func (s *Server) handleSNI(c net.Conn) {
 	proto, routes, err := s.chooseTLS(context.Background(), hello)
 	if err != nil {
 		s.log().Info("routing unavailable", "proto", "tls", "name", hello.ServerName, "err", err)
+		s.obs().Refused("routing_unavailable")
 		pc.Close()
 		return
 	}
@@ -109,15 +110,18 @@ func (s *Server) handleSNI(c net.Conn) {
 		s.terminate(pc)
 		return
 	}
+	s.obs().Conn(wire.ProtoTLS)
 	s.proxyRoutes(pc, wire.ProtoTLS, hello.ServerName, hello.ServerName, routes)
 }
 
 // proxyL4 routes a public TLS or TCP conn to an agent and copies both ways
 // until both sides are done.
 func (s *Server) proxyL4(c net.Conn, proto, name, host string) {
+	s.obs().Conn(proto)
 	routes, err := s.router().Lookup(context.Background(), proto, name)
 	if err != nil {
 		s.log().Info("routing unavailable", "proto", proto, "name", name, "err", err)
+		s.obs().Refused("routing_unavailable")
 		c.Close()
 		return
 	}
@@ -130,12 +134,14 @@ func (s *Server) proxyRoutes(c net.Conn, proto, name, host string, routes []Rout
 	defer c.Close()
 	if len(routes) == 0 {
 		s.log().Debug("no route", "proto", proto, "name", name)
+		s.obs().Refused("no_route")
 		return
 	}
 	info := ConnInfo{Client: addrPort(c.RemoteAddr()), Host: host}
 	release, ok := s.acquireShare(routes, info.Client)
 	if !ok {
 		s.log().Debug("client over its share of the endpoint", "proto", proto, "name", name, "client", info.Client.String())
+		s.obs().Refused("client_limit")
 		return
 	}
 	defer release()
@@ -144,6 +150,7 @@ func (s *Server) proxyRoutes(c net.Conn, proto, name, host string, routes []Rout
 	cancel()
 	if err != nil {
 		s.log().Info("agent unreachable", "proto", proto, "name", name, "client", info.Client.String(), "err", err)
+		s.obs().Refused("agent_offline")
 		return
 	}
 	if !s.trackConn(up, true) {
@@ -152,6 +159,7 @@ func (s *Server) proxyRoutes(c net.Conn, proto, name, host string, routes []Rout
 	}
 	defer s.trackConn(up, false)
 	in, out, err := pipe.JoinStreams(c, up, s.idleTimeout(10*time.Minute))
+	s.obs().Bytes(proto, in, out)
 	level := slog.LevelDebug
 	if errors.Is(err, ErrAppUnreachable) || errors.Is(err, ErrNoEndpoint) {
 		level = slog.LevelInfo
@@ -264,9 +272,11 @@ func (s *Server) tcpURLHost() string {
 }
 
 // watchRoutes makes the edge listen on the ports of TCP endpoints other
-// edges hold, while they exist, when the Router is shared (RouteWatcher).
+// edges hold, while they exist, when its Router can be shared (a Router
+// set, which is a RouteWatcher; the Server's own in-memory one is not
+// shared).
 func (s *Server) watchRoutes() {
-	rw, ok := s.router().(RouteWatcher)
+	rw, ok := s.Router.(RouteWatcher)
 	if !ok {
 		return
 	}

@@ -59,6 +59,7 @@ func (s *Server) addPending(c net.Conn) *list.Element {
 		s.pending.Remove(oldest)
 		oldest.Value.(net.Conn).Close()
 		s.evicted++
+		s.obs().Refused("pending_limit")
 		if s.evicted == 1 || s.evicted%1000 == 0 {
 			s.log().Warn("too many agent connections waiting for their hello; closing the oldest", "max", max, "closed_so_far", s.evicted)
 		}

@@ -221,6 +221,10 @@ type Server struct {
 	// Logger receives the server's logs. Nil: they are discarded.
 	Logger *slog.Logger
 
+	// Observer, if set, hears what happens on the edge, to count it (see
+	// Observer). Nil: nothing is counted.
+	Observer Observer
+
 	initOnce sync.Once
 	mem      *MemoryRouter
 	proxy    *httpProxy
@@ -415,7 +419,7 @@ func (s *Server) serve(ln net.Listener, what string, handle func(net.Conn)) erro
 // It returns an error wrapping net.ErrClosed after Close or Shutdown.
 func (s *Server) ServeHTTPListener(ln net.Listener) error {
 	s.init()
-	hs := s.newHTTPServer(s)
+	hs := s.newHTTPServer(s, "http")
 	// HTTP/2 without TLS, for clients that know the edge speaks it (prior
 	// knowledge), beside HTTP/1.1.
 	p := new(http.Protocols)
@@ -445,15 +449,16 @@ func (s *Server) ServeHTTPListener(ln net.Listener) error {
 	return err
 }
 
-// newHTTPServer returns an http.Server for public HTTP connections.
-func (s *Server) newHTTPServer(h http.Handler) *http.Server {
+// newHTTPServer returns an http.Server for public HTTP connections of
+// proto (http, or https for TLS the edge terminated).
+func (s *Server) newHTTPServer(h http.Handler, proto string) *http.Server {
 	hs := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: s.handshakeTimeout(),
 		IdleTimeout:       s.idleTimeout(2 * time.Minute),
 		ErrorLog:          slog.NewLogLogger(s.log().Handler(), slog.LevelDebug),
 	}
-	s.trackClients(hs)
+	s.trackClients(hs, proto)
 	return hs
 }
 

@@ -66,13 +66,21 @@ func (ss *session) acquire() bool {
 		ss.open.Add(-1)
 		return false
 	}
+	ss.srv.obs().Stream(1)
 	return true
+}
+
+// release counts one open stream less.
+func (ss *session) release() {
+	ss.open.Add(-1)
+	ss.srv.obs().Stream(-1)
 }
 
 // serveSession runs one agent session until it ends, then removes its
 // routes.
 func (s *Server) serveSession(c net.Conn) {
 	if s.auth.blocked(sourceOf(addrPort(c.RemoteAddr()).Addr())) {
+		s.obs().Refused("auth_throttled")
 		c.Close()
 		return
 	}
@@ -150,7 +158,7 @@ func (s *Server) serveSession(c net.Conn) {
 			continue
 		}
 		ss.streams.Go(func() {
-			defer ss.open.Add(-1)
+			defer ss.release()
 			ss.handleStream(st)
 		})
 	}
@@ -204,12 +212,14 @@ func (ss *session) close(reserve time.Duration) {
 	s.mu.Lock()
 	delete(s.sessions, ss.id)
 	if counted {
+		s.obs().Session(-1)
 		if s.perIdentity[ss.identity]--; s.perIdentity[ss.identity] <= 0 {
 			delete(s.perIdentity, ss.identity)
 		}
 	}
 	s.mu.Unlock()
 	for _, r := range routes {
+		s.obs().Endpoint(r.Proto, -1)
 		s.unbind(r, reserve)
 	}
 	ss.mux.Close()

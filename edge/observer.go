@@ -1,0 +1,61 @@
+package edge
+
+import "time"
+
+// Observer hears what happens on an edge, to count it: package
+// github.com/tunnelkit/tunnelkit/metrics turns it into Prometheus metrics.
+// Its methods are called on the request path, from many goroutines at
+// once: they must be cheap and safe for concurrent use, and must not block.
+//
+// Protocols are "http" (plain HTTP requests and connections), "https"
+// (HTTP over TLS the edge terminated), "tls" (TLS passed through) and
+// "tcp". Refusal reasons are a bounded set of stable codes: the codes of
+// ServeHTTP's error responses (no_endpoint, client_limit, agent_busy,
+// agent_offline, app_unreachable, app_error, app_timeout, body_timeout,
+// bad_request, missing_host, https_only, misdirected, routing_unavailable),
+// and for agents and public TLS and TCP connections: auth (a refused
+// token), auth_throttled (a connection closed at accept for its source's
+// failures), session_limit (MaxSessionsPerIdentity), pending_limit (a
+// connection evicted for MaxPendingSessions), endpoint_limit
+// (MaxEndpointsPerSession), no_route, client_limit, agent_offline.
+type Observer interface {
+	// Session is called with +1 when an agent's hello is accepted, and -1
+	// when that session ends.
+	Session(delta int)
+	// Endpoint is called with +1 when an agent binds an endpoint of proto,
+	// and -1 when it goes.
+	Endpoint(proto string, delta int)
+	// Stream is called with +1 when a stream to or from an agent opens,
+	// and -1 when it closes.
+	Stream(delta int)
+	// Conn is called when a public connection of proto is accepted.
+	Conn(proto string)
+	// Bytes is called when a public TLS or TCP connection ends, and when
+	// an HTTP request ends, with the bytes that went from the client to
+	// the agent (in) and back (out): for HTTP, the bodies.
+	Bytes(proto string, in, out int64)
+	// Request is called when an HTTP request the edge routed ends, with
+	// its status (0 when no response was sent) and how long it took.
+	Request(proto string, status int, d time.Duration)
+	// Refused is called when the edge refuses an agent, a connection or a
+	// request, with the reason.
+	Refused(reason string)
+}
+
+// nopObserver is the Observer of a Server without one.
+type nopObserver struct{}
+
+func (nopObserver) Session(int)                        {}
+func (nopObserver) Endpoint(string, int)               {}
+func (nopObserver) Stream(int)                         {}
+func (nopObserver) Conn(string)                        {}
+func (nopObserver) Bytes(string, int64, int64)         {}
+func (nopObserver) Request(string, int, time.Duration) {}
+func (nopObserver) Refused(string)                     {}
+
+func (s *Server) obs() Observer {
+	if s.Observer == nil {
+		return nopObserver{}
+	}
+	return s.Observer
+}
