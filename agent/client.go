@@ -113,6 +113,10 @@ type Client struct {
 	// state, from the client's goroutines; it must not block.
 	OnEvent func(Event)
 
+	// Observer, if set, hears what happens on the client, to count it
+	// (see Observer). Nil: nothing is counted.
+	Observer Observer
+
 	// Logger receives the client's logs. Nil: they are discarded.
 	Logger *slog.Logger
 
@@ -747,7 +751,7 @@ func (c *Client) handleStream(st muxado.Stream, addr string, accepting, dead <-c
 			st.Close()
 			return
 		}
-		conn := newConn(st, h)
+		conn := newConn(st, h, c.Observer)
 		l := c.listener(h.TunnelID)
 		if l == nil {
 			// Perhaps its bind is still in flight: wait for the binds
@@ -848,9 +852,27 @@ func (c *Client) Close() error {
 }
 
 func (c *Client) emit(e Event) {
+	if c.Observer != nil {
+		c.Observer.Event(e)
+	}
 	if c.OnEvent != nil {
 		c.OnEvent(e)
 	}
+}
+
+// Observer hears what happens on a Client, to count it: package
+// github.com/tunnelkit/tunnelkit/metrics turns it into Prometheus
+// metrics. Its methods are called from many goroutines at once: they must
+// be cheap and safe for concurrent use, and must not block.
+type Observer interface {
+	// Event is called for each change of the session's state, as OnEvent.
+	Event(Event)
+	// Conn is called when a public connection reaches one of the client's
+	// listeners, with its endpoint's protocol (http, https, tls, tcp).
+	Conn(proto string)
+	// Bytes is called when such a connection is closed, with the bytes
+	// read from the client (in) and written to it (out).
+	Bytes(proto string, in, out int64)
 }
 
 func (c *Client) log() *slog.Logger {

@@ -184,12 +184,19 @@ type Conn struct {
 
 	replied atomic.Bool // the reply went out
 	mu      sync.Mutex  // serialises the reply with the first write
+
+	obs       Observer // nil: nothing counted
+	in, out   atomic.Int64
+	closeOnce sync.Once
 }
 
 var _ net.Conn = (*Conn)(nil)
 
-func newConn(st muxado.Stream, h wire.ProxyHeader) *Conn {
-	return &Conn{st: st, header: h}
+func newConn(st muxado.Stream, h wire.ProxyHeader, obs Observer) *Conn {
+	if obs != nil {
+		obs.Conn(h.Proto)
+	}
+	return &Conn{st: st, header: h, obs: obs}
 }
 
 // reply sends r once, before any other byte, followed by p in the same
@@ -222,6 +229,7 @@ func (c *Conn) accept() error {
 func (c *Conn) refuse(status uint8, why string) error {
 	sent, _, err := c.reply(wire.Reply{Status: status, Message: why}, nil)
 	c.st.Close()
+	c.counted()
 	if !sent {
 		return errors.New("agent: connection accepted already")
 	}
@@ -240,10 +248,24 @@ func (c *Conn) Reject(why error) error {
 }
 
 // Read reads the client's bytes.
-func (c *Conn) Read(b []byte) (int, error) { return c.st.Read(b) }
+func (c *Conn) Read(b []byte) (int, error) {
+	n, err := c.st.Read(b)
+	if c.obs != nil {
+		c.in.Add(int64(n))
+	}
+	return n, err
+}
 
 // Write writes to the client.
 func (c *Conn) Write(b []byte) (int, error) {
+	n, err := c.write(b)
+	if c.obs != nil {
+		c.out.Add(int64(n))
+	}
+	return n, err
+}
+
+func (c *Conn) write(b []byte) (int, error) {
 	if len(b) > 0 {
 		if sent, n, err := c.reply(wire.Reply{Status: wire.ReplyOK}, b); sent {
 			return n, err
@@ -263,7 +285,16 @@ func (c *Conn) CloseWrite() error {
 // Close closes the connection.
 func (c *Conn) Close() error {
 	c.accept()
-	return c.st.Close()
+	err := c.st.Close()
+	c.counted()
+	return err
+}
+
+// counted tells the Observer the connection's bytes, once.
+func (c *Conn) counted() {
+	if c.obs != nil {
+		c.closeOnce.Do(func() { c.obs.Bytes(c.header.Proto, c.in.Load(), c.out.Load()) })
+	}
 }
 
 // LocalAddr returns the session's local address.
