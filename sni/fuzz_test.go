@@ -81,7 +81,7 @@ func FuzzParse(f *testing.F) {
 		}
 		switch {
 		case err == nil:
-			if perr != nil || ph.ServerName != h.ServerName || !bytes.Equal(ph.Raw, h.Raw) {
+			if perr != nil || ph.ServerName != h.ServerName || !bytes.Equal(ph.Raw, h.Raw) || ph.RecordVersion != h.RecordVersion {
 				t.Fatalf("Parse: %q; Peek: %v, %v", h.ServerName, ph, perr)
 			}
 		case errors.Is(err, ErrIncomplete):

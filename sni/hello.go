@@ -50,6 +50,12 @@ type ClientHello struct {
 	// only the holder of the ECH key can decrypt.
 	ECH bool
 
+	// RecordVersion is the legacy_record_version of the first TLS record
+	// of the hello: 0x0301 for most clients, which RFC 8446 allows in an
+	// initial ClientHello for compatibility, 0x0303 after a
+	// HelloRetryRequest.
+	RecordVersion uint16
+
 	// Version is the hello's legacy_version field: 0x0303 for TLS 1.2 and
 	// TLS 1.3 clients, which offer TLS 1.3 through SupportedVersions.
 	Version uint16
@@ -84,7 +90,12 @@ func Parse(b []byte) (*ClientHello, error) {
 	if err != nil {
 		return nil, err
 	}
-	return parseHello(msg)
+	h, err := parseHello(msg)
+	if err != nil {
+		return nil, err
+	}
+	h.RecordVersion = a.version
+	return h, nil
 }
 
 // parseHello parses a complete ClientHello handshake message, header

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -442,5 +443,27 @@ func TestParseAllocs(t *testing.T) {
 		if allocs > 2 {
 			t.Errorf("%s: %v allocations per Parse, want at most 2", name, allocs)
 		}
+	}
+}
+
+// RecordVersion is the version of the first record, however the hello is
+// framed.
+func TestRecordVersion(t *testing.T) {
+	h, err := Parse(goHello(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.RecordVersion != tls.VersionTLS10 {
+		t.Errorf("Go's hello: record version %#04x, want 0x0301", h.RecordVersion)
+	}
+	msg := handshakeMsg(t, goHello(t))
+	stream := append(recordOf(recordTypeHandshake, msg[:10]), reframe(msg[10:], 100)...)
+	stream[2] = 3 // the first record's version: 0x0303
+	h, _, err = (&Peeker{Timeout: -1}).Peek(newScript(t, io.EOF, stream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.RecordVersion != tls.VersionTLS12 {
+		t.Errorf("Peek: record version %#04x, want 0x0303", h.RecordVersion)
 	}
 }

@@ -134,6 +134,9 @@ func (a *assembler) read(conn net.Conn, buf []byte) (*ClientHello, []byte, error
 			msg, ferr := a.feed(buf)
 			if ferr == nil {
 				hello, perr := parseHello(msg)
+				if hello != nil {
+					hello.RecordVersion = a.version
+				}
 				return hello, buf, perr
 			}
 			if ferr != ErrIncomplete {

@@ -30,6 +30,14 @@ type assembler struct {
 	// msgAt is the offset in b of the message feed returned, if it
 	// aliases b (it lies in the first record), and -1 if it is a copy.
 	msgAt int
+	// version is the legacy_record_version of the first record, once its
+	// header is read.
+	version uint16
+	// end is the offset in b just past the record that holds the last
+	// byte of the message feed returned (which may lie beyond len(b): the
+	// message can end before its record does), and tail the number of
+	// handshake bytes of that record after the message.
+	end, tail int
 }
 
 // feed examines b, every byte of the stream read so far (b holds the same
@@ -63,6 +71,9 @@ func (a *assembler) feed(b []byte) ([]byte, error) {
 		if !rest.ReadUint8(&minor) || !rest.ReadUint16(&length) {
 			return nil, ErrIncomplete
 		}
+		if a.next == 0 {
+			a.version = uint16(major)<<8 | uint16(minor)
+		}
 		if length > maxRecordLen {
 			return nil, fmt.Errorf("%w: record length %d over %d", ErrTooLarge, length, maxRecordLen)
 		}
@@ -95,6 +106,8 @@ func (a *assembler) feed(b []byte) ([]byte, error) {
 				return nil, fmt.Errorf("%w: a %d-byte ClientHello needs over %d bytes", ErrTooLarge, msgLen, a.max)
 			}
 			if len(a.hs)+len(body) >= msgLen {
+				a.end = a.next + recordHeaderLen + int(length)
+				a.tail = int(length) - (msgLen - len(a.hs))
 				if a.next == 0 {
 					a.msgAt = recordHeaderLen
 					return body[:msgLen:msgLen], nil
