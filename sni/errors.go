@@ -8,7 +8,8 @@ import (
 
 // The errors of this package. Errors returned by Parse and Peek wrap one of
 // them (check with errors.Is), or wrap io.EOF, io.ErrUnexpectedEOF or the
-// conn's own read error, as Peek documents.
+// conn's own read error, as Peek documents. The ECH functions document
+// theirs.
 var (
 	// ErrNotTLS means the first byte is not 0x16, the TLS handshake record
 	// type, so the peer is not starting a TLS handshake: plain text
@@ -39,6 +40,28 @@ var (
 	// Peek never returns it: it reads more, and reports the end of the
 	// stream, a timeout or ErrTooLarge instead.
 	ErrIncomplete = errors.New("sni: incomplete ClientHello")
+
+	// ErrNoECH is returned by ECHKeys.Decrypt and ClientHello.ECHExtension
+	// when the hello carries no encrypted_client_hello extension, and by
+	// Decrypt also when it carries an inner one: there is nothing to
+	// decrypt, and the hello's ServerName is the name to route by.
+	ErrNoECH = errors.New("sni: no encrypted_client_hello extension")
+
+	// ErrECHNoKey is returned by ECHKeys.Decrypt when no key has the
+	// config_id of the hello's outer ECH extension and offers its cipher
+	// suite. This is what GREASE ECH (a fake extension, sent by browsers to
+	// servers that published no ECH keys) gives, as does a client with a
+	// stale or foreign ECH configuration. ECH is then rejected: the hello is
+	// served as the outer hello, whose ServerName is the public name.
+	ErrECHNoKey = errors.New("sni: no ECH key for the hello's config_id")
+
+	// ErrECHDecrypt means a key had the hello's config_id and cipher suite,
+	// but the encrypted ClientHello did not decrypt with it: a GREASE
+	// extension whose random config_id happens to match (1 in 256), a
+	// stale key that reused a config_id, or a hello altered on the way.
+	// For Decrypt, ECH is then rejected, as for ErrECHNoKey. For
+	// DecryptRetry, the connection must be aborted.
+	ErrECHDecrypt = errors.New("sni: ECH decryption failed")
 
 	// ErrTimeout is returned by Peek when the read deadline passes before a
 	// complete ClientHello arrives. It is a net.Error whose Timeout method
