@@ -63,6 +63,12 @@ type Forwarder struct {
 	// Logger gets one line per connection, or with HTTP per request.
 	// Nil: discarded.
 	Logger *slog.Logger
+
+	// Inspector, with HTTP, records each request and its response, for
+	// its page and API, and replays them to To on request: see
+	// [Inspector]. Nil: none. Without HTTP it is not used: the conns
+	// carry bytes, not requests.
+	Inspector *Inspector
 }
 
 // Serve accepts l's conns and forwards each to f.To, copying both ways with

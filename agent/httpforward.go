@@ -38,6 +38,7 @@ func (f *Forwarder) serveHTTP(l net.Listener) error {
 
 	p := newHTTPProxy(f, proto)
 	ctx, cancel := context.WithCancel(context.Background())
+	p.ctx = ctx
 	var protos http.Protocols
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(proto == wire.AppProtocolH2C)
@@ -65,6 +66,8 @@ func (f *Forwarder) serveHTTP(l net.Listener) error {
 type httpProxy struct {
 	to        string
 	logger    *slog.Logger
+	insp      *Inspector      // nil: none
+	ctx       context.Context // done when Serve returns
 	rp        httputil.ReverseProxy
 	transport *http.Transport
 
@@ -75,7 +78,7 @@ type httpProxy struct {
 }
 
 func newHTTPProxy(f *Forwarder, proto string) *httpProxy {
-	p := &httpProxy{to: f.To, logger: f.Logger, upstream: map[*appConn]struct{}{}}
+	p := &httpProxy{to: f.To, logger: f.Logger, insp: f.Inspector, upstream: map[*appConn]struct{}{}}
 	if p.logger == nil {
 		p.logger = discard
 	}
@@ -165,6 +168,13 @@ func (p *httpProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}}
 			r = r.WithContext(httptrace.WithClientTrace(r.Context(), trace))
 		}
+	}
+	if p.insp != nil {
+		// Beneath lw: the recording sees the status and body as the
+		// client does.
+		rec := p.insp.begin(p, w, r)
+		defer rec.end()
+		lw.ResponseWriter = rec
 	}
 	defer p.logRequest(r, lw, time.Now())
 	p.rp.ServeHTTP(lw, r)
