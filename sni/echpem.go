@@ -119,3 +119,20 @@ func echConfigPublicKey(config []byte) ([]byte, bool) {
 	}
 	return pub, true
 }
+
+// ECHPublicName returns the public name of an ECHConfig (a
+// tls.EncryptedClientHelloKey's Config): the name clients put in the outer
+// hello, to which a client-facing server answers when it cannot decrypt.
+func ECHPublicName(config []byte) (string, bool) {
+	s := cryptobyte.String(config)
+	var version uint16
+	var body, pub, suites, name cryptobyte.String
+	var configID, maxNameLen uint8
+	var kem uint16
+	if !s.ReadUint16(&version) || version != extECH || !s.ReadUint16LengthPrefixed(&body) ||
+		!body.ReadUint8(&configID) || !body.ReadUint16(&kem) || !body.ReadUint16LengthPrefixed(&pub) ||
+		!body.ReadUint16LengthPrefixed(&suites) || !body.ReadUint8(&maxNameLen) || !body.ReadUint8LengthPrefixed(&name) || len(name) == 0 {
+		return "", false
+	}
+	return string(name), true
+}

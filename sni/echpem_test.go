@@ -62,3 +62,16 @@ func FuzzParseECHKeyPEM(f *testing.F) {
 		sni.ParseECHKeyPEM(data)
 	})
 }
+
+func TestECHPublicName(t *testing.T) {
+	key, _, err := sni.NewECHKey("ECH.Example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, ok := sni.ECHPublicName(key.Config); !ok || name != "ech.example.test" {
+		t.Fatalf("ECHPublicName = %q, %v", name, ok)
+	}
+	for i := range key.Config {
+		sni.ECHPublicName(key.Config[:i]) // no panic on a cut config
+	}
+}
