@@ -119,9 +119,10 @@ func (s *Server) tlsTerm() *terminating {
 			protos = append(protos, acme.ALPNProto)
 		}
 		t.config = &tls.Config{
-			MinVersion:     tls.VersionTLS12,
-			NextProtos:     protos,
-			GetCertificate: s.certificate,
+			MinVersion:               tls.VersionTLS12,
+			NextProtos:               protos,
+			GetCertificate:           s.certificate,
+			EncryptedClientHelloKeys: s.ECHKeys,
 		}
 		t.queue = newConnQueue()
 		t.hs = s.newHTTPServer(http.HandlerFunc(s.serveHTTPS), "https")
@@ -347,4 +348,43 @@ func (s *Server) httpsOnly(w http.ResponseWriter, r *http.Request, host string) 
 		w.Header().Set("Connection", "close")
 	}
 	http.Redirect(w, r, target, http.StatusPermanentRedirect)
+}
+
+// echState is the Server's ECH keys, ready to decrypt hellos.
+type echState struct {
+	once        sync.Once
+	err         error
+	keys        *sni.ECHKeys    // nil without ECHKeys
+	publicNames map[string]bool // of the keys' configurations
+}
+
+// initECH readies ECHKeys, once, and reports whether they are valid.
+func (s *Server) initECH() error {
+	e := &s.ech
+	e.once.Do(func() {
+		if len(s.ECHKeys) == 0 {
+			return
+		}
+		if e.keys, e.err = sni.NewECHKeys(s.ECHKeys); e.err != nil {
+			e.err = fmt.Errorf("edge: ECHKeys: %w", e.err)
+			return
+		}
+		e.publicNames = map[string]bool{}
+		for _, k := range s.ECHKeys {
+			if name, ok := sni.ECHPublicName(k.Config); ok {
+				if n, ok := router.Normalise(name); ok {
+					e.publicNames[n] = true
+				}
+			}
+		}
+	})
+	return e.err
+}
+
+// answersPublicName reports whether the edge itself answers a hello for
+// the public name of its ECH keys whose ECH it could not decrypt: when no
+// endpoint has that name, so that the client gets retry configurations.
+func (s *Server) answersPublicName(hello *sni.ClientHello) bool {
+	_, routes, err := s.chooseTLS(context.Background(), hello)
+	return err == nil && len(routes) == 0
 }

@@ -65,7 +65,11 @@ func (s *Server) ServeSNI(ln net.Listener) error {
 		}
 	}
 	s.mu.Unlock()
-	if s.servesHTTPS() {
+	if err := s.initECH(); err != nil {
+		ln.Close()
+		return err
+	}
+	if s.servesHTTPS() || len(s.ECHKeys) > 0 {
 		s.serveTerminated()
 	}
 	return s.serveL4(s.publicListener(ln), s.handleSNI)
@@ -99,7 +103,29 @@ func (s *Server) handleSNI(c net.Conn) {
 		pc.Close()
 		return
 	}
-	proto, routes, err := s.chooseTLS(context.Background(), hello)
+	var ech *sni.ECHResult
+	if s.ech.keys != nil && hello.ECH {
+		res, err := s.ech.keys.Decrypt(hello)
+		switch {
+		case err == nil:
+			ech = res
+		case errors.Is(err, sni.ErrNoECH), errors.Is(err, sni.ErrECHNoKey), errors.Is(err, sni.ErrECHDecrypt):
+			// GREASE, or a stale configuration: by the outer name.
+			if s.ech.publicNames[hello.ServerName] && s.answersPublicName(hello) {
+				s.terminate(pc)
+				return
+			}
+		default:
+			s.log().Debug("tls hello: ECH", "client", c.RemoteAddr().String(), "err", err)
+			pc.Close()
+			return
+		}
+	}
+	route := hello
+	if ech != nil {
+		route = ech.Inner
+	}
+	proto, routes, err := s.chooseTLS(context.Background(), route)
 	if err != nil {
 		s.log().Info("routing unavailable", "proto", "tls", "name", hello.ServerName, "err", err)
 		s.obs().Refused("routing_unavailable")
@@ -107,10 +133,16 @@ func (s *Server) handleSNI(c net.Conn) {
 		return
 	}
 	if proto == wire.ProtoHTTPS {
-		s.terminate(pc)
+		s.terminate(pc) // crypto/tls decrypts ECH itself, with the same keys
 		return
 	}
 	s.obs().Conn(wire.ProtoTLS)
+	if ech != nil {
+		// Split mode: the agent's TLS server gets the inner hello; the
+		// edge never sees the connection's plaintext.
+		s.proxyRoutesWrapped(pc, wire.ProtoTLS, route.ServerName, route.ServerName, routes, ech.Wrap)
+		return
+	}
 	s.proxyRoutes(pc, wire.ProtoTLS, hello.ServerName, hello.ServerName, routes)
 }
 
@@ -131,6 +163,12 @@ func (s *Server) proxyL4(c net.Conn, proto, name, host string) {
 // proxyRoutes routes a public TLS or TCP conn to the first reachable of
 // routes and copies both ways until both sides are done.
 func (s *Server) proxyRoutes(c net.Conn, proto, name, host string, routes []Route) {
+	s.proxyRoutesWrapped(c, proto, name, host, routes, nil)
+}
+
+// proxyRoutesWrapped is proxyRoutes, with both conns wrapped by wrap (when
+// not nil) once the agent's is open.
+func (s *Server) proxyRoutesWrapped(c net.Conn, proto, name, host string, routes []Route, wrap func(client, backend net.Conn) (net.Conn, net.Conn)) {
 	defer c.Close()
 	if len(routes) == 0 {
 		s.log().Debug("no route", "proto", proto, "name", name)
@@ -158,6 +196,10 @@ func (s *Server) proxyRoutes(c net.Conn, proto, name, host string, routes []Rout
 		return
 	}
 	defer s.trackConn(up, false)
+	if wrap != nil {
+		c, up = wrap(c, up)
+		defer up.Close()
+	}
 	in, out, err := pipe.JoinStreams(c, up, s.idleTimeout(10*time.Minute))
 	s.obs().Bytes(proto, in, out)
 	level := slog.LevelDebug

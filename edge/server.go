@@ -69,6 +69,23 @@ type Server struct {
 	// name, with HTTP/2 and HTTP/1.1.
 	ACME *ACME
 
+	// ECHKeys, if set, let the edge route TLS connections that use
+	// Encrypted ClientHello by the name the client asked for, still
+	// without terminating them (ECH's split mode): the edge decrypts the
+	// ClientHello, routes by its inner server name, and sends the inner
+	// hello, then the client's bytes untouched, to the agent, whose TLS
+	// server (any crypto/tls server since Go 1.24) completes the
+	// handshake without a key of its own. https endpoints accept ECH too,
+	// through crypto/tls, with the same keys. A connection whose ECH does
+	// not decrypt (a stale configuration) goes by its outer name; when
+	// that is the public name of one of the keys and no endpoint has it,
+	// the edge completes the handshake for it with its own certificate
+	// (Certificates, GetCertificate) and sends the keys marked
+	// SendAsRetry as retry configurations, so the client tries again with
+	// them. Make keys with sni.NewECHKey (sni.MarshalECHKeyPEM and
+	// sni.ParseECHKeyPEM for files).
+	ECHKeys []tls.EncryptedClientHelloKey
+
 	// RedirectHTTP answers a plain-HTTP request for a name bound over
 	// https only with 308 Permanent Redirect to its https URL. False: 404
 	// with the code https_only.
@@ -234,6 +251,7 @@ type Server struct {
 	shares   shares
 	streams  idleStreams
 	term     terminating
+	ech      echState
 
 	watchOnce sync.Once
 	stopWatch func() // stops watching a shared Router's routes
