@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -30,6 +31,7 @@ import (
 	"golang.org/x/crypto/acme/autocert"
 
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/sni"
 )
 
 // Extension adds to the command: flags of its own, and a Router.
@@ -47,7 +49,7 @@ type Extension struct {
 func Main(name string, ext *Extension) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, name, os.Args[1:], os.Stderr, ext); err != nil {
+	if err := run(ctx, name, os.Args[1:], os.Stdout, os.Stderr, ext); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return // -h: the usage is printed
 		}
@@ -56,12 +58,13 @@ func Main(name string, ext *Extension) {
 	}
 }
 
-// Run runs the command with args until ctx is done, logging to stderr.
-func Run(ctx context.Context, name string, args []string, stderr io.Writer, ext *Extension) error {
-	return run(ctx, name, args, stderr, ext)
+// Run runs the command with args until ctx is done, printing results to
+// stdout and logging to stderr.
+func Run(ctx context.Context, name string, args []string, stdout, stderr io.Writer, ext *Extension) error {
+	return run(ctx, name, args, stdout, stderr, ext)
 }
 
-func run(ctx context.Context, name string, args []string, stderr io.Writer, ext *Extension) error {
+func run(ctx context.Context, name string, args []string, stdout, stderr io.Writer, ext *Extension) error {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	agents := fs.String("agents", "127.0.0.1:7000", "address agents connect to")
@@ -95,6 +98,9 @@ func run(ctx context.Context, name string, args []string, stderr io.Writer, ext 
 	relayCert := fs.String("relay-cert", "", "PEM certificate of this edge for relay sessions, both ways (with -relay-key and -relay-ca)")
 	relayKey := fs.String("relay-key", "", "PEM private key of -relay-cert")
 	relayCA := fs.String("relay-ca", "", "PEM file of the CA that signs every edge's -relay-cert")
+	echKey := fs.String("ech-key", "", "PEM file of an ECH key (PRIVATE KEY and ECHCONFIG blocks, as OpenSSL and nginx read): route -tls connections that use Encrypted ClientHello by the name inside, without terminating them")
+	echKeygen := fs.String("ech-keygen", "", "write a new ECH key for -public-name to this PEM file, print its ECHConfigList in base64 (for the DNS HTTPS record's ech= parameter) and exit")
+	publicName := fs.String("public-name", "", "the public name of the key -ech-keygen makes: the name clients show in clear (an operator's name under the domain, covered by -cert)")
 	if ext != nil && ext.Flags != nil {
 		ext.Flags(fs)
 	}
@@ -106,6 +112,9 @@ func run(ctx context.Context, name string, args []string, stderr io.Writer, ext 
 	}
 	if *domain == "" {
 		return errors.New("-domain is required")
+	}
+	if *echKeygen != "" {
+		return echKeygenTo(*echKeygen, *publicName, stdout)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	certs, acme, err := certificates(*certFile, *keyFile, *acmeDir, *acmeCA, *acmeEmail, *acmeCache)
@@ -121,8 +130,24 @@ func run(ctx context.Context, name string, args []string, stderr io.Writer, ext 
 	if (len(certs) > 0 || acme != nil) && *tlsAddr == "" {
 		return errors.New("-cert and -acme-directory serve https endpoints on -tls: give -tls too")
 	}
+	var echKeys []tls.EncryptedClientHelloKey
+	if *echKey != "" {
+		b, err := os.ReadFile(*echKey)
+		if err != nil {
+			return fmt.Errorf("-ech-key: %w", err)
+		}
+		key, _, err := sni.ParseECHKeyPEM(b)
+		if err != nil {
+			return fmt.Errorf("-ech-key %s: %w", *echKey, err)
+		}
+		if *tlsAddr == "" {
+			return errors.New("-ech-key routes -tls connections: give -tls too")
+		}
+		echKeys = append(echKeys, key)
+	}
 	srv := &edge.Server{
 		ID:                     *id,
+		ECHKeys:                echKeys,
 		Certificates:           certs,
 		ACME:                   acme,
 		RedirectHTTP:           *redirectHTTPS,
@@ -391,4 +416,33 @@ func relayOf(srv *edge.Server, addr, certFile, keyFile, caFile string) (*edge.Re
 	relay := &edge.Relay{Server: srv, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ClientCAs: pool, MinVersion: tls.VersionTLS13}}
 	srv.Dialer = relay
 	return relay, nil
+}
+
+// echKeygenTo writes a new ECH key for publicName to path (refusing to
+// overwrite a file) and prints its ECHConfigList in base64 to out.
+func echKeygenTo(path, publicName string, out io.Writer) error {
+	if publicName == "" {
+		return errors.New("-ech-keygen needs -public-name")
+	}
+	key, list, err := sni.NewECHKey(publicName)
+	if err != nil {
+		return fmt.Errorf("-public-name: %w", err)
+	}
+	b, err := sni.MarshalECHKeyPEM(key, list)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("-ech-keygen: %w", err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("-ech-keygen: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("-ech-keygen: %w", err)
+	}
+	_, err = fmt.Fprintln(out, base64.StdEncoding.EncodeToString(list))
+	return err
 }
