@@ -39,6 +39,12 @@ func testECHKey(tb testing.TB, id uint8, name string, suites ...suite) (tls.Encr
 	if err != nil {
 		tb.Fatal(err)
 	}
+	return echKeyOf(priv, id, name, suites...)
+}
+
+// echKeyOf makes the ECH key of priv with the config_id and cipher suites
+// given, and its ECHConfigList.
+func echKeyOf(priv *ecdh.PrivateKey, id uint8, name string, suites ...suite) (tls.EncryptedClientHelloKey, []byte) {
 	b := cryptobyte.NewBuilder(nil)
 	b.AddUint16(echConfigVersion)
 	b.AddUint16LengthPrefixed(func(b *cryptobyte.Builder) {
