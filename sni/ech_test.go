@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os/exec"
+	"syscall"
 	"testing"
 	"time"
 
@@ -260,6 +261,7 @@ func TestECHChromiumGREASE(t *testing.T) {
 	go func() {
 		defer close(got)
 		c, err := ln.Accept()
+		ln.Close() // Chromium's retries are refused at once
 		if err != nil {
 			return
 		}
@@ -274,7 +276,18 @@ func TestECHChromiumGREASE(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	// Chromium gives up on the page and exits once the conn is closed,
+	// with its helper processes, before its profile directory goes.
+	t.Cleanup(func() {
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // its process group
+			<-exited
+		}
+	})
 	var rec []byte
 	select {
 	case rec = <-got:
@@ -304,13 +317,15 @@ func TestECHChromiumGREASE(t *testing.T) {
 }
 
 // chromiumCmd is headless Chromium loading url, with every name of
-// example.test resolving to loopback.
+// example.test resolving to loopback, in a process group of its own.
 func chromiumCmd(t *testing.T, chromium, url string) *exec.Cmd {
-	return exec.Command(chromium,
+	cmd := exec.Command(chromium,
 		"--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
 		"--user-data-dir="+t.TempDir(),
 		"--host-resolver-rules=MAP *.example.test 127.0.0.1",
 		"--dump-dom", url)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return cmd
 }
 
 // ---- The ECH extension ----
