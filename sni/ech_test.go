@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"syscall"
 	"testing"
@@ -917,5 +918,58 @@ func TestWrapCloseUnblocks(t *testing.T) {
 		c.Close()
 		b.Close()
 		silent.Close()
+	}
+}
+
+// The read deadline of the client side bounds a read waiting for the
+// backend's first message; a later deadline lets the read go on, and a
+// deadline changed during the wait applies at once.
+func TestWrapDeadline(t *testing.T) {
+	checkNoLeak(t)
+	h := getHeldKey(t)
+	msg := handshakeMsg(t, captureHello(t, echClient(t, h.list)))
+	res, err := h.keys.Decrypt(parseMsg(t, msg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend, backendRemote := net.Pipe()
+	defer backendRemote.Close()
+	hs := record([]byte("hs"))
+	c, b := res.Wrap(newScript(nil, nil, record(msg), hs), backend)
+	defer c.Close()
+	defer b.Close()
+
+	buf := make([]byte, 64<<10)
+	if n, err := c.Read(buf); err != nil || !bytes.Equal(buf[:n], res.Records) {
+		t.Fatalf("first read: %d bytes, %v; want the inner hello", n, err)
+	}
+	// The client's handshake record waits for the backend.
+	c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	_, err = c.Read(buf)
+	var ne net.Error
+	if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("read past the deadline: %v, want a timeout", err)
+	}
+	// A deadline set during the wait applies.
+	c.SetReadDeadline(time.Now().Add(time.Hour))
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Read(buf)
+		done <- err
+	}()
+	c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	if err := <-done; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("deadline shortened during the wait: %v, want a timeout", err)
+	}
+	// The backend answers with a ServerHello: the read goes on.
+	serverHello := bytes.Clone(hrrBytes())
+	serverHello[recordHeaderLen+handshakeHeaderLen+2] ^= 1
+	go backendRemote.Write(serverHello)
+	if _, err := io.ReadFull(b, make([]byte, len(serverHello))); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Time{})
+	if n, err := c.Read(buf); err != nil || !bytes.Equal(buf[:n], hs) {
+		t.Fatalf("after the ServerHello: % x, %v; want % x", buf[:n], err, hs)
 	}
 }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/crypto/cryptobyte"
 )
@@ -65,14 +67,16 @@ const (
 // reading the client conn fails otherwise. r must be the result of Decrypt
 // (not of DecryptRetry), and DecryptRetry must not be called on it too.
 //
-// Writes, deadlines, CloseWrite and the addresses pass through. The
+// Writes, deadlines, CloseWrite and the addresses pass through; the read
+// deadline of the client conn also bounds a read waiting for the backend,
+// and a read that times out can be retried with a later deadline. The
 // returned conns own client and backend: closing one closes its underlying
 // conn, and ends a read of the client conn waiting for the backend. Once
 // the handshake is past the point where a HelloRetryRequest can occur (the
 // backend's first message), reads go straight to the underlying conns.
 func (r *ECHResult) Wrap(client, backend net.Conn) (clientConn, backendConn net.Conn) {
 	rel := &echRelay{decided: make(chan struct{}), closed: make(chan struct{})}
-	return &echClientConn{Conn: client, res: r, rel: rel},
+	return &echClientConn{Conn: client, res: r, rel: rel, deadlineSet: make(chan struct{}, 1)},
 		&echBackendConn{Conn: backend, rel: rel}
 }
 
@@ -96,17 +100,6 @@ func (rel *echRelay) decide(hrr bool) {
 
 func (rel *echRelay) close() { rel.closeOnce.Do(func() { close(rel.closed) }) }
 
-// wait waits for the backend's first message, and reports whether it is a
-// HelloRetryRequest.
-func (rel *echRelay) wait() (hrr bool, err error) {
-	select {
-	case <-rel.decided:
-		return rel.hrr, nil
-	case <-rel.closed:
-		return false, fmt.Errorf("sni: waiting for the backend's ServerHello: %w", net.ErrClosed)
-	}
-}
-
 // The states of an echClientConn.
 const (
 	readOuter   = iota // skipping the records of the outer hello
@@ -127,6 +120,12 @@ type echClientConn struct {
 	pending []byte // bytes read from the conn, not yet examined
 	skip    int    // bytes of a non-handshake record still to pass on
 	err     error  // returned once out is empty
+
+	// The read deadline, for a read that waits for the backend rather
+	// than the conn.
+	dmu         sync.Mutex
+	deadline    time.Time
+	deadlineSet chan struct{} // signalled when deadline changes
 }
 
 // Read returns the bytes for the backend, as Wrap describes.
@@ -142,7 +141,12 @@ func (c *echClientConn) Read(p []byte) (int, error) {
 		case c.state == passThrough:
 			return c.Conn.Read(p)
 		default:
-			c.err = c.step()
+			if err := c.step(); err != nil {
+				if isTimeout(err) {
+					return 0, err // the caller may extend the deadline and read on
+				}
+				c.err = err
+			}
 		}
 	}
 	n := copy(p, c.out)
@@ -201,7 +205,7 @@ func (c *echClientConn) step() error {
 			c.skip = recordHeaderLen + int(length)
 			return nil
 		}
-		hrr, err := c.rel.wait()
+		hrr, err := c.wait()
 		switch {
 		case err != nil:
 			return err
@@ -235,18 +239,86 @@ func (c *echClientConn) step() error {
 	return nil
 }
 
+// wait waits for the backend's first message, and reports whether it is a
+// HelloRetryRequest. It gives up when either conn is closed, or when the
+// read deadline passes.
+func (c *echClientConn) wait() (hrr bool, err error) {
+	for {
+		c.dmu.Lock()
+		deadline := c.deadline
+		c.dmu.Unlock()
+		var expired <-chan time.Time
+		var timer *time.Timer
+		if !deadline.IsZero() {
+			timer = time.NewTimer(time.Until(deadline))
+			expired = timer.C
+		}
+		select {
+		case <-c.rel.decided:
+			err = nil
+		case <-c.rel.closed:
+			err = fmt.Errorf("sni: waiting for the backend's ServerHello: %w", net.ErrClosed)
+		case <-expired:
+			err = fmt.Errorf("sni: waiting for the backend's ServerHello: %w", os.ErrDeadlineExceeded)
+		case <-c.deadlineSet:
+			err = errDeadlineSet
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if err != errDeadlineSet {
+			return err == nil && c.rel.hrr, err
+		}
+	}
+}
+
+// errDeadlineSet tells wait to wait again, with the new read deadline.
+var errDeadlineSet = errors.New("read deadline changed")
+
 // fill reads the conn once, appending to pending. At the end of the
-// stream, it passes on what is pending, then the error.
+// stream, or on an error other than a timeout, it passes on what is
+// pending, then the error.
 func (c *echClientConn) fill() error {
 	if len(c.pending) == cap(c.pending) {
 		c.pending = append(make([]byte, 0, max(2*len(c.pending), 4<<10)), c.pending...)
 	}
 	n, err := c.Conn.Read(c.pending[len(c.pending):cap(c.pending)])
 	c.pending = c.pending[:len(c.pending)+n]
-	if err != nil {
+	if err != nil && !isTimeout(err) {
 		c.out, c.pending = c.pending, nil
 	}
 	return err
+}
+
+// isTimeout reports whether err is a timeout, after which a conn can be
+// read again with a later deadline.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
+// SetReadDeadline sets the read deadline of the client conn, which also
+// bounds a read waiting for the backend's first message.
+func (c *echClientConn) SetReadDeadline(t time.Time) error {
+	c.setDeadline(t)
+	return c.Conn.SetReadDeadline(t)
+}
+
+// SetDeadline sets the deadlines of the client conn, the read deadline
+// as SetReadDeadline does.
+func (c *echClientConn) SetDeadline(t time.Time) error {
+	c.setDeadline(t)
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *echClientConn) setDeadline(t time.Time) {
+	c.dmu.Lock()
+	c.deadline = t
+	c.dmu.Unlock()
+	select {
+	case c.deadlineSet <- struct{}{}:
+	default:
+	}
 }
 
 // readHello reads, from pending and the conn, the ClientHello whose first
