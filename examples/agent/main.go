@@ -6,7 +6,7 @@
 // names, which the agent moves between when its session ends.
 //
 //	agent -edge 127.0.0.1:7000 -url http://abc.example.test -to 127.0.0.1:3001
-//	agent -edge 127.0.0.1:7000 -url https://abc.example.test -to 127.0.0.1:3001
+//	agent -edge 127.0.0.1:7000 -url https://abc.example.test -inspect 127.0.0.1:4040 -to 127.0.0.1:3001
 //	agent -edge 127.0.0.1:7000 -url https://grpc.example.test -app-protocol h2c -to 127.0.0.1:50051
 //	agent -edge 127.0.0.1:7000 -url http://abc.example.test -log-requests=false -proxy-proto 1 -to 127.0.0.1:3001
 //	agent -edge 127.0.0.1:7000 -url tls://app.example.test -to 127.0.0.1:9443
@@ -24,6 +24,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -61,6 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	token := fs.String("token", "", "token to present to the edge")
 	edgeCA := fs.String("edge-ca", "", "PEM file of the CA that signed the edges' certificates, each checked against its -edge host name (default: the system's roots)")
 	plaintext := fs.Bool("plaintext", false, "connect to the edges without TLS (the default for a loopback edge)")
+	inspect := fs.String("inspect", "", "serve the request inspector (the last requests, live, with replay) on this loopback address, e.g. 127.0.0.1:4040; http and https URLs with -log-requests (empty: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -94,6 +96,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if httpMode && *proxyProto != 0 {
 		return fmt.Errorf("-proxy-proto %d: for an http or https URL the agent forwards request by request (-log-requests) over connections to -to that clients share, so no PROXY header could name the client (-to gets X-Forwarded-For instead); pass -log-requests=false to forward each connection's bytes after a PROXY header", *proxyProto)
 	}
+	var insp *agent.Inspector
+	if *inspect != "" {
+		if !httpMode {
+			return errors.New("-inspect: for an http or https URL with -log-requests")
+		}
+		if err := loopback(*inspect); err != nil {
+			return fmt.Errorf("-inspect %q: %v", *inspect, err)
+		}
+		insp = new(agent.Inspector)
+	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	c := &agent.Client{Addrs: edges, Token: *token, Plaintext: *plaintext, Logger: log}
 	if *edgeCA != "" {
@@ -117,6 +129,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(stdout, l.URL())
+	if insp != nil {
+		ln, err := net.Listen("tcp", *inspect)
+		if err != nil {
+			return fmt.Errorf("-inspect: %w", err)
+		}
+		hs := &http.Server{Handler: insp, ReadHeaderTimeout: 10 * time.Second}
+		go hs.Serve(ln)
+		defer hs.Close()
+		log.Info("inspector", "url", "http://"+ln.Addr().String()+"/")
+	}
 	if httpMode {
 		log.Info("forwarding requests", "url", l.URL(), "to", *to, "app_protocol", l.AppProtocol())
 	} else {
@@ -124,7 +146,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	go func() { <-ctx.Done(); l.Close() }()
 	// The forwarder takes the app protocol from l.
-	fwd := &agent.Forwarder{To: *to, HTTP: httpMode, ProxyProtocol: *proxyProto, Logger: log}
+	fwd := &agent.Forwarder{To: *to, HTTP: httpMode, ProxyProtocol: *proxyProto, Logger: log, Inspector: insp}
 	if err := fwd.Serve(l); err != nil {
 		return err
 	}
@@ -155,4 +177,21 @@ func urlScheme(u string) string {
 		return "http"
 	}
 	return strings.ToLower(scheme)
+}
+
+// loopback checks that addr is a loopback address: the inspector shows
+// every request's headers and bodies, and replays them.
+func loopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return errors.New("the inspector serves only on a loopback address (127.0.0.1, ::1, localhost): it shows every request and replays them")
+	}
+	return nil
 }
