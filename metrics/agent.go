@@ -36,7 +36,7 @@ func NewAgent() *Agent {
 		}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tunnelkit_agent_reconnects_total",
-			Help: "Attempts to open a session to an edge again after one ended.",
+			Help: "Reconnection attempts: to open a session to an edge again after one ended, or to bind endpoints the edge could not grant yet.",
 		}),
 		conns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tunnelkit_agent_connections_total",
@@ -74,7 +74,9 @@ func (m *Agent) collectors() [4]prometheus.Collector {
 }
 
 // Event implements agent.Observer: Connected sets the connected gauge to
-// 1, Disconnected to 0, and each Reconnecting counts one reconnect.
+// 1, Disconnected to 0, and each Reconnecting counts one reconnect. A
+// Client tells of no event when it is closed: the gauge keeps the value
+// it had.
 func (m *Agent) Event(e agent.Event) {
 	switch e.Kind {
 	case agent.Connected:

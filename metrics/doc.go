@@ -26,8 +26,10 @@
 // # Metrics of an Edge
 //
 // In and out are seen from the public clients: "in" is what a client sent
-// towards the agent, "out" what came back to it. For HTTP, the bytes are
-// those of the bodies.
+// towards the agent, "out" what came back to it. For HTTP and HTTPS, the
+// bytes are those of the bodies, counted as each request ends; a TLS or TCP
+// connection's are counted when it ends. Streams are all those of the
+// agents' sessions, their heartbeats and control requests included.
 //
 //	tunnelkit_edge_sessions                        gauge      agent sessions open (their hello accepted)
 //	tunnelkit_edge_endpoints{proto}                gauge      endpoints bound by agents
@@ -54,7 +56,7 @@
 // # Metrics of an Agent
 //
 //	tunnelkit_agent_connected                       gauge    1 while the client holds a session to an edge, else 0
-//	tunnelkit_agent_reconnects_total                counter  attempts to open a session again (agent.Reconnecting events)
+//	tunnelkit_agent_reconnects_total                counter  reconnection attempts (agent.Reconnecting events): to open a session again, or to bind endpoints not granted yet
 //	tunnelkit_agent_connections_total{proto}        counter  public connections that reached the client's listeners
 //	tunnelkit_agent_bytes_total{proto,direction}    counter  bytes of those connections, counted when each closes; direction "in" (from the client) or "out"
 //
@@ -64,6 +66,9 @@
 // # Cost
 //
 // Every combination of labels the core reports is resolved when an Edge or
-// Agent is made, so that counting on the request path is a switch and an
-// atomic add, with no allocation and no lock.
+// Agent is made, so that counting on the request path is a switch (a map
+// lookup for a refusal) and a few atomic operations, with no allocation
+// and no lock: about 70 ns for all an HTTP request's counts on the edge,
+// and 35 ns for a connection's on the agent, where the request itself
+// costs hundreds of microseconds.
 package metrics
