@@ -30,10 +30,11 @@ const (
 
 // An echConfig is a parsed ECHConfig.
 type echConfig struct {
-	id        uint8
-	kem       uint16
-	publicKey []byte
-	suites    cryptobyte.String // (kdf_id, aead_id) pairs
+	id         uint8
+	kem        uint16
+	publicKey  []byte
+	suites     cryptobyte.String // (kdf_id, aead_id) pairs
+	publicName string
 }
 
 // parseECHConfig parses one serialized ECHConfig, as in the Config field of
@@ -58,6 +59,7 @@ func parseECHConfig(b []byte) (echConfig, error) {
 		!contents.ReadUint16LengthPrefixed(&extensions) || !contents.Empty() {
 		return c, errors.New("malformed ECHConfig")
 	}
+	c.publicName = string(publicName)
 	return c, nil
 }
 

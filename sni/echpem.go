@@ -77,7 +77,7 @@ func ParseECHKeyPEM(data []byte) (key tls.EncryptedClientHelloKey, configList []
 	}
 	pub := priv.PublicKey().Bytes()
 	for _, c := range configs {
-		if k, ok := echConfigPublicKey(c); ok && string(k) == string(pub) {
+		if parsed, err := parseECHConfig(c); err == nil && string(parsed.publicKey) == string(pub) {
 			return tls.EncryptedClientHelloKey{Config: c, PrivateKey: priv.Bytes(), SendAsRetry: true}, configList, nil
 		}
 	}
@@ -105,34 +105,13 @@ func splitECHConfigList(list []byte) ([][]byte, error) {
 	return out, nil
 }
 
-// echConfigPublicKey returns the HPKE public key of an ECHConfig of
-// version 0xfe0d.
-func echConfigPublicKey(config []byte) ([]byte, bool) {
-	s := cryptobyte.String(config)
-	var version uint16
-	var body, pub cryptobyte.String
-	var configID uint8
-	var kem uint16
-	if !s.ReadUint16(&version) || version != extECH || !s.ReadUint16LengthPrefixed(&body) ||
-		!body.ReadUint8(&configID) || !body.ReadUint16(&kem) || !body.ReadUint16LengthPrefixed(&pub) {
-		return nil, false
-	}
-	return pub, true
-}
-
 // ECHPublicName returns the public name of an ECHConfig (a
 // tls.EncryptedClientHelloKey's Config): the name clients put in the outer
 // hello, to which a client-facing server answers when it cannot decrypt.
 func ECHPublicName(config []byte) (string, bool) {
-	s := cryptobyte.String(config)
-	var version uint16
-	var body, pub, suites, name cryptobyte.String
-	var configID, maxNameLen uint8
-	var kem uint16
-	if !s.ReadUint16(&version) || version != extECH || !s.ReadUint16LengthPrefixed(&body) ||
-		!body.ReadUint8(&configID) || !body.ReadUint16(&kem) || !body.ReadUint16LengthPrefixed(&pub) ||
-		!body.ReadUint16LengthPrefixed(&suites) || !body.ReadUint8(&maxNameLen) || !body.ReadUint8LengthPrefixed(&name) || len(name) == 0 {
+	c, err := parseECHConfig(config)
+	if err != nil {
 		return "", false
 	}
-	return string(name), true
+	return c.publicName, true
 }
