@@ -4,6 +4,7 @@ import (
 	"io"
 	"iter"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -321,7 +322,7 @@ func (in *Inspector) begin(p *httpProxy, w http.ResponseWriter, r *http.Request)
 		rec.replay = ri
 	}
 	if r.Body != nil && r.Body != http.NoBody {
-		rec.reqBody = &teeBody{rc: r.Body, c: capture{limit: in.bodyLimit}}
+		rec.reqBody = &teeBody{rc: r.Body, c: capture{limit: in.bodyLimit, hint: r.ContentLength}}
 		r.Body = rec.reqBody
 	}
 	rec.resp.limit = in.bodyLimit
@@ -344,6 +345,9 @@ func (rec *recording) writeHeader(code int) {
 	rec.ex.Status = code
 	var cut bool
 	rec.ex.ResponseHeader, cut = cloneHeader(rec.w.Header(), headLimit)
+	if n, err := strconv.ParseInt(rec.ex.ResponseHeader.Get("Content-Length"), 10, 64); err == nil {
+		rec.resp.hint = n
+	}
 	rec.ex.HeaderTruncated = rec.ex.HeaderTruncated || cut
 	rec.in.publish(rec)
 }
@@ -397,6 +401,7 @@ type capture struct {
 	data  []byte
 	size  int64
 	limit int
+	hint  int64 // the body's length, when known: the capture's, up to limit
 }
 
 func (c *capture) add(b []byte) {
@@ -407,8 +412,9 @@ func (c *capture) add(b []byte) {
 	}
 	b = b[:min(room, len(b))]
 	if len(c.data)+len(b) > cap(c.data) {
-		// Grow to at most limit, which append could pass.
-		d := make([]byte, len(c.data), min(c.limit, max(2*cap(c.data), len(c.data)+len(b), 512)))
+		// Grow to at most limit, which append could pass, and at once to
+		// the length the body announced.
+		d := make([]byte, len(c.data), min(c.limit, max(2*cap(c.data), len(c.data)+len(b), 512, int(min(c.hint, int64(c.limit))))))
 		copy(d, c.data)
 		c.data = d
 	}

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // inspectorPage is the page the Inspector serves: one file, its CSS and
@@ -46,6 +47,10 @@ var inspectorCSP = func() string {
 // a replay needs: a page of another origin cannot send it without a CORS
 // preflight, which the inspector never approves.
 const inspectorHeader = "X-Tunnelkit-Inspector"
+
+// eventsBatch is how long an event stream lets changes gather before it
+// sends them.
+const eventsBatch = 50 * time.Millisecond
 
 func (in *Inspector) initHandler() {
 	in.csrf = http.NewCrossOriginProtection()
@@ -196,6 +201,13 @@ func (in *Inspector) serveEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		select {
 		case <-wake:
+		case <-r.Context().Done():
+			return
+		}
+		// Let the changes of a moment come together: an exchange changes
+		// three times in a millisecond, and a busy app has many.
+		select {
+		case <-time.After(eventsBatch):
 		case <-r.Context().Done():
 			return
 		}
