@@ -1,0 +1,271 @@
+package etcdrouter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
+	"go.uber.org/zap"
+
+	"github.com/tunnelkit/tunnelkit/edge"
+)
+
+// The etcd server most tests share, started by TestMain, and a client of it.
+var (
+	sharedEndpoint string
+	sharedClient   *clientv3.Client
+)
+
+func TestMain(m *testing.M) { os.Exit(runTests(m)) }
+
+func runTests(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "etcdrouter-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	e, err := startEtcd(filepath.Join(dir, "etcd"), freeAddr(), freeAddr())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer e.Close()
+	sharedEndpoint = e.Config().ListenClientUrls[0].String()
+	// An in-process client: the server's own handlers, called without
+	// sockets. Under the race detector, each wake-up of a goroutine by the
+	// network poller can wait for a busy P (the contract's lookup loops
+	// keep both busy on two cores): a Bind through sockets took ten times
+	// longer.
+	sharedClient = v3client.New(e.Server)
+	defer sharedClient.Close()
+
+	code := m.Run()
+	closeBenchRouter()
+	if leaked := routerGoroutines(); code == 0 && leaked != "" {
+		fmt.Fprintf(os.Stderr, "goroutines of closed Routers are still running:\n%s\n", leaked)
+		code = 1
+	}
+	return code
+}
+
+// startEtcd starts an etcd server with its data in dir, serving clients on
+// the loopback address client and peers on peer, and waits until it is
+// ready. Its fsyncs are off: the tests stop it cleanly, never crash it.
+func startEtcd(dir, client, peer string) (*embed.Etcd, error) {
+	cfg := embed.NewConfig()
+	cfg.Dir = dir
+	cu := url.URL{Scheme: "http", Host: client}
+	pu := url.URL{Scheme: "http", Host: peer}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+	cfg.InitialCluster = cfg.Name + "=" + pu.String()
+	cfg.UnsafeNoFsync = true
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start etcd: %w", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return e, nil
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("start etcd: %w", err)
+	case <-time.After(30 * time.Second):
+		e.Close()
+		return nil, errors.New("start etcd: not ready after 30s")
+	}
+}
+
+// freeAddr returns a loopback address with a port nobody listens on.
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// routerGoroutines returns the stacks of the goroutines running code of a
+// Router, or "".
+func routerGoroutines() string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var leaked []string
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "etcdrouter.(*Router)") && !strings.Contains(g, "routerGoroutines") {
+			leaked = append(leaked, g)
+		}
+	}
+	return strings.Join(leaked, "\n\n")
+}
+
+// newClient returns a client of the etcd server at endpoint, closed when
+// the test ends.
+func newClient(t testing.TB, endpoint string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+var prefixes atomic.Uint64
+
+// uniquePrefix returns a key prefix no other router of the test run uses.
+func uniquePrefix(t testing.TB) string {
+	return fmt.Sprintf("/test/%d-%s/", prefixes.Add(1), t.Name())
+}
+
+// newRouter returns a Router of cfg, closed when the test ends. Zero fields
+// of cfg get the shared client, a prefix of the test's own, the edge ID
+// "edge-a" and a logger to t.Log.
+func newRouter(t testing.TB, cfg Config) *Router {
+	t.Helper()
+	if cfg.Client == nil {
+		cfg.Client = sharedClient
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = uniquePrefix(t)
+	}
+	if cfg.Edge == "" {
+		cfg.Edge = "edge-a"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t, nil)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// testLogger logs to t.Log, and to also if it is not nil.
+func testLogger(t testing.TB, also *logBuffer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(logWriter{t, also}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type logWriter struct {
+	t    testing.TB
+	also *logBuffer
+}
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	if w.also != nil {
+		w.also.Write(p)
+	}
+	return len(p), nil
+}
+
+// logBuffer is a goroutine-safe log.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Calls of a Router's methods with a timeout, failing the test on an error.
+
+const callTimeout = 10 * time.Second
+
+func bind(t testing.TB, r *Router, rt edge.Route) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	if err := r.Bind(ctx, rt); err != nil {
+		t.Fatalf("Bind(%+v) through %s = %v", rt, r.edge, err)
+	}
+}
+
+func tryBind(r *Router, rt edge.Route) error {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	return r.Bind(ctx, rt)
+}
+
+func unbind(t testing.TB, r *Router, rt edge.Route, reserve time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	if err := r.Unbind(ctx, rt, reserve); err != nil {
+		t.Fatalf("Unbind(%+v) through %s = %v", rt, r.edge, err)
+	}
+}
+
+func lookup(t testing.TB, r *Router, proto, host string) []edge.Route {
+	t.Helper()
+	routes, err := r.Lookup(context.Background(), proto, host)
+	if err != nil {
+		t.Fatalf("Lookup(%q, %q) through %s = %v", proto, host, r.edge, err)
+	}
+	return routes
+}
+
+// waitFor polls cond until it holds, failing the test with what after
+// timeout. It waits for an outcome; timeout only bounds a failing test.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still not %s after %v", what, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// sees reports whether r's Lookup(proto, host) returns exactly want.
+func sees(t testing.TB, r *Router, proto, host string, want ...edge.Route) func() bool {
+	return func() bool {
+		got := lookup(t, r, proto, host)
+		if len(got) != len(want) {
+			return false
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// at returns rt as Lookup returns it from edge id: its Edge set.
+func at(rt edge.Route, id string) edge.Route {
+	rt.Edge = id
+	return rt
+}

@@ -1,0 +1,265 @@
+// Package etcdrouter is an [edge.Router] over etcd, for edges that share one
+// name space: a name bound through one edge is owned cluster-wide, and every
+// edge looks it up.
+//
+// Bind and Unbind decide the ownership rules of the edge.Router contract in
+// etcd transactions, against every route and reservation in the store,
+// whichever edge bound them. Lookup never talks to etcd: each Router keeps a
+// cache of every route, loaded at start and kept current by a watch. Each
+// edge holds an etcd lease that its routes are attached to, so the routes of
+// an edge that dies vanish within its lease's TTL; a reservation is attached
+// to a lease of its own, so it outlives the edge that made it.
+//
+// Typical use, one Router per edge:
+//
+//	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"etcd1:2379", "etcd2:2379"}})
+//	if err != nil {
+//		return err
+//	}
+//	defer cli.Close()
+//	rt, err := etcdrouter.New(ctx, etcdrouter.Config{Client: cli, Edge: "edge-1"})
+//	if err != nil {
+//		return err
+//	}
+//	defer rt.Close() // revokes the lease: this edge's routes vanish at once
+//	srv := &edge.Server{ID: "edge-1", Router: rt /* ... */}
+//
+// The routes Lookup returns have Edge set to the ID of the edge that holds
+// their agent's session, this edge's own included, so the edge's Server.ID
+// must be Config.Edge: the edge stamps it on the routes it binds, and takes
+// a route with another Edge for one to reach through another edge (see
+// edge.Relay).
+//
+// # Keys
+//
+// Under Config.Prefix, the entries of a pattern live under its namespace
+// ("host" for http, https and tls; "tcp" for ports) and its base (the
+// pattern without "*.") with its labels reversed, so that the entries of a
+// name and of every name under it share a key prefix:
+//
+//	<prefix>host/test.example.abc./http/*.abc.example.test/r/<edge>/<session>/<tunnel>   a route
+//	<prefix>host/test.example.abc./http/*.abc.example.test/reserved                       a reservation
+//	<prefix>tcp/20001./tcp/20001/r/<edge>/<session>/<tunnel>
+//
+// Edge, session and tunnel are path-escaped. A value is the route (or, for a
+// reservation, its Proto, Name and Identity) in JSON.
+package etcdrouter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/router"
+)
+
+// Router is an [edge.Router], [edge.HealthReporter] and [edge.RouteWatcher]
+// over etcd. Create one with New; it is safe for concurrent use.
+type Router struct {
+	client *clientv3.Client
+	prefix string
+	edge   string
+	ttl    int64 // of this edge's lease, in seconds
+	log    *slog.Logger
+
+	ctx    context.Context // canceled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the goroutines Close waits for
+	once   sync.Once
+	closed atomic.Bool
+
+	lease leaseState
+
+	// The cache. Lookups read tables without a lock; mu serialises the
+	// writers and guards the fields after it.
+	tables   atomic.Pointer[map[string]*router.Table[edge.Route]] // by proto; replaced, never modified
+	mu       sync.Mutex
+	routes   map[string]edge.Route // every route in the store, by key
+	rev      int64                 // the store revision the cache reflects
+	revCh    chan struct{}         // closed when rev advances
+	watchers map[*watcher]struct{}
+
+	// The routes bound through this Router, to bind again under a new
+	// lease if this edge's lease expires, and those whose Unbind failed,
+	// to retry. syncCh wakes the goroutine that does both.
+	ownMu   sync.Mutex
+	own     map[string]edge.Route    // by key
+	pending map[string]pendingUnbind // by key
+	syncCh  chan struct{}            // buffered 1
+
+	testHookLeaseLost func() // called when the lease is found gone, before a new one is granted
+}
+
+// Config configures a Router.
+type Config struct {
+	// Client is the etcd client the Router uses; required. Close does not
+	// close it.
+	Client *clientv3.Client
+	// Prefix is the key prefix of the name space that the edges sharing
+	// it all use. "" means "/tunnelkit/"; a "/" is appended if it does not
+	// end with one.
+	Prefix string
+	// Edge is this edge's ID; required. Every route bound through this
+	// Router is stored with Edge set to it and attached to this edge's
+	// lease, and every edge sharing Prefix must have an ID of its own.
+	Edge string
+	// TTL is this edge's lease TTL: a dead edge's routes vanish within it.
+	// It is rounded up to whole seconds (etcd may raise it to its minimum,
+	// about 2 s with default settings). Zero or negative means 10 s.
+	TTL time.Duration
+	// Logger receives the Router's logs: a route dropped because another
+	// owner took its name while this edge's lease had expired (Warn),
+	// trouble reaching etcd (Info). Nil discards them.
+	Logger *slog.Logger
+
+	testHookLeaseLost func() // see Router.testHookLeaseLost
+}
+
+// DefaultPrefix is the key prefix when Config.Prefix is empty.
+const DefaultPrefix = "/tunnelkit/"
+
+// DefaultTTL is this edge's lease TTL when Config.TTL is zero.
+const DefaultTTL = 10 * time.Second
+
+// opTimeout bounds each etcd call the Router makes on its own (keeping the
+// lease, loading the cache, binding its routes again); revokeTimeout bounds
+// Close's revocation of the lease.
+const (
+	opTimeout     = 5 * time.Second
+	revokeTimeout = 5 * time.Second
+)
+
+// errClosed is returned by the methods of a closed Router.
+var errClosed = fmt.Errorf("etcdrouter: %w", net.ErrClosed)
+
+var (
+	_ edge.Router         = (*Router)(nil)
+	_ edge.HealthReporter = (*Router)(nil)
+	_ edge.RouteWatcher   = (*Router)(nil)
+)
+
+// New grants this edge's lease, loads every route under cfg.Prefix into the
+// cache and starts keeping the lease alive and the cache current. ctx bounds
+// the setup only.
+func New(ctx context.Context, cfg Config) (*Router, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("etcdrouter: Config.Client is nil")
+	}
+	if cfg.Edge == "" {
+		return nil, errors.New("etcdrouter: Config.Edge is empty")
+	}
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	ttl := cfg.TTL
+	if ttl <= 0 {
+		ttl = DefaultTTL
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &Router{
+		client:   cfg.Client,
+		prefix:   prefix,
+		edge:     cfg.Edge,
+		ttl:      seconds(ttl),
+		log:      log,
+		routes:   map[string]edge.Route{},
+		revCh:    make(chan struct{}),
+		watchers: map[*watcher]struct{}{},
+		own:      map[string]edge.Route{},
+		pending:  map[string]pendingUnbind{},
+		syncCh:   make(chan struct{}, 1),
+
+		testHookLeaseLost: cfg.testHookLeaseLost,
+	}
+	r.tables.Store(&map[string]*router.Table[edge.Route]{})
+	r.lease.changed = make(chan struct{})
+	r.lease.bad = make(chan clientv3.LeaseID, 1)
+
+	g, err := r.client.Grant(ctx, r.ttl)
+	if err != nil {
+		return nil, fmt.Errorf("etcdrouter: grant lease: %w", err)
+	}
+	rev, err := r.load(ctx)
+	if err != nil {
+		rctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+		r.client.Revoke(rctx, g.ID)
+		cancel()
+		return nil, fmt.Errorf("etcdrouter: load routes: %w", err)
+	}
+	r.setLease(g.ID)
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r.wg.Add(3)
+	go r.keepLease(g.ID)
+	go r.keepCache(rev)
+	go r.syncOwn(g.ID)
+	return r, nil
+}
+
+// Close stops the Router's goroutines and waits for them, then revokes this
+// edge's lease, so that the routes bound through this Router vanish at once
+// (reservations stay until they lapse). Afterwards Bind, Unbind and Lookup
+// fail with an error wrapping net.ErrClosed. Close is idempotent; only the
+// first call reports an error, that of revoking the lease.
+func (r *Router) Close() error {
+	var err error
+	r.once.Do(func() {
+		r.mu.Lock()
+		r.closed.Store(true)
+		r.mu.Unlock()
+		r.cancel()
+		r.wg.Wait()
+		if id := r.currentLease(); id != 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+			defer cancel()
+			if _, rerr := r.client.Revoke(ctx, id); rerr != nil {
+				err = fmt.Errorf("etcdrouter: revoke lease: %w", rerr)
+			}
+		}
+	})
+	return err
+}
+
+// seconds rounds d up to whole seconds, at least one.
+func seconds(d time.Duration) int64 {
+	s := int64((d + time.Second - 1) / time.Second)
+	return max(s, 1)
+}
+
+// backoff is the wait between attempts of a failing etcd call.
+type backoff struct{ d time.Duration }
+
+// next returns the wait before the next attempt.
+func (b *backoff) next() time.Duration {
+	b.d = min(max(2*b.d, 100*time.Millisecond), 2*time.Second)
+	return b.d
+}
+
+// wait waits for the next attempt; false if ctx ended first.
+func (b *backoff) wait(ctx context.Context) bool {
+	t := time.NewTimer(b.next())
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (b *backoff) reset() { b.d = 0 }

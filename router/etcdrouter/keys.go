@@ -1,0 +1,121 @@
+package etcdrouter
+
+import (
+	"encoding/json"
+	"net/url"
+	"strings"
+
+	"github.com/tunnelkit/tunnelkit/edge"
+)
+
+// keys are the etcd keys and key prefixes that binding or unbinding a route
+// reads and writes (see the package doc for the layout).
+type keys struct {
+	base string // the pattern without "*."
+	// tree is the prefix of the entries of base and, for host names, of
+	// every name under it: "<prefix>host/test.example.abc." (a name under
+	// it adds labels after the dot, so "test.example.abcd." is not in it).
+	tree string
+	// own is the prefix of the entries of base alone:
+	// "<prefix>host/test.example.abc./".
+	own string
+	// above are the names above base, nearest first, and ancestors the
+	// prefixes of their own entries: "<prefix>host/test.example./" and
+	// "<prefix>host/test./" for abc.example.test. None for tcp.
+	above, ancestors []string
+	endpoint         string // the prefix of the entries of the route's Proto and Name
+	routes           string // the prefix of the routes of its Proto and Name
+	route            string // the route's key
+	reserved         string // the key of its Proto and Name's reservation
+}
+
+// keysOf returns the keys of rt, whose Name is normalised and Edge set.
+func (r *Router) keysOf(rt edge.Route) keys {
+	base := strings.TrimPrefix(rt.Name, "*.")
+	ns := r.prefix + "host/"
+	if rt.Proto == "tcp" {
+		ns = r.prefix + "tcp/"
+	}
+	rb := reversed(base)
+	k := keys{base: base, own: ns + rb + "/"}
+	if rt.Proto == "tcp" {
+		k.tree = k.own // only the same port conflicts
+	} else {
+		k.tree = ns + rb
+		for rest := base; ; {
+			i := strings.IndexByte(rest, '.')
+			if i < 0 {
+				break
+			}
+			rest = rest[i+1:]
+			k.above = append(k.above, rest)
+			k.ancestors = append(k.ancestors, ns+reversed(rest)+"/")
+		}
+	}
+	k.endpoint = k.own + url.PathEscape(rt.Proto) + "/" + rt.Name + "/"
+	k.routes = k.endpoint + "r/"
+	k.route = k.routes + url.PathEscape(rt.Edge) + "/" + url.PathEscape(rt.SessionID) + "/" + url.PathEscape(rt.TunnelID)
+	k.reserved = k.endpoint + "reserved"
+	return k
+}
+
+// reversed returns a host name's labels in reverse order, each followed by a
+// dot: "test.example.abc." for "abc.example.test".
+func reversed(name string) string {
+	var b strings.Builder
+	b.Grow(len(name) + 1)
+	for end := len(name); end > 0; {
+		i := strings.LastIndexByte(name[:end], '.')
+		b.WriteString(name[i+1 : end])
+		b.WriteByte('.')
+		end = max(i, 0)
+	}
+	return b.String()
+}
+
+// isRoute reports whether key, under the Router's prefix, is a route's
+// rather than a reservation's: its fifth segment is "r" (namespace,
+// reversed base, proto and pattern hold no "/").
+func (r *Router) isRoute(key string) bool {
+	rest, ok := strings.CutPrefix(key, r.prefix)
+	if !ok {
+		return false
+	}
+	for range 4 {
+		i := strings.IndexByte(rest, '/')
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+1:]
+	}
+	return strings.HasPrefix(rest, "r/")
+}
+
+// record is an entry's value: a route, or a reservation's Proto, Name and
+// Identity. Its fields are edge.Route's, in order, so that one converts to
+// the other.
+type record struct {
+	Proto       string `json:"proto"`
+	Name        string `json:"name"`
+	TunnelID    string `json:"tunnel,omitempty"`
+	SessionID   string `json:"session,omitempty"`
+	Identity    string `json:"identity"`
+	Edge        string `json:"edge,omitempty"`
+	Pool        bool   `json:"pool,omitempty"`
+	AppProtocol string `json:"app_protocol,omitempty"`
+}
+
+func encode(rt edge.Route) string {
+	b, _ := json.Marshal(record(rt)) // cannot fail: strings and a bool
+	return string(b)
+}
+
+func encodeReservation(rt edge.Route) string {
+	return encode(edge.Route{Proto: rt.Proto, Name: rt.Name, Identity: rt.Identity})
+}
+
+func decode(b []byte) (edge.Route, error) {
+	var rec record
+	err := json.Unmarshal(b, &rec)
+	return edge.Route(rec), err
+}
