@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"bufio"
 	"io"
 	"iter"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -47,7 +49,8 @@ import (
 //	                                  its end); the event's id is the version V the
 //	                                  change made, and the stream starts after the
 //	                                  Last-Event-ID header's version, else after the
-//	                                  since=V query parameter's, else now
+//	                                  since=V query parameter's, else now; the
+//	                                  changes of 50 ms go together
 //	POST /api/requests/{id}/replay    sends the request again and answers with the
 //	                                  new Exchange, when its response has ended
 //
@@ -292,6 +295,7 @@ type recording struct {
 	resp    capture     // the response body's first bytes
 	replay  *replayInfo // non-nil for a replay
 	header  bool        // the final header is written
+	upgrade bool        // the connection was hijacked: the protocol switched
 }
 
 // begin starts recording r, which p forwards, and publishes it. r's body
@@ -361,8 +365,22 @@ func (rec *recording) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// Unwrap gives http.ResponseController the server's ResponseWriter:
-// flushes and hijacks go through.
+// Hijack hands over the client's connection, after the app switched
+// protocols (ReverseProxy writes the 101 response on it), and publishes
+// the switch.
+func (rec *recording) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(rec.w).Hijack()
+	if err == nil && !rec.header {
+		rec.upgrade = true
+		rec.header = true
+		rec.ex.Status = http.StatusSwitchingProtocols
+		rec.in.publish(rec)
+	}
+	return c, brw, err
+}
+
+// Unwrap gives http.ResponseController the server's ResponseWriter, for
+// flushes.
 func (rec *recording) Unwrap() http.ResponseWriter { return rec.w }
 
 // end finishes the exchange and publishes it: deferred by the proxy's
@@ -380,6 +398,13 @@ func (rec *recording) finish(aborted bool) {
 	x := &rec.ex
 	x.Done = true
 	x.Duration = time.Since(x.Start)
+	if rec.upgrade {
+		// The 101 response's header, which ReverseProxy set after the
+		// hijack.
+		var cut bool
+		x.ResponseHeader, cut = cloneHeader(rec.w.Header(), headLimit)
+		x.HeaderTruncated = x.HeaderTruncated || cut
+	}
 	if aborted {
 		x.Error = "aborted"
 	} else if !rec.header {

@@ -669,6 +669,50 @@ func TestInspectorAborted(t *testing.T) {
 	}
 }
 
+// TestInspectorUpgrade: a protocol switch is recorded as 101, under way
+// while the upgraded connection is open, with the app's 101 header.
+func TestInspectorUpgrade(t *testing.T) {
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		io.WriteString(brw, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\nX-App: yes\r\n\r\n")
+		brw.Flush()
+		io.Copy(c, brw)
+	})
+	in := startInspected(t, app, new(agent.Inspector), false)
+	ev := openEvents(t, in.ui+"api/events", nil)
+	c, err := net.Dial("tcp", in.fwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: app.example.test\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v", err)
+	}
+	for {
+		if e := ev.next(t, 5*time.Second); e.ex.Status == http.StatusSwitchingProtocols {
+			if e.ex.Done {
+				t.Fatal("the exchange is done while the upgraded connection is open")
+			}
+			break
+		}
+	}
+	io.WriteString(c, "ping")
+	c.(*net.TCPConn).CloseWrite()
+	if got, err := io.ReadAll(br); string(got) != "ping" || err != nil {
+		t.Fatalf("echoed %q, %v", got, err)
+	}
+	ev.done(t, 1)
+	if x := exchange(t, in.ui, 1); x.Status != http.StatusSwitchingProtocols || x.ResponseHeader.Get("Upgrade") != "echo" || x.ResponseHeader.Get("X-App") != "yes" || x.Error != "" {
+		t.Errorf("exchange: status %d, header %v, error %q", x.Status, x.ResponseHeader, x.Error)
+	}
+}
+
 // TestInspectorPage: the page is one self-contained response that loads
 // nothing, and that may run only its own script.
 func TestInspectorPage(t *testing.T) {
