@@ -87,7 +87,10 @@ func loadBenchCache() (*Router, float64, time.Duration, error) {
 	took := time.Since(start)
 	runtime.GC()
 	runtime.ReadMemStats(&after)
-	if n := len(r.routes); n != benchRoutes {
+	r.mu.Lock()
+	n := len(r.allLocked())
+	r.mu.Unlock()
+	if n != benchRoutes {
 		r.Close()
 		return nil, 0, 0, fmt.Errorf("the cache holds %d routes; want %d", n, benchRoutes)
 	}
@@ -111,10 +114,39 @@ func closeBenchRouter() {
 	}
 }
 
+// benchMemory is an edge.MemoryRouter holding the routes of benchCache,
+// to compare with.
+var benchMemory struct {
+	once          sync.Once
+	m             *edge.MemoryRouter
+	bytesPerRoute float64
+}
+
+func benchMemoryRouter(b *testing.B) *edge.MemoryRouter {
+	benchMemory.once.Do(func() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		m := new(edge.MemoryRouter)
+		for i := range benchRoutes {
+			if err := m.Bind(context.Background(), benchRoute(i)); err != nil {
+				panic(err)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		benchMemory.m = m
+		benchMemory.bytesPerRoute = float64(after.HeapAlloc-before.HeapAlloc) / benchRoutes
+	})
+	return benchMemory.m
+}
+
 // BenchmarkLookup looks names up in a cache of 100,000 routes: an exact
-// name, a name under a wildcard, a name no route matches.
+// name, a name under a wildcard, a name no route matches; and the same in
+// an edge.MemoryRouter holding the same routes, which uses the same table.
 func BenchmarkLookup(b *testing.B) {
 	r := benchRouter(b)
+	m := benchMemoryRouter(b)
 	ctx := context.Background()
 	for _, c := range []struct {
 		name  string
@@ -129,27 +161,36 @@ func BenchmarkLookup(b *testing.B) {
 		for i := range hosts {
 			hosts[i] = c.host(i)
 		}
-		b.Run(c.name, func(b *testing.B) {
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				routes, _ := r.Lookup(ctx, "http", hosts[i%len(hosts)])
-				if (len(routes) == 1) != c.found {
-					b.Fatalf("Lookup(%q) = %v", hosts[i%len(hosts)], routes)
+		for _, rt := range []struct {
+			name string
+			r    edge.Router
+		}{{"etcd", r}, {"MemoryRouter", m}} {
+			b.Run(rt.name+"/"+c.name, func(b *testing.B) {
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					routes, _ := rt.r.Lookup(ctx, "http", hosts[i%len(hosts)])
+					if (len(routes) == 1) != c.found {
+						b.Fatalf("Lookup(%q) = %v", hosts[i%len(hosts)], routes)
+					}
+					i++
 				}
-				i++
-			}
-		})
+			})
+		}
 	}
 }
 
 // BenchmarkCacheMemory reports the heap the cache takes per route, with
-// 100,000 routes in it, and how long New took to load them.
+// 100,000 routes in it, and how long New took to load them; and, to
+// compare, the heap an edge.MemoryRouter takes per route for the same
+// routes (its tables and its ownership index).
 func BenchmarkCacheMemory(b *testing.B) {
 	benchRouter(b)
+	benchMemoryRouter(b)
 	for b.Loop() {
 	}
 	b.ReportMetric(benchCache.bytesPerRoute, "B/route")
+	b.ReportMetric(benchMemory.bytesPerRoute, "B/route-MemoryRouter")
 	b.ReportMetric(benchCache.load.Seconds(), "s-load")
 }
 

@@ -57,8 +57,9 @@ func (r *Router) Succeed(rt edge.Route) {
 }
 
 // keepCache keeps the cache current from revision rev on, until Close: it
-// follows a watch of the prefix, and loads the cache again when the watch
-// fails (its revision was compacted, it lost etcd's leader).
+// follows a watch of the prefix (with the previous value of each key, so
+// that a deletion says which route went), and loads the cache again when
+// the watch fails (its revision was compacted, it lost etcd's leader).
 func (r *Router) keepCache(rev int64) {
 	defer r.wg.Done()
 	var bo backoff
@@ -92,7 +93,7 @@ func (r *Router) keepCache(rev int64) {
 func (r *Router) follow(rev int64) (last int64, ok bool) {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(r.ctx))
 	defer cancel()
-	for resp := range r.client.Watch(ctx, r.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+	for resp := range r.client.Watch(ctx, r.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithPrevKV()) {
 		if err := resp.Err(); err != nil {
 			if r.ctx.Err() == nil {
 				r.log.Info("etcdrouter: watch", "err", err)
@@ -100,32 +101,43 @@ func (r *Router) follow(rev int64) (last int64, ok bool) {
 			return 0, ok
 		}
 		ok = true
-		rev = r.apply(resp.Events, rev)
+		if rev = r.apply(resp.Events, rev); rev == 0 {
+			return 0, ok
+		}
 	}
 	return rev, ok
 }
 
 // apply applies the events of a watch response to the cache, and returns
-// the revision the cache reflects afterwards.
+// the revision the cache reflects afterwards, or 0 when an event did not
+// say what it replaced or removed (its previous value was compacted): the
+// cache must be loaded again.
 func (r *Router) apply(events []*clientv3.Event, rev int64) int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, ev := range events {
-		key := string(ev.Kv.Key)
-		switch ev.Type {
-		case mvccpb.PUT:
-			if !r.isRoute(key) {
-				break
+		if !r.isRoute(string(ev.Kv.Key)) {
+			rev = max(rev, ev.Kv.ModRevision)
+			continue
+		}
+		if ev.PrevKv != nil {
+			if ev.Type == mvccpb.PUT && string(ev.PrevKv.Value) == string(ev.Kv.Value) {
+				rev = max(rev, ev.Kv.ModRevision)
+				continue // put again as it was (under a new lease)
 			}
+			if old, err := decode(ev.PrevKv.Value); err == nil {
+				r.removeLocked(old)
+			}
+		} else if ev.Type == mvccpb.DELETE || ev.Kv.Version > 1 {
+			return 0
+		}
+		if ev.Type == mvccpb.PUT {
 			rt, err := decode(ev.Kv.Value)
 			if err != nil {
-				r.log.Info("etcdrouter: bad route", "key", key, "err", err)
-				r.removeLocked(key)
-				break
+				r.log.Info("etcdrouter: bad route", "key", string(ev.Kv.Key), "err", err)
+			} else {
+				r.addLocked(rt)
 			}
-			r.putLocked(key, rt)
-		case mvccpb.DELETE:
-			r.removeLocked(key)
 		}
 		rev = max(rev, ev.Kv.ModRevision)
 	}
@@ -136,7 +148,7 @@ func (r *Router) apply(events []*clientv3.Event, rev int64) int64 {
 // load reads every route under the prefix, at one revision, into the
 // cache, and returns that revision.
 func (r *Router) load(ctx context.Context) (int64, error) {
-	fresh := map[string]edge.Route{}
+	fresh := map[edge.Route]struct{}{}
 	key, end := r.prefix, clientv3.GetPrefixRangeEnd(r.prefix)
 	var rev int64
 	for {
@@ -152,16 +164,15 @@ func (r *Router) load(ctx context.Context) (int64, error) {
 			rev = resp.Header.Revision
 		}
 		for _, kv := range resp.Kvs {
-			k := string(kv.Key)
-			if !r.isRoute(k) {
+			if !r.isRoute(string(kv.Key)) {
 				continue
 			}
 			rt, err := decode(kv.Value)
 			if err != nil {
-				r.log.Info("etcdrouter: bad route", "key", k, "err", err)
+				r.log.Info("etcdrouter: bad route", "key", string(kv.Key), "err", err)
 				continue
 			}
-			fresh[k] = rt
+			fresh[rt] = struct{}{}
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
 			break
@@ -170,44 +181,45 @@ func (r *Router) load(ctx context.Context) (int64, error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for k, old := range r.routes {
-		if rt, ok := fresh[k]; !ok || rt != old {
-			r.removeLocked(k)
+	for _, rt := range r.allLocked() {
+		if _, ok := fresh[rt]; ok {
+			delete(fresh, rt) // cached already
+		} else {
+			r.removeLocked(rt)
 		}
 	}
-	for k, rt := range fresh {
-		r.putLocked(k, rt)
+	for rt := range fresh {
+		r.addLocked(rt)
 	}
 	r.advanceLocked(rev)
 	return rev, nil
 }
 
-// putLocked stores the route of key in the cache.
-func (r *Router) putLocked(key string, rt edge.Route) {
-	old, ok := r.routes[key]
-	if ok && old == rt {
-		return
+// allLocked returns every route in the cache.
+func (r *Router) allLocked() []edge.Route {
+	var all []edge.Route
+	for _, t := range *r.tables.Load() {
+		for _, name := range t.Names() {
+			all = append(all, t.Pool(name)...)
+		}
 	}
-	if ok {
-		r.removeLocked(key)
-	}
+	return all
+}
+
+// addLocked adds rt, not in the cache, to it.
+func (r *Router) addLocked(rt edge.Route) {
 	if err := r.tableLocked(rt.Proto).Add(rt.Name, rt); err != nil {
-		r.log.Info("etcdrouter: bad route", "key", key, "err", err)
+		r.log.Info("etcdrouter: bad route", "route", rt, "err", err)
 		return
 	}
-	r.routes[key] = rt
 	r.notifyLocked(rt, true)
 }
 
-// removeLocked removes the route of key from the cache.
-func (r *Router) removeLocked(key string) {
-	old, ok := r.routes[key]
-	if !ok {
-		return
+// removeLocked removes rt from the cache.
+func (r *Router) removeLocked(rt edge.Route) {
+	if t := (*r.tables.Load())[rt.Proto]; t != nil && t.Remove(rt.Name, rt) {
+		r.notifyLocked(rt, false)
 	}
-	delete(r.routes, key)
-	r.tableLocked(old.Proto).Remove(old.Name, old)
-	r.notifyLocked(old, false)
 }
 
 // tableLocked returns the table of proto, adding it if need be.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/url"
@@ -268,4 +269,83 @@ func sees(t testing.TB, r *Router, proto, host string, want ...edge.Route) func(
 func at(rt edge.Route, id string) edge.Route {
 	rt.Edge = id
 	return rt
+}
+
+// cutProxy forwards TCP connections to an address until cut, which closes
+// them all and refuses new ones until restore.
+type cutProxy struct {
+	ln       net.Listener
+	upstream string
+	mu       sync.Mutex
+	cutOff   bool
+	conns    map[net.Conn]struct{}
+	wg       sync.WaitGroup
+}
+
+// newCutProxy starts a proxy to upstream ("host:port"), stopped when the
+// test ends.
+func newCutProxy(t testing.TB, upstream string) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, upstream: upstream, conns: map[net.Conn]struct{}{}}
+	p.wg.Go(p.serve)
+	t.Cleanup(func() {
+		ln.Close()
+		p.cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *cutProxy) endpoint() string { return "http://" + p.ln.Addr().String() }
+
+func (p *cutProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", p.upstream)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		if !p.track(c, up) {
+			continue
+		}
+		p.wg.Go(func() { io.Copy(up, c); up.Close() })
+		p.wg.Go(func() { io.Copy(c, up); c.Close() })
+	}
+}
+
+// track records a proxied pair, or closes it while the proxy is cut.
+func (p *cutProxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		if p.cutOff {
+			c.Close()
+			continue
+		}
+		p.conns[c] = struct{}{}
+	}
+	return !p.cutOff
+}
+
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cutOff = true
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
+func (p *cutProxy) restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cutOff = false
 }

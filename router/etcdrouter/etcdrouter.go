@@ -79,13 +79,12 @@ type Router struct {
 
 	lease leaseState
 
-	// The cache. Lookups read tables without a lock; mu serialises the
-	// writers and guards the fields after it.
+	// The cache: every route in the store. Lookups read tables without a
+	// lock; mu serialises the writers and guards the fields after it.
 	tables   atomic.Pointer[map[string]*router.Table[edge.Route]] // by proto; replaced, never modified
 	mu       sync.Mutex
-	routes   map[string]edge.Route // every route in the store, by key
-	rev      int64                 // the store revision the cache reflects
-	revCh    chan struct{}         // closed when rev advances
+	rev      int64         // the store revision the cache reflects
+	revCh    chan struct{} // closed when rev advances
 	watchers map[*watcher]struct{}
 
 	// The routes bound through this Router, to bind again under a new
@@ -178,7 +177,6 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		edge:     cfg.Edge,
 		ttl:      seconds(ttl),
 		log:      log,
-		routes:   map[string]edge.Route{},
 		revCh:    make(chan struct{}),
 		watchers: map[*watcher]struct{}{},
 		own:      map[string]edge.Route{},

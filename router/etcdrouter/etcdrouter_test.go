@@ -326,6 +326,72 @@ func TestLeaseExpired(t *testing.T) {
 	})
 }
 
+// TestReloadAfterCompaction cuts an edge off etcd while another edge
+// changes the routes and the history is compacted: when the edge gets back,
+// its watch cannot resume, and it loads the routes again, telling its
+// watchers what changed.
+func TestReloadAfterCompaction(t *testing.T) {
+	prefix := uniquePrefix(t)
+	proxy := newCutProxy(t, strings.TrimPrefix(sharedEndpoint, "http://"))
+	logs := new(logBuffer)
+	a := newRouter(t, Config{Prefix: prefix, Edge: "edge-a"})
+	b := newRouter(t, Config{Client: newClient(t, proxy.endpoint()), Prefix: prefix, Edge: "edge-b", Logger: testLogger(t, logs)})
+	changes := make(chan change, 16)
+	stop := b.WatchRoutes(func(rt edge.Route, bound bool) { changes <- change{rt, bound} })
+	defer stop()
+
+	gone := edge.Route{Proto: "http", Name: "gone.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t1"}
+	stays := edge.Route{Proto: "tcp", Name: "20001", Identity: "alice", SessionID: "s1", TunnelID: "t2"}
+	comes := edge.Route{Proto: "tls", Name: "comes.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t3"}
+	bind(t, a, gone)
+	bind(t, a, stays)
+	for range 2 {
+		<-changes
+	}
+
+	proxy.cut()
+	unbind(t, a, gone, 0)
+	bind(t, a, comes)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	resp, err := sharedClient.Get(ctx, "compact")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sharedClient.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	proxy.restore()
+
+	want := map[change]bool{{at(gone, "edge-a"), false}: true, {at(comes, "edge-a"), true}: true}
+	for len(want) > 0 {
+		select {
+		case c := <-changes:
+			if !want[c] {
+				t.Fatalf("WatchRoutes after the reload: %+v; want %+v", c, want)
+			}
+			delete(want, c)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("WatchRoutes: still waiting for %+v after the edge got back", want)
+		}
+	}
+	for _, c := range []struct {
+		proto, host string
+		want        []edge.Route
+	}{
+		{"http", "gone.example.test", nil},
+		{"tcp", "20001", []edge.Route{at(stays, "edge-a")}},
+		{"tls", "comes.example.test", []edge.Route{at(comes, "edge-a")}},
+	} {
+		if !sees(t, b, c.proto, c.host, c.want...)() {
+			t.Fatalf("after the reload: Lookup(%q, %q) = %+v; want %+v", c.proto, c.host, lookup(t, b, c.proto, c.host), c.want)
+		}
+	}
+	if !strings.Contains(logs.String(), "compacted") {
+		t.Errorf("the edge's logs do not say its watch's revision was compacted:\n%s", logs)
+	}
+}
+
 // TestWatchRoutes checks the replay, a stop that waits for the call in
 // progress, and Close ending every watch and goroutine.
 func TestWatchRoutes(t *testing.T) {

@@ -47,8 +47,7 @@ func (r *Router) WatchRoutes(f func(rt edge.Route, bound bool)) (stop func()) {
 		close(w.done)
 		return func() {}
 	}
-	w.queue = make([]change, 0, len(r.routes))
-	for _, rt := range r.routes {
+	for _, rt := range r.allLocked() {
 		w.queue = append(w.queue, change{rt, true})
 	}
 	w.wake <- struct{}{}
