@@ -381,8 +381,8 @@ func TestInspectorRing(t *testing.T) {
 }
 
 // TestInspectorEvents opens the event stream, then sends a request that
-// the app holds: an event shows it under way within a second, another
-// when it is done; a stream that resumes from Last-Event-ID, or from
+// the app holds: an event shows it under way, another when it is done
+// (TestInspectorChromium checks the page sees it within a second); a stream that resumes from Last-Event-ID, or from
 // since, gets the changes after it.
 func TestInspectorEvents(t *testing.T) {
 	release := make(chan struct{})
@@ -402,7 +402,7 @@ func TestInspectorEvents(t *testing.T) {
 		}
 		result <- err
 	}()
-	e := ev.next(t, time.Second)
+	e := ev.next(t, 5*time.Second)
 	if x := e.ex; x.ID != 1 || x.Done || x.Status != 0 || x.Method != "GET" || x.URL != "/held?a=1" || x.Host != "app.example.test" {
 		t.Errorf("first event: %+v; want exchange 1 under way", x)
 	}
