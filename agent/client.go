@@ -538,12 +538,15 @@ func (c *Client) sessionEnded(mux muxado.Session) {
 	redial := !closed && len(c.listeners) > 0 && !c.redialing
 	if redial {
 		c.redialing = true
-		c.wg.Go(c.reconnectLoop)
 	}
 	c.mu.Unlock()
 	if !closed {
+		// Disconnected comes before any event of the reconnection.
 		c.log().Warn("session to edge ended", "edge", edge, "err", localErr)
 		c.emit(Event{Kind: Disconnected, Err: localErr, Addr: edge})
+	}
+	if redial {
+		c.wg.Go(c.reconnectLoop)
 	}
 }
 
@@ -842,10 +845,11 @@ func (c *Client) Close() error {
 		c.unbind(l)
 	}
 	c.mu.Lock()
-	mux := c.mux
+	mux, edge := c.mux, c.edge
 	c.mu.Unlock()
 	if mux != nil {
 		mux.Close()
+		c.emit(Event{Kind: Disconnected, Err: net.ErrClosed, Addr: edge})
 	}
 	c.wg.Wait()
 	return nil

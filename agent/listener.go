@@ -279,12 +279,17 @@ func (c *Conn) CloseWrite() error {
 	if err := c.accept(); err != nil {
 		return err
 	}
+	// A deadline in the past (crypto/tls sets one before it closes) would
+	// lose the stream's FIN: the edge would hold the connection until its
+	// idle timeout.
+	c.st.SetWriteDeadline(time.Time{})
 	return c.st.CloseWrite()
 }
 
 // Close closes the connection.
 func (c *Conn) Close() error {
 	c.accept()
+	c.st.SetWriteDeadline(time.Time{}) // as in CloseWrite
 	err := c.st.Close()
 	c.counted()
 	return err

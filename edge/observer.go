@@ -34,8 +34,9 @@ type Observer interface {
 	// an HTTP request ends, with the bytes that went from the client to
 	// the agent (in) and back (out): for HTTP, the bodies.
 	Bytes(proto string, in, out int64)
-	// Request is called when an HTTP request the edge routed ends, with
-	// its status (0 when no response was sent) and how long it took.
+	// Request is called when an HTTP request ends, with the status sent
+	// (200 for a handler that wrote nothing, as net/http sends) and how
+	// long it took.
 	Request(proto string, status int, d time.Duration)
 	// Refused is called when the edge refuses an agent, a connection or a
 	// request, with the reason.
