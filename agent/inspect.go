@@ -62,8 +62,9 @@ import (
 //	{"method": "PUT", "url": "/path?query", "host": "app.example.com",
 //	 "header": {"Name": ["value"]}, "body": "sent as its UTF-8 bytes"}
 //
-// A request whose body was longer than BodyLimit replays only with a new
-// body. A replay needs its Forwarder's Serve running.
+// A request whose body was longer than BodyLimit, or whose exchange is
+// not done, replays only with a new body. A replay needs its Forwarder's
+// Serve running.
 //
 // Security: the exchanges hold what clients sent (cookies, tokens), and a
 // replay acts as them, so serve the handler on loopback only, never on a
@@ -221,6 +222,7 @@ type entry struct {
 	ex      Exchange
 	version uint64     // the change that made it
 	proxy   *httpProxy // the handler of the Forwarder that recorded it, which replays it
+	body    bool       // the request has a body, which the exchange holds once done
 }
 
 // summary is the exchange without its headers and body data: what the
@@ -267,7 +269,7 @@ func (in *Inspector) publish(rec *recording) *entry {
 		rec.ex.ID = in.lastID
 	}
 	in.version++
-	e := &entry{ex: rec.ex, version: in.version, proxy: rec.proxy}
+	e := &entry{ex: rec.ex, version: in.version, proxy: rec.proxy, body: rec.reqBody != nil}
 	slot := &in.ring[(e.ex.ID-1)%uint64(len(in.ring))]
 	// An exchange that newer ones pushed out stays out.
 	if *slot == nil || (*slot).ex.ID <= e.ex.ID {

@@ -64,6 +64,8 @@ func (in *Inspector) replay(ctx context.Context, e *entry, edit *replayEdit, cli
 	}
 	if edit.Body != nil {
 		body = []byte(*edit.Body)
+	} else if e.body && !x.Done {
+		return nil, &replayError{http.StatusConflict, fmt.Sprintf("exchange %d is under way: its request body is known when it is done; or give a body", x.ID)}
 	} else if x.RequestBody.Truncated {
 		return nil, &replayError{http.StatusConflict, fmt.Sprintf("exchange %d's request body had %d bytes, of which %d are kept: give a body", x.ID, x.RequestBody.Size, len(x.RequestBody.Data))}
 	}

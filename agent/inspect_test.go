@@ -645,6 +645,56 @@ func TestInspectorRefuses(t *testing.T) {
 	}
 }
 
+// TestInspectorReplayUnderWay: an exchange under way replays at once
+// when its request had no body, and only with a new body when it had one,
+// which is not all known yet.
+func TestInspectorReplayUnderWay(t *testing.T) {
+	var count atomic.Int64
+	release := make(chan struct{})
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		count.Add(1)
+		io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/hold" {
+			<-release
+		}
+	})
+	in := startInspected(t, app, new(agent.Inspector), false)
+	ev := openEvents(t, in.ui+"api/events", nil)
+	c := client(t, in.fwd, false)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(release)
+	for _, method := range []string{"GET", "POST"} {
+		wg.Go(func() {
+			req, _ := http.NewRequest(method, "http://app.example.test/hold", strings.NewReader("body"))
+			if method == "GET" {
+				req.Body, req.ContentLength = nil, 0
+			}
+			if resp, err := c.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		})
+	}
+	seen := map[string]uint64{}
+	for len(seen) < 2 {
+		if e := ev.next(t, 5*time.Second); !e.ex.Done {
+			seen[e.ex.Method] = e.ex.ID
+		}
+	}
+	if code, x, msg := replayResult(t, in.ui, seen["GET"], inspectorHeader, `{"url":"/now"}`); code != 200 || x.Method != "GET" || x.URL != "/now" {
+		t.Errorf("replay of a GET under way: %d %s", code, msg)
+	}
+	if code, _, msg := replayResult(t, in.ui, seen["POST"], inspectorHeader, `{"url":"/now"}`); code != http.StatusConflict {
+		t.Errorf("replay of a POST under way: %d %s; want 409", code, msg)
+	}
+	if code, x, msg := replayResult(t, in.ui, seen["POST"], inspectorHeader, `{"url":"/now","body":"new"}`); code != 200 || x.RequestBody.Size != 3 {
+		t.Errorf("replay of a POST under way with a body: %d %s", code, msg)
+	}
+	if n := count.Load(); n != 4 {
+		t.Errorf("the app got %d requests, want 4", n)
+	}
+}
+
 // TestInspectorAborted: a response that breaks off is recorded so.
 func TestInspectorAborted(t *testing.T) {
 	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
