@@ -94,7 +94,7 @@ func (r *Router) bind(ctx context.Context, rt edge.Route, k keys, refresh bool) 
 			return 0, false, err
 		}
 		if d.self != nil && (!refresh || clientv3.LeaseID(d.self.Lease) == lease) {
-			return rev, false, nil // bound already
+			return d.self.ModRevision, false, nil // bound already
 		}
 		// Write only if no key read has been created or changed since.
 		// Keys deleted since do not matter: a deletion frees names.
@@ -218,29 +218,30 @@ func (r *Router) Unbind(ctx context.Context, rt edge.Route, reserve time.Duratio
 		}
 		return err
 	}
+	if rev == 0 {
+		return r.awaitGone(ctx, rt)
+	}
 	return r.await(ctx, rev)
 }
 
 // unbind removes the route with k.route and returns the store's revision
-// without it. With before > 0, it removes the route only if it was created
-// at revision before or earlier: a retry must not remove the route bound
-// again since.
+// without it, or 0 if there was none to remove. With before > 0, it removes
+// the route only if it was created at revision before or earlier: a retry
+// must not remove the route bound again since.
 func (r *Router) unbind(ctx context.Context, rt edge.Route, k keys, reserve time.Duration, before int64) (int64, error) {
 	if reserve <= 0 {
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k.route), ">", 0)}
 		if before > 0 {
-			w, err := r.client.Txn(ctx).
-				If(clientv3.Compare(clientv3.CreateRevision(k.route), "<", before+1)).
-				Then(clientv3.OpDelete(k.route)).Commit()
-			if err != nil {
-				return 0, r.storeErr("unbind", rt, err)
-			}
-			return w.Header.Revision, nil
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k.route), "<", before+1))
 		}
-		resp, err := r.client.Delete(ctx, k.route)
-		if err != nil {
+		w, err := r.client.Txn(ctx).If(cmps...).Then(clientv3.OpDelete(k.route)).Commit()
+		switch {
+		case err != nil:
 			return 0, r.storeErr("unbind", rt, err)
+		case !w.Succeeded:
+			return 0, nil
 		}
-		return resp.Header.Revision, nil
+		return w.Header.Revision, nil
 	}
 	var lease clientv3.LeaseID // the reservation's
 	defer func() {
@@ -253,7 +254,7 @@ func (r *Router) unbind(ctx context.Context, rt edge.Route, k keys, reserve time
 		if err != nil {
 			return 0, r.storeErr("unbind", rt, err)
 		}
-		rev := resp.Header.Revision
+		read := resp.Header.Revision
 		var self, other *mvccpb.KeyValue
 		for _, kv := range resp.Kvs {
 			if string(kv.Key) == k.route {
@@ -263,7 +264,7 @@ func (r *Router) unbind(ctx context.Context, rt edge.Route, k keys, reserve time
 			}
 		}
 		if self == nil || before > 0 && self.CreateRevision > before {
-			return rev, nil
+			return 0, nil
 		}
 		exists := clientv3.Compare(clientv3.CreateRevision(k.route), "=", self.CreateRevision)
 		if other != nil {
@@ -293,7 +294,7 @@ func (r *Router) unbind(ctx context.Context, rt edge.Route, k keys, reserve time
 		}
 		// The last: reserve, provided that no route joined it since.
 		w, err := r.client.Txn(ctx).
-			If(exists, clientv3.Compare(clientv3.ModRevision(k.routes), "<", rev+1).WithPrefix()).
+			If(exists, clientv3.Compare(clientv3.ModRevision(k.routes), "<", read+1).WithPrefix()).
 			Then(clientv3.OpDelete(k.route), clientv3.OpPut(k.reserved, encodeReservation(stored), clientv3.WithLease(lease))).
 			Commit()
 		if err != nil {

@@ -245,6 +245,8 @@ func (r *Router) advanceLocked(rev int64) {
 }
 
 // await waits until the cache reflects the store at revision rev or later.
+// rev must be that of a change under the prefix (the watch sees no other),
+// or older.
 func (r *Router) await(ctx context.Context, rev int64) error {
 	for {
 		r.mu.Lock()
@@ -261,4 +263,39 @@ func (r *Router) await(ctx context.Context, rev int64) error {
 			return errClosed
 		}
 	}
+}
+
+// awaitGone waits until the cache holds no route with rt's key (its Proto,
+// Name, Edge, SessionID and TunnelID). etcd had none when asked: if the
+// cache has one, its deletion is on its way.
+func (r *Router) awaitGone(ctx context.Context, rt edge.Route) error {
+	for {
+		r.mu.Lock()
+		held, ch := r.cachedLocked(rt), r.revCh
+		r.mu.Unlock()
+		if !held {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("etcdrouter: waiting for the watch to report %s %s gone: %w", rt.Proto, rt.Name, ctx.Err())
+		case <-r.ctx.Done():
+			return errClosed
+		}
+	}
+}
+
+// cachedLocked reports whether the cache holds a route with rt's key.
+func (r *Router) cachedLocked(rt edge.Route) bool {
+	t := (*r.tables.Load())[rt.Proto]
+	if t == nil {
+		return false
+	}
+	for _, c := range t.Pool(rt.Name) {
+		if c.Edge == rt.Edge && c.SessionID == rt.SessionID && c.TunnelID == rt.TunnelID {
+			return true
+		}
+	}
+	return false
 }

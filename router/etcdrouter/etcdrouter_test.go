@@ -392,6 +392,40 @@ func TestReloadAfterCompaction(t *testing.T) {
 	}
 }
 
+// TestForeignWrites checks that writes outside the prefix, which the
+// Router's watch does not see but which advance etcd's revision, never make
+// a call wait for the cache to reach a revision it cannot see.
+func TestForeignWrites(t *testing.T) {
+	r := newRouter(t, Config{})
+	rt := edge.Route{Proto: "http", Name: "a.example.test", Identity: "alice", SessionID: "s", TunnelID: "1"}
+	bind(t, r, rt)
+	foreign := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		defer cancel()
+		if _, err := sharedClient.Put(ctx, "/elsewhere/"+t.Name(), "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		call func(context.Context) error
+	}{
+		{"Bind of a route bound already", func(ctx context.Context) error { return r.Bind(ctx, rt) }},
+		{"Unbind of an absent route", func(ctx context.Context) error { return r.Unbind(ctx, at(rt, "edge-b"), 0) }},
+		{"Unbind of an absent route, with a reservation", func(ctx context.Context) error { return r.Unbind(ctx, at(rt, "edge-b"), time.Minute) }},
+		{"Unbind", func(ctx context.Context) error { return r.Unbind(ctx, rt, 0) }},
+		{"Unbind of a route unbound already", func(ctx context.Context) error { return r.Unbind(ctx, rt, 0) }},
+	} {
+		foreign()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := c.call(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s after a write outside the prefix = %v", c.name, err)
+		}
+	}
+}
+
 // TestWatchRoutes checks the replay, a stop that waits for the call in
 // progress, and Close ending every watch and goroutine.
 func TestWatchRoutes(t *testing.T) {
