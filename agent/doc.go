@@ -13,5 +13,6 @@
 // A [Client] carries several listeners over one session; [Forward] copies a
 // listener's connections to a local address ("expose localhost:3000"), and
 // a [Forwarder] with HTTP set forwards an http or https endpoint request by
-// request, logging a line for each.
+// request, logging a line for each, and shows them on an [Inspector]'s
+// page, which replays them.
 package agent

@@ -86,7 +86,7 @@ func TestObserverCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go http.Serve(pl, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "nope", 503) }))
+	go http.Serve(pl, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "nope", http.StatusServiceUnavailable) }))
 
 	for range 3 {
 		mustRead(t)(e.client(t, true).Get("https://app.example.test/"))

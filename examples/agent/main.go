@@ -31,7 +31,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/metrics"
 )
 
 func main() {
@@ -62,6 +67,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	token := fs.String("token", "", "token to present to the edge")
 	edgeCA := fs.String("edge-ca", "", "PEM file of the CA that signed the edges' certificates, each checked against its -edge host name (default: the system's roots)")
 	plaintext := fs.Bool("plaintext", false, "connect to the edges without TLS (the default for a loopback edge)")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (empty: none)")
 	inspect := fs.String("inspect", "", "serve the request inspector (the last requests, live, with replay) on this loopback address, e.g. 127.0.0.1:4040; http and https URLs with -log-requests (empty: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -121,6 +127,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		c.TLSConfig = &tls.Config{RootCAs: roots}
 	}
 	defer c.Close()
+	if *metricsAddr != "" {
+		m := metrics.NewAgent()
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		ln, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			return fmt.Errorf("-metrics: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go hs.Serve(ln)
+		defer hs.Close()
+		c.Observer = m
+		log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	}
 	// Time for each edge to be tried, one that does not answer too.
 	setup, cancel := context.WithTimeout(ctx, time.Duration(len(edges))*15*time.Second)
 	defer cancel()

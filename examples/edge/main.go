@@ -17,12 +17,17 @@
 // lines starting with # are skipped. Each identity owns the names its
 // agents bind; agents of one identity may share a pool.
 //
-// With -relay (and -relay-cert, -relay-key, -relay-ca), other edges sharing
-// its routes relay public connections to the agents this one holds. Its
-// routes are in memory: the cluster edge, router/etcdrouter/cmd/edge, is
-// this command with routes shared through etcd.
+// With -etcd, edges share their routes through etcd (router/etcdrouter), and
+// with -relay (and -relay-cert, -relay-key, -relay-ca) the others relay
+// public connections to the agents this one holds: a cluster, where an
+// agent connects to any edge and clients reach it through every one.
+//
+//	edge -etcd http://127.0.0.1:2379 -relay 10.0.0.1:7443 -relay-cert e1.pem \
+//	     -relay-key e1-key.pem -relay-ca edges-ca.pem -domain example.test ...
+//
+// -metrics ADDR serves Prometheus metrics at /metrics.
 package main
 
 import "github.com/tunnelkit/tunnelkit/internal/edgecmd"
 
-func main() { edgecmd.Main("edge", nil) }
+func main() { edgecmd.Main("edge", new(cluster).extension()) }

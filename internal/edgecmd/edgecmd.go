@@ -1,6 +1,6 @@
-// Package edgecmd is the example edge command, shared by the binaries that
-// run it: examples/edge with routes in memory, and a cluster's edge with a
-// shared Router of its own (an Extension).
+// Package edgecmd is the example edge command, without the flags that need
+// modules the core must not depend on: examples/edge adds those (routes
+// shared through etcd, Prometheus metrics) as an Extension.
 package edgecmd
 
 import (
@@ -38,10 +38,11 @@ import (
 type Extension struct {
 	// Flags adds flags to the command's set before it is parsed.
 	Flags func(fs *flag.FlagSet)
-	// Router returns the Router of the edge with ID id, after the flags
-	// are parsed, and a func that closes it when the edge has stopped.
-	// Nil: routes in memory.
-	Router func(ctx context.Context, id string, log *slog.Logger) (edge.Router, func() error, error)
+	// Configure sets up what the Server shares with others (its Router,
+	// its Observer...) once the flags are parsed and srv.ID is set, and
+	// returns a func that releases it after the edge stopped. Nil: the
+	// Server as the flags made it.
+	Configure func(ctx context.Context, srv *edge.Server, log *slog.Logger) (release func(), err error)
 }
 
 // Main runs the command named name with the process's arguments until
@@ -210,13 +211,12 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return err
 	}
-	if ext != nil && ext.Router != nil {
-		rt, closeRouter, err := ext.Router(ctx, srv.ID, log)
+	if ext != nil && ext.Configure != nil {
+		release, err := ext.Configure(ctx, srv, log)
 		if err != nil {
 			return err
 		}
-		defer closeRouter()
-		srv.Router = rt
+		defer release()
 	}
 	var lns []net.Listener
 	listen := func(addr string) (net.Listener, error) {
