@@ -180,9 +180,11 @@ func decide(rt edge.Route, k keys, reads []*etcdserverpb.ResponseOp) (decision, 
 // Unbind implements [edge.Router]. A route with Edge empty is this edge's.
 // The last route of its Proto and Name unbound with reserve > 0 leaves a
 // reservation on a lease of its own whose TTL is reserve rounded up to whole
-// seconds (etcd may raise it to its minimum TTL, about 2 s by default). When
-// etcd cannot be reached, Unbind fails when ctx ends, and the Router keeps
-// trying to remove the route until it can.
+// seconds (etcd may raise it to its minimum TTL, about 2 s by default). A
+// nil return means the route is gone from this Router's Lookup too. When
+// etcd cannot be reached, Unbind fails when ctx ends; for a route of this
+// edge, the Router goes on trying to remove it (with what is left of the
+// reservation) until it can.
 func (r *Router) Unbind(ctx context.Context, rt edge.Route, reserve time.Duration) error {
 	if r.closed.Load() {
 		return errClosed

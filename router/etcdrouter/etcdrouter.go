@@ -30,6 +30,14 @@
 // a route with another Edge for one to reach through another edge (see
 // edge.Relay).
 //
+// While etcd cannot be reached, Lookup goes on answering from the cache,
+// and Bind and Unbind fail when their ctx ends, with errors that do not
+// wrap edge.ErrNameTaken. When etcd is back, the watch resumes (or the
+// cache is loaded again); if this edge's lease expired meanwhile, the
+// Router grants a new one and binds this edge's routes again, under the
+// ownership rules: a route whose name another owner took meanwhile is
+// dropped, with a warning in the log.
+//
 // # Keys
 //
 // Under Config.Prefix, the entries of a pattern live under its namespace
@@ -209,9 +217,10 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	return r, nil
 }
 
-// Close stops the Router's goroutines and waits for them, then revokes this
-// edge's lease, so that the routes bound through this Router vanish at once
-// (reservations stay until they lapse). Afterwards Bind, Unbind and Lookup
+// Close stops the Router's goroutines and waits for them (and so for a call
+// of a WatchRoutes func in progress), then revokes this edge's lease, so
+// that the routes bound through this Router vanish at once (reservations
+// stay until they lapse). Afterwards Bind, Unbind and Lookup
 // fail with an error wrapping net.ErrClosed. Close is idempotent; only the
 // first call reports an error, that of revoking the lease.
 func (r *Router) Close() error {
