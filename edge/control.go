@@ -206,6 +206,9 @@ func (ss *session) decideHello(ctx context.Context, h *wire.Hello) (wire.Respons
 	}
 	if prev != nil && prev.identity == identity {
 		s.takeOver(prev.session, identity, ss)
+		ss.mu.Lock()
+		ss.previous = prev.session
+		ss.mu.Unlock()
 	}
 	t, err := s.tickets().sign(ticket{kind: ticketSession, issued: time.Now(), identity: identity, session: ss.id})
 	if err != nil {
@@ -245,7 +248,7 @@ func (s *Server) takeOver(sessionID, identity string, by *session) {
 func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	s := ss.srv
 	ss.mu.Lock()
-	identity := ss.identity
+	identity, previous := ss.identity, ss.previous
 	if max := s.maxEndpoints(); max > 0 && len(ss.routes)+ss.binding >= max {
 		ss.mu.Unlock()
 		s.obs().Refused("endpoint_limit")
@@ -310,6 +313,12 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 			}
 		}
 		err := s.router().Bind(ctx, r)
+		if errors.Is(err, ErrNameTaken) && previous != "" && s.dropPrevious(ctx, r, previous) {
+			// The agent's own routes from its previous session, held by
+			// an edge that has not noticed (or cannot: it died) that the
+			// agent left it.
+			err = s.router().Bind(ctx, r)
+		}
 		if err != nil && r.Proto == wire.ProtoTCP {
 			s.closeTCP(name)
 		}
@@ -341,6 +350,33 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	}
 	ss.log.Info("bound", "url", url, "pool", r.Pool)
 	return wire.Response{BindResp: &wire.BindResp{TunnelID: r.TunnelID, URL: url, Ticket: t}}
+}
+
+// dropPrevious unbinds the routes of r's name that the agent's previous
+// session holds (its session ticket proved it), and reports whether there
+// were some and no others: in a cluster, that session may live on another
+// edge, which has not seen the agent go.
+func (s *Server) dropPrevious(ctx context.Context, r Route, previous string) bool {
+	routes, err := s.router().Lookup(ctx, r.Proto, strings.TrimPrefix(r.Name, "*."))
+	if err != nil {
+		return false
+	}
+	var mine []Route
+	for _, o := range routes {
+		if o.Name != r.Name {
+			continue
+		}
+		if o.Identity != r.Identity || o.SessionID != previous {
+			return false
+		}
+		mine = append(mine, o)
+	}
+	for _, o := range mine {
+		if err := s.router().Unbind(ctx, o, 0); err != nil {
+			return false
+		}
+	}
+	return len(mine) > 0
 }
 
 // endpointOptions applies a bind's options to r, refusing any it does not

@@ -35,6 +35,7 @@ type session struct {
 
 	mu       sync.Mutex
 	hello    helloState
+	previous string // the session this one replaced (its ticket said so), for dropPrevious
 	identity string
 	routes   map[string]Route // by tunnel ID
 	binding  int              // binds under way, counted against the endpoint bound

@@ -1,0 +1,254 @@
+package examples_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tunnelkit/tunnelkit/internal/testpki"
+	"github.com/tunnelkit/tunnelkit/router/etcdrouter/etcdtest"
+)
+
+// clusterEdge is an edge process of a cluster test.
+type clusterEdge struct {
+	name                     string
+	cmd                      *exec.Cmd
+	agents, http, tls, relay string
+	stderr                   *strings.Builder
+}
+
+// startClusterEdge starts the edge binary sharing routes through etcd,
+// with its public listeners on host (127.0.0.1 or ::1; TCP endpoints
+// listen there too).
+func startClusterEdge(t *testing.T, bin, name, host, etcd, tcpPort, dir string) *clusterEdge {
+	t.Helper()
+	free := func() string {
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return ln.Addr().String()
+	}
+	e := &clusterEdge{name: name, agents: freePort(t), http: free(), tls: free(), relay: freePort(t), stderr: new(strings.Builder)}
+	e.cmd = exec.Command(bin, "-domain", "example.test", "-agents", e.agents, "-http", e.http, "-tls", e.tls,
+		"-tcp-ports", tcpPort, "-ticket-key", filepath.Join(dir, "ticket.key"),
+		"-etcd", etcd, "-etcd-ttl", "3s",
+		"-relay", e.relay, "-relay-cert", filepath.Join(dir, "relay.pem"), "-relay-key", filepath.Join(dir, "relay-key.pem"), "-relay-ca", filepath.Join(dir, "ca.pem"))
+	e.cmd.Stderr = e.stderr
+	if err := e.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		e.cmd.Process.Signal(syscall.SIGINT)
+		done := make(chan struct{})
+		go func() { e.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			e.cmd.Process.Kill()
+		}
+		if t.Failed() {
+			t.Logf("edge %s:\n%s", e.name, e.stderr.String())
+		}
+	})
+	waitListening(t, e.agents)
+	waitListening(t, e.http)
+	return e
+}
+
+// eventually retries f until it succeeds, for up to 30 s, and fails the
+// test with f's last error otherwise.
+func eventually(t *testing.T, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestClusterOnEtcd runs three edge processes sharing routes through a real
+// etcd, and agents connected to the first: clients of every edge reach
+// them (http, tls, tcp), with one X-Forwarded-For hop. Then the first edge
+// is killed (SIGKILL): the agents move to the next edge, and the same URLs
+// answer on the two left. Then etcd stops for 10 s: cached routes keep
+// answering; once it is back, a new endpoint is seen by every edge.
+func TestClusterOnEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds binaries")
+	}
+	bin := build(t, "edge", "agent")
+	etcd := etcdtest.Start(t)
+	dir := t.TempDir()
+	ca := testpki.New(t)
+	certPEM, keyPEM := testpki.PEMFiles(t, ca.Issue(t, "127.0.0.1", "::1"))
+	key := make([]byte, 32)
+	for i := range key {
+		key[i] = byte(i * 7)
+	}
+	for name, b := range map[string][]byte{"relay.pem": certPEM, "relay-key.pem": keyPEM, "ca.pem": ca.PEM, "ticket.key": []byte(hex.EncodeToString(key))} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, tcpPort, _ := net.SplitHostPort(freePort(t))
+	// A and C listen on 127.0.0.1, B on ::1: only one process can have a
+	// TCP endpoint's port on one address, so C gets it once A is gone.
+	a := startClusterEdge(t, filepath.Join(bin, "edge"), "A", "127.0.0.1", etcd.Endpoint, tcpPort, dir)
+	b := startClusterEdge(t, filepath.Join(bin, "edge"), "B", "::1", etcd.Endpoint, tcpPort, dir)
+	c := startClusterEdge(t, filepath.Join(bin, "edge"), "C", "127.0.0.1", etcd.Endpoint, tcpPort, dir)
+	edgeList := strings.Join([]string{a.agents, b.agents, c.agents}, ",")
+
+	// The apps, and agents that connect to A first.
+	httpApp := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "app xff=%s", r.Header.Get("X-Forwarded-For"))
+	})}
+	httpLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	go httpApp.Serve(httpLn)
+	t.Cleanup(func() { httpApp.Close() })
+	appCA := testpki.New(t)
+	tl, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{appCA.Issue(t, "pass.example.test")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tl.Close() })
+	echo, _ := net.Listen("tcp", "127.0.0.1:0")
+	t.Cleanup(func() { echo.Close() })
+	for _, ln := range []net.Listener{tl, echo} {
+		go func() {
+			for {
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer conn.Close()
+					line, _ := bufio.NewReader(conn).ReadString('\n')
+					io.WriteString(conn, "echo "+line)
+				}()
+			}
+		}()
+	}
+	agent := func(url, to string) {
+		readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", edgeList, "-url", url, "-to", to))
+	}
+	agent("http://app.example.test", httpLn.Addr().String())
+	agent("tls://pass.example.test", tl.Addr().String())
+	agent("tcp://:"+tcpPort, echo.Addr().String())
+
+	httpVia := func(e *clusterEdge) error {
+		tr := &http.Transport{DialContext: func(ctx context.Context, n, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, n, e.http)
+		}}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("http://app.example.test/")
+		if err != nil {
+			return err
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		host, _, _ := net.SplitHostPort(e.http)
+		if want := "app xff=" + host; resp.StatusCode != 200 || string(body) != want {
+			return fmt.Errorf("via %s: %d %q, want %q", e.name, resp.StatusCode, body, want)
+		}
+		return nil
+	}
+	tlsVia := func(e *clusterEdge) error {
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", e.tls, &tls.Config{ServerName: "pass.example.test", RootCAs: appCA.Pool})
+		if err != nil {
+			return fmt.Errorf("via %s: %w", e.name, err)
+		}
+		defer conn.Close()
+		io.WriteString(conn, "hello\n")
+		got, _ := io.ReadAll(conn)
+		if string(got) != "echo hello\n" {
+			return fmt.Errorf("via %s: %q", e.name, got)
+		}
+		return nil
+	}
+	tcpVia := func(host string) error {
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort(host, tcpPort), 5*time.Second)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		io.WriteString(conn, "hi\n")
+		got, _ := io.ReadAll(conn)
+		if string(got) != "echo hi\n" {
+			return fmt.Errorf("tcp via %s: %q", host, got)
+		}
+		return nil
+	}
+
+	for _, e := range []*clusterEdge{a, b, c} {
+		eventually(t, "http via "+e.name, func() error { return httpVia(e) })
+		eventually(t, "tls via "+e.name, func() error { return tlsVia(e) })
+	}
+	eventually(t, "tcp via B", func() error { return tcpVia("::1") })
+
+	// kill -9 A: the agents move to B, and the URLs answer on B and C.
+	a.cmd.Process.Kill()
+	killed := time.Now()
+	for _, e := range []*clusterEdge{b, c} {
+		eventually(t, "http via "+e.name+" after A died", func() error { return httpVia(e) })
+		eventually(t, "tls via "+e.name+" after A died", func() error { return tlsVia(e) })
+	}
+	eventually(t, "tcp via B after A died", func() error { return tcpVia("::1") })
+	eventually(t, "tcp via C after A died", func() error { return tcpVia("127.0.0.1") })
+	t.Logf("after A was killed, every endpoint answered on B and C within %v", time.Since(killed).Round(100*time.Millisecond))
+
+	// etcd stops for 10 s: what the edges cached keeps answering.
+	etcd.Stop()
+	outage := time.Now()
+	for time.Since(outage) < 10*time.Second {
+		for _, e := range []*clusterEdge{b, c} {
+			if err := httpVia(e); err != nil {
+				t.Fatalf("during the etcd outage: %v", err)
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	etcd.Restart(t)
+	// Afterwards the edges agree: a new endpoint bound on one (the agent
+	// connects to C first) is reached through the other.
+	readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", c.agents+","+b.agents, "-url", "http://late.example.test", "-to", httpLn.Addr().String()))
+	eventually(t, "a new endpoint via B", func() error {
+		tr := &http.Transport{DialContext: func(ctx context.Context, n, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, n, b.http)
+		}}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("http://late.example.test/")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	})
+	for _, e := range []*clusterEdge{b, c} {
+		if err := httpVia(e); err != nil {
+			t.Errorf("after the outage: %v", err)
+		}
+	}
+}

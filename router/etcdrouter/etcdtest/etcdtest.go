@@ -1,0 +1,112 @@
+// Package etcdtest runs a real etcd server inside a test process, on
+// loopback ports of its own, for tests of programs that share routes
+// through etcd: it can be stopped and started again on the same data and
+// ports, as an outage.
+package etcdtest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// Server is an etcd server for one test.
+type Server struct {
+	// Endpoint is the client URL, "http://127.0.0.1:PORT".
+	Endpoint string
+
+	dir, client, peer string
+	mu                sync.Mutex
+	e                 *embed.Etcd
+}
+
+// Start starts a server with its data in a temporary directory and stops
+// it when the test ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	s := &Server{dir: filepath.Join(t.TempDir(), "etcd"), client: freeAddr(t), peer: freeAddr(t)}
+	s.Endpoint = "http://" + s.client
+	if err := s.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Stop stops the server; its clients see it gone. Stopping a stopped
+// server does nothing.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.e != nil {
+		s.e.Close()
+		s.e = nil
+	}
+}
+
+// Restart starts a stopped server again, with the same data on the same
+// ports.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	if err := s.start(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *Server) start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.e != nil {
+		return nil
+	}
+	cfg := embed.NewConfig()
+	cfg.Dir = s.dir
+	cu := url.URL{Scheme: "http", Host: s.client}
+	pu := url.URL{Scheme: "http", Host: s.peer}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+	cfg.InitialCluster = cfg.Name + "=" + pu.String()
+	cfg.UnsafeNoFsync = true // tests stop it cleanly, never crash it
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	var e *embed.Etcd
+	var err error
+	// The ports were free when picked; a restart may meet them in
+	// TIME_WAIT for a moment.
+	for try := 0; try < 50; try++ {
+		if e, err = embed.StartEtcd(cfg); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("etcdtest: start etcd: %w", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		s.e = e
+		return nil
+	case err := <-e.Err():
+		e.Close()
+		return fmt.Errorf("etcdtest: start etcd: %w", err)
+	case <-time.After(30 * time.Second):
+		e.Close()
+		return errors.New("etcdtest: etcd not ready after 30s")
+	}
+}
+
+func freeAddr(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
