@@ -36,6 +36,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/internal/benchload"
 )
 
 // benchWorkers is the number of concurrent clients, each with its own
@@ -118,50 +119,10 @@ func startBaselineTarget(tb testing.TB) benchTarget {
 	return benchTarget{url: "http://bench.example.test/", client: benchClient(tb, proxyLn.Addr().String())}
 }
 
-// load sends n GET requests to t from the given number of concurrent
-// clients and returns the time they took. Each response must be 200 with
-// benchBody.
+// load sends n GET requests to t from workers concurrent clients and
+// returns the time they took (see benchload.Load).
 func load(tb testing.TB, t benchTarget, n, workers int) time.Duration {
-	var next atomic.Int64
-	var failed atomic.Bool
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range workers {
-		wg.Go(func() {
-			var body bytes.Buffer
-			for next.Add(1) <= int64(n) && !failed.Load() {
-				if err := getOnce(t, &body); err != nil {
-					if !failed.Swap(true) {
-						tb.Error(err)
-					}
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	d := time.Since(start)
-	if failed.Load() {
-		tb.FailNow()
-	}
-	return d
-}
-
-func getOnce(t benchTarget, body *bytes.Buffer) error {
-	resp, err := t.client.Get(t.url)
-	if err != nil {
-		return err
-	}
-	body.Reset()
-	_, err = body.ReadFrom(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return fmt.Errorf("GET %s: body: %w", t.url, err)
-	}
-	if resp.StatusCode != http.StatusOK || body.String() != benchBody {
-		return fmt.Errorf("GET %s: %d %q, want 200 %q", t.url, resp.StatusCode, body.Bytes(), benchBody)
-	}
-	return nil
+	return benchload.Load(tb, benchload.Target{URL: t.url, Client: t.client, Body: benchBody}, n, workers)
 }
 
 // warm opens every worker's connection (and the connections behind it)
