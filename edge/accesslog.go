@@ -66,16 +66,12 @@ func (s *Server) endAccess(a *accessWriter, r *http.Request) {
 	s.obs().Request(proto, status, d)
 	s.obs().Bytes(proto, a.in.Load(), a.bytes)
 	if s.AccessLog != nil {
-		s.logAccess(a, r, d)
+		s.logAccess(a, r, status, d)
 	}
 }
 
 // logAccess writes the access log line of a request.
-func (s *Server) logAccess(a *accessWriter, r *http.Request, d time.Duration) {
-	status := a.status
-	if status == 0 {
-		status = http.StatusOK
-	}
+func (s *Server) logAccess(a *accessWriter, r *http.Request, status int, d time.Duration) {
 	attrs := []any{
 		"method", wire.Printable(r.Method, 32),
 		"host", wire.Printable(r.Host, 256),
