@@ -144,7 +144,7 @@ type MemoryRouter struct {
 	lapses    reservationHeap           // reservations by the time they lapse
 	tables    sync.Map                  // proto to *router.Table[Route]
 	now       func() time.Time          // nil: time.Now
-	watchers  map[*routeWatch]struct{}
+	watchers  map[*RouteFeed]struct{}
 }
 
 // endpointKey is the pattern of a protocol that routes and pools share.
@@ -422,82 +422,29 @@ func (m *MemoryRouter) Succeed(r Route) { m.table(r.Proto).Succeed(r) }
 // called (see RouteWatcher). Edges sharing one MemoryRouter in a process
 // form a cluster this way.
 func (m *MemoryRouter) WatchRoutes(f func(r Route, bound bool)) (stop func()) {
-	w := &routeWatch{f: f, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	m.mu.Lock()
+	var now []Route
 	for _, ep := range m.endpoints {
 		for _, r := range ep.routes {
-			w.queue = append(w.queue, routeEvent{r, true})
+			now = append(now, r)
 		}
 	}
+	w := NewRouteFeed(f, now)
 	if m.watchers == nil {
-		m.watchers = map[*routeWatch]struct{}{}
+		m.watchers = map[*RouteFeed]struct{}{}
 	}
 	m.watchers[w] = struct{}{}
 	m.mu.Unlock()
-	w.signal()
-	go w.run()
-	var once sync.Once
 	return func() {
-		once.Do(func() {
-			m.mu.Lock()
-			delete(m.watchers, w)
-			m.mu.Unlock()
-			close(w.quit)
-			<-w.done
-		})
+		m.mu.Lock()
+		delete(m.watchers, w)
+		m.mu.Unlock()
+		w.Stop()
 	}
 }
 
 func (m *MemoryRouter) notifyLocked(r Route, bound bool) {
 	for w := range m.watchers {
-		w.mu.Lock()
-		w.queue = append(w.queue, routeEvent{r, bound})
-		w.mu.Unlock()
-		w.signal()
-	}
-}
-
-// routeWatch delivers route events to one watcher, in order.
-type routeWatch struct {
-	f     func(Route, bool)
-	mu    sync.Mutex
-	queue []routeEvent
-	wake  chan struct{}
-	quit  chan struct{}
-	done  chan struct{}
-}
-
-type routeEvent struct {
-	r     Route
-	bound bool
-}
-
-func (w *routeWatch) signal() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (w *routeWatch) run() {
-	defer close(w.done)
-	for {
-		select {
-		case <-w.quit:
-			return
-		case <-w.wake:
-		}
-		w.mu.Lock()
-		events := w.queue
-		w.queue = nil
-		w.mu.Unlock()
-		for _, e := range events {
-			select {
-			case <-w.quit:
-				return
-			default:
-			}
-			w.f(e.r, e.bound)
-		}
+		w.Push(r, bound)
 	}
 }

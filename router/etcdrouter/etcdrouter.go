@@ -93,7 +93,7 @@ type Router struct {
 	mu       sync.Mutex
 	rev      int64         // the store revision the cache reflects
 	revCh    chan struct{} // closed when rev advances
-	watchers map[*watcher]struct{}
+	watchers map[*edge.RouteFeed]struct{}
 
 	// The routes bound through this Router, to bind again under a new
 	// lease if this edge's lease expires, and those whose Unbind failed,
@@ -186,7 +186,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		ttl:      seconds(ttl),
 		log:      log,
 		revCh:    make(chan struct{}),
-		watchers: map[*watcher]struct{}{},
+		watchers: map[*edge.RouteFeed]struct{}{},
 		own:      map[string]edge.Route{},
 		pending:  map[string]pendingUnbind{},
 		syncCh:   make(chan struct{}, 1),
@@ -231,6 +231,7 @@ func (r *Router) Close() error {
 		r.mu.Unlock()
 		r.cancel()
 		r.wg.Wait()
+		r.stopWatches()
 		if id := r.currentLease(); id != 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
 			defer cancel()

@@ -23,6 +23,12 @@ func TestRouterContract(t *testing.T) {
 	routertest.Run(t, func(t *testing.T) edge.Router { return newRouter(t, Config{}) })
 }
 
+// change is a route bound or unbound, as WatchRoutes tells it.
+type change struct {
+	route edge.Route
+	bound bool
+}
+
 // TestTwoEdges checks that two edges share one name space: what one binds,
 // the other looks up (with the Edge of the first), watches, and cannot take.
 func TestTwoEdges(t *testing.T) {
