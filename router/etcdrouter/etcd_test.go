@@ -2,12 +2,10 @@ package etcdrouter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -18,11 +16,11 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap"
 
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/router/etcdrouter/etcdtest"
 )
 
 // The etcd server most tests share, started by TestMain, and a client of it.
@@ -40,19 +38,19 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	e, err := startEtcd(filepath.Join(dir, "etcd"), freeAddr(), freeAddr())
+	srv, err := etcdtest.New(filepath.Join(dir, "etcd"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer e.Close()
-	sharedEndpoint = e.Config().ListenClientUrls[0].String()
+	defer srv.Stop()
+	sharedEndpoint = srv.Endpoint
 	// An in-process client: the server's own handlers, called without
 	// sockets. Under the race detector, each wake-up of a goroutine by the
 	// network poller can wait for a busy P (the contract's lookup loops
 	// keep both busy on two cores): a Bind through sockets took ten times
 	// longer.
-	sharedClient = v3client.New(e.Server)
+	sharedClient = v3client.New(srv.Etcd().Server)
 	defer sharedClient.Close()
 
 	code := m.Run()
@@ -62,45 +60,6 @@ func runTests(m *testing.M) int {
 		code = 1
 	}
 	return code
-}
-
-// startEtcd starts an etcd server with its data in dir, serving clients on
-// the loopback address client and peers on peer, and waits until it is
-// ready. Its fsyncs are off: the tests stop it cleanly, never crash it.
-func startEtcd(dir, client, peer string) (*embed.Etcd, error) {
-	cfg := embed.NewConfig()
-	cfg.Dir = dir
-	cu := url.URL{Scheme: "http", Host: client}
-	pu := url.URL{Scheme: "http", Host: peer}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
-	cfg.InitialCluster = cfg.Name + "=" + pu.String()
-	cfg.UnsafeNoFsync = true
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("start etcd: %w", err)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-		return e, nil
-	case err := <-e.Err():
-		e.Close()
-		return nil, fmt.Errorf("start etcd: %w", err)
-	case <-time.After(30 * time.Second):
-		e.Close()
-		return nil, errors.New("start etcd: not ready after 30s")
-	}
-}
-
-// freeAddr returns a loopback address with a port nobody listens on.
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // routerGoroutines returns the stacks of the goroutines running code of a

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/edge/routertest"
+	"github.com/tunnelkit/tunnelkit/router/etcdrouter/etcdtest"
 )
 
 // TestRouterContract checks Router against the contract of edge.Router,
@@ -176,16 +176,10 @@ func TestDeadEdge(t *testing.T) {
 // TestOutage stops etcd for a while: lookups go on from the caches, Binds
 // fail when their ctx ends, and afterwards both edges bind and agree again.
 func TestOutage(t *testing.T) {
-	dir := t.TempDir()
-	clientAddr, peerAddr := freeAddr(), freeAddr()
-	e, err := startEtcd(dir, clientAddr, peerAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Registered first, the cleanup stops etcd last (after the Routers,
-	// which revoke their leases, and the clients).
-	t.Cleanup(func() { e.Close() })
-	endpoint := e.Config().ListenClientUrls[0].String()
+	// Started first, etcd stops last (after the Routers, which revoke
+	// their leases, and the clients).
+	e := etcdtest.Start(t)
+	endpoint := e.Endpoint
 	a := newRouter(t, Config{Client: newClient(t, endpoint), Edge: "edge-a"})
 	b := newRouter(t, Config{Client: newClient(t, endpoint), Prefix: a.prefix, Edge: "edge-b"})
 
@@ -198,7 +192,7 @@ func TestOutage(t *testing.T) {
 	// before it cuts them.
 	probe := newClient(t, endpoint)
 	stopped := make(chan struct{})
-	go func(e *embed.Etcd, stopped chan struct{}) { e.Close(); close(stopped) }(e, stopped)
+	go func() { e.Stop(); close(stopped) }()
 	waitFor(t, callTimeout, "etcd refuses calls", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
@@ -253,10 +247,7 @@ func TestOutage(t *testing.T) {
 	t.Logf("etcd down: %d rounds of lookups on both edges answered from their caches until it stopped", lookups)
 
 	t0 := time.Now()
-	e, err = startEtcd(dir, clientAddr, peerAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e.Restart(t)
 	t.Logf("etcd restarted in %v", time.Since(t0).Round(time.Millisecond))
 	// Binds go through again once the clients reconnect, and both edges
 	// agree.

@@ -32,23 +32,48 @@ type Server struct {
 // it when the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	s := &Server{dir: filepath.Join(t.TempDir(), "etcd"), client: freeAddr(t), peer: freeAddr(t)}
-	s.Endpoint = "http://" + s.client
-	if err := s.start(); err != nil {
+	s, err := New(filepath.Join(t.TempDir(), "etcd"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Stop)
 	return s
 }
 
-// Stop stops the server; its clients see it gone. Stopping a stopped
+// New starts a server with its data in dir, on loopback ports it picks,
+// for a TestMain; the caller stops it.
+func New(dir string) (*Server, error) {
+	client, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	peer, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{dir: dir, client: client, peer: peer, Endpoint: "http://" + client}
+	return s, s.start()
+}
+
+// Etcd returns the running server (for an in-process client,
+// v3client.New(s.Etcd().Server)), or nil while it is stopped.
+func (s *Server) Etcd() *embed.Etcd {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.e
+}
+
+// Stop stops the server; its clients see it gone. It refuses new calls at
+// once, but waits for open streams (watches, keep-alives) up to its
+// request timeout, about 7 s, before it cuts them. Stopping a stopped
 // server does nothing.
 func (s *Server) Stop() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.e != nil {
-		s.e.Close()
-		s.e = nil
+	e := s.e
+	s.e = nil
+	s.mu.Unlock()
+	if e != nil {
+		e.Close()
 	}
 }
 
@@ -102,11 +127,11 @@ func (s *Server) start() error {
 	}
 }
 
-func freeAddr(t testing.TB) string {
+func freeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer l.Close()
-	return l.Addr().String()
+	return l.Addr().String(), nil
 }
