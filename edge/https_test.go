@@ -14,6 +14,7 @@ import (
 	"net/http/httptrace"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -521,5 +522,49 @@ func TestHTTP2ConnectionOutlivesItsRequests(t *testing.T) {
 	}
 	if conns != 1 {
 		t.Errorf("20 requests took %d connections, want 1", conns)
+	}
+}
+
+// TestH2CAppThatLies: an h2c endpoint whose "app" answers with bytes that
+// are not HTTP/2, or closes without a word: the client gets a 502 and the
+// edge serves the next request. (An app that stays silent is waited for,
+// up to ResponseHeaderTimeout, as over HTTP/1.1.)
+func TestH2CAppThatLies(t *testing.T) {
+	e := startHTTPSEdge(t, nil)
+	c := &agent.Client{Addr: e.agentAddr}
+	defer c.Close()
+	l, err := c.ListenEndpoint(context.Background(), agent.Endpoint{URL: "https://liar", AppProtocol: "h2c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int32
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				if n.Add(1)%2 == 1 {
+					conn.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nno"))
+				}
+			}()
+		}
+	}()
+	client := e.client(t, true)
+	for i := range 4 {
+		resp, err := client.Get(fmt.Sprintf("https://liar.example.test/%d", i))
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadGateway {
+			t.Errorf("request %d: status %d, want 502", i, resp.StatusCode)
+		}
+	}
+	e.serve(t, agent.Endpoint{URL: "https://honest", AppProtocol: "h2c"}, echoInfo)
+	if body := mustRead(t)(client.Get("https://honest.example.test/ok")); !strings.Contains(body, "path=/ok") {
+		t.Errorf("after the liar: %q", body)
 	}
 }
