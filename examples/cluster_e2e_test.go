@@ -134,19 +134,10 @@ func TestClusterOnEtcd(t *testing.T) {
 	echo, _ := net.Listen("tcp", "127.0.0.1:0")
 	t.Cleanup(func() { echo.Close() })
 	for _, ln := range []net.Listener{tl, echo} {
-		go func() {
-			for {
-				conn, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() {
-					defer conn.Close()
-					line, _ := bufio.NewReader(conn).ReadString('\n')
-					io.WriteString(conn, "echo "+line)
-				}()
-			}
-		}()
+		serveConns(ln, func(conn net.Conn) {
+			line, _ := bufio.NewReader(conn).ReadString('\n')
+			io.WriteString(conn, "echo "+line)
+		})
 	}
 	agent := func(url, to string) {
 		readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", edgeList, "-url", url, "-to", to))

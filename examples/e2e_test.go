@@ -192,15 +192,7 @@ func TestL4Endpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tl.Close()
-	go func() {
-		for {
-			c, err := tl.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.WriteString(c, "tls app") }()
-		}
-	}()
+	serveConns(tl, func(c net.Conn) { io.WriteString(c, "tls app") })
 	_, tlsPort, _ := net.SplitHostPort(tlsAddr)
 	url := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-token", "bob-token", "-url", "tls://app.example.test", "-to", tl.Addr().String()))
 	if want := "tls://app.example.test:" + tlsPort; url != want {
@@ -223,19 +215,10 @@ func TestL4Endpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	go func() {
-		for {
-			c, err := up.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				line, _ := bufio.NewReader(c).ReadString('\n')
-				io.WriteString(c, line)
-			}()
-		}
-	}()
+	serveConns(up, func(c net.Conn) {
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		io.WriteString(c, line)
+	})
 	for range 2 {
 		url = readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-token", "alice-token", "-url", "tcp://:"+tcpPort, "-pool", "-proxy-proto", "1", "-to", up.Addr().String()))
 		if url != "tcp://127.0.0.1:"+tcpPort {
@@ -262,6 +245,23 @@ func TestL4Endpoints(t *testing.T) {
 	if want := fmt.Sprintf("PROXY TCP4 127.0.0.1 127.0.0.1 %d ", conn.LocalAddr().(*net.TCPAddr).Port); !strings.HasPrefix(line, want) {
 		t.Fatalf("upstream got %q, want a line starting %q", line, want)
 	}
+}
+
+// serveConns accepts ln's conns until it is closed, and runs handle for
+// each in a goroutine of its own, which closes the conn after.
+func serveConns(ln net.Listener, handle func(net.Conn)) {
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				handle(c)
+			}()
+		}
+	}()
 }
 
 // selfSigned returns a certificate for names and a pool trusting it.

@@ -54,20 +54,11 @@ func TestECHWithTheBinaries(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tl.Close()
-	go func() {
-		for {
-			c, err := tl.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 16)
-				n, _ := c.Read(buf)
-				io.WriteString(c, "secret: "+string(buf[:n]))
-			}()
-		}
-	}()
+	serveConns(tl, func(c net.Conn) {
+		buf := make([]byte, 16)
+		n, _ := c.Read(buf)
+		io.WriteString(c, "secret: "+string(buf[:n]))
+	})
 	readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-url", "tls://secret.example.test", "-to", tl.Addr().String()))
 
 	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", tlsAddr, &tls.Config{
