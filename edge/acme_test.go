@@ -23,18 +23,21 @@ import (
 	"github.com/tunnelkit/tunnelkit/internal/testacme"
 )
 
-// orderCounter counts the new orders an ACME client sends: a POST to a URL
-// ending in "/order-plz" (pebble's newOrder).
+// orderCounter counts the orders an ACME server created for its client: a
+// POST to a URL ending in "/order-plz" (pebble's newOrder) answered 201.
+// Pebble rejects some nonces on purpose, and the client sends the same
+// order again: that is one order.
 type orderCounter struct {
 	base   http.RoundTripper
 	orders atomic.Int64
 }
 
 func (c *orderCounter) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/order-plz") {
+	resp, err := c.base.RoundTrip(r)
+	if err == nil && r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/order-plz") && resp.StatusCode == http.StatusCreated {
 		c.orders.Add(1)
 	}
-	return c.base.RoundTrip(r)
+	return resp, err
 }
 
 // TestACMECertificateOnDemand runs a real ACME server (pebble) whose
