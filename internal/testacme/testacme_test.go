@@ -21,9 +21,10 @@ import (
 
 const name = "x.example.test"
 
-// countingTransport counts the requests to an ACME server, its new orders
-// and its 400 answers (pebble's random bad nonces, which the client
-// retries).
+// countingTransport counts the requests to an ACME server, the orders it
+// created (a POST to newOrder answered 201: an order resent after a
+// rejected nonce is one order) and its 400 answers (pebble's random bad
+// nonces, which the client retries).
 type countingTransport struct {
 	base     http.RoundTripper
 	orderURL atomic.Value // string
@@ -34,11 +35,14 @@ type countingTransport struct {
 
 func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.requests.Add(1)
-	if u, _ := c.orderURL.Load().(string); u != "" && r.Method == http.MethodPost && r.URL.String() == u {
+	res, err := c.base.RoundTrip(r)
+	if err != nil {
+		return res, err
+	}
+	if u, _ := c.orderURL.Load().(string); u != "" && r.Method == http.MethodPost && r.URL.String() == u && res.StatusCode == http.StatusCreated {
 		c.orders.Add(1)
 	}
-	res, err := c.base.RoundTrip(r)
-	if err == nil && res.StatusCode == http.StatusBadRequest {
+	if res.StatusCode == http.StatusBadRequest {
 		c.rejected.Add(1)
 	}
 	return res, err
