@@ -1,5 +1,6 @@
 // Package examples_test runs the example binaries as a user would: built
-// with go build, started as processes, reached with real clients.
+// with go build (once, before the tests start), started as processes,
+// reached with real clients.
 package examples_test
 
 import (
@@ -22,16 +23,42 @@ import (
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
 )
 
-// build compiles the named examples into a temporary directory.
+// examples are the binaries the tests run, built once by TestMain.
+var examples = []string{"demo", "edge", "agent", "hello", "sniproxy"}
+
+// binDir holds the built examples.
+var binDir string
+
+// TestMain builds the examples before any test starts, so that no test's
+// deadline includes compiling them (a cold build cache takes minutes on a
+// small machine), then runs the tests.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tunnelkit-examples-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	args := append([]string{"build", "-o", dir + string(os.PathSeparator)}, prefix("./", examples)...)
+	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// build returns the directory of the built examples, which holds names.
 func build(t *testing.T, names ...string) string {
 	t.Helper()
-	dir := t.TempDir()
-	args := append([]string{"build", "-o", dir + string(os.PathSeparator)}, prefix("./", names)...)
-	cmd := exec.Command("go", args...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	for _, n := range names {
+		if _, err := os.Stat(filepath.Join(binDir, n)); err != nil {
+			t.Fatalf("example %s was not built: %v", n, err)
+		}
 	}
-	return dir
+	return binDir
 }
 
 func prefix(p string, s []string) []string {

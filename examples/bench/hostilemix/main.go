@@ -2,10 +2,11 @@
 // serves a well-behaved client of the attacked endpoint without a single
 // failure, and measures what the attacks cost that client and the edge.
 //
-//	go run ./bench/hostilemix -duration 20s
+//	cd examples && go run ./bench/hostilemix -duration 20s
 //
-// It builds the example edge (./examples/edge) and runs it as a child
-// process, a fresh one for each of two phases, so that its memory is
+// It runs the example edge (the code of ./examples/edge, less its etcd and
+// metrics flags) as a child process, its own executable started again as
+// the edge, a fresh one for each of two phases, so that its memory is
 // measured alone: a quiet phase, where only the well-behaved client runs,
 // then a hostile one, where ten attacks run beside it. The program plays
 // the load balancer in front of the edge (-proxy-protocol): every public
@@ -44,12 +45,14 @@ import (
 )
 
 func main() {
+	if runEdgeChild() {
+		return
+	}
 	cfg := defaultConfig()
 	fs := flag.NewFlagSet("hostilemix", flag.ExitOnError)
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long the well-behaved client runs in each phase")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "the well-behaved client's HTTP workers, each on its own keep-alive connection")
 	fs.DurationVar(&cfg.Pace, "pace", cfg.Pace, "each worker starts a request this often (0: back to back, which alone saturates a small machine)")
-	fs.StringVar(&cfg.Root, "root", "", "the module's root directory (empty: found from the working directory)")
 	fs.BoolVar(&cfg.Verbose, "v", false, "log progress to stderr")
 	attacks := fs.String("attacks", "all", "the attacks of the hostile phase: \"all\", or numbers such as 1,2,10")
 	fs.IntVar(&cfg.AddrsPerAttack, "addrs", cfg.AddrsPerAttack, "client addresses each public attack comes from")
@@ -90,7 +93,6 @@ func main() {
 // config is what a run does. The zero values of the sizes mean none of
 // that attack's connections.
 type config struct {
-	Root     string        // the module root; empty: found from the working directory
 	Duration time.Duration // the well-behaved client's time in each phase
 	Workers  int           // its HTTP workers
 	Pace     time.Duration // each worker's time from one request's start to the next; 0: back to back

@@ -20,30 +20,26 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/internal/edgecmd"
 )
 
-// findRoot returns the directory of the go.mod of this module, from dir up.
-func findRoot(dir string) (string, error) {
-	for d := dir; ; d = filepath.Dir(d) {
-		b, err := os.ReadFile(filepath.Join(d, "go.mod"))
-		if err == nil && bytes.Contains(b, []byte("module github.com/tunnelkit/tunnelkit\n")) {
-			return d, nil
-		}
-		if filepath.Dir(d) == d {
-			return "", fmt.Errorf("no go.mod of github.com/tunnelkit/tunnelkit in %s or above: use -root", dir)
-		}
-	}
-}
+// childEnv, set to 1 in its environment, makes this program's binary run
+// as the edge (edgecmd, the example edge's code) rather than as the
+// benchmark: the benchmark starts its own executable as the edge child, so
+// that nothing is compiled while it runs, and a test binary does the same.
+const childEnv = "HOSTILEMIX_EDGE"
 
-// buildEdge builds ./examples/edge of root into dir.
-func buildEdge(ctx context.Context, root, dir string) (string, error) {
-	exe := filepath.Join(dir, "edge")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", exe, "./examples/edge")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./examples/edge: %v\n%s", err, out)
+// runEdgeChild runs the example edge with the process's arguments and
+// reports true when this process is an edge child (see childEnv); it does
+// not return then.
+func runEdgeChild() bool {
+	if os.Getenv(childEnv) != "1" {
+		return false
 	}
-	return exe, nil
+	edgecmd.Main("edge", nil)
+	os.Exit(0)
+	return true
 }
 
 // edgeProc is a running edge.
@@ -98,6 +94,7 @@ func startEdge(ctx context.Context, exe, logDir, phase, tokens string) (*edgePro
 		"-agents", e.agentAddr, "-http", e.httpAddr, "-tls", e.tlsAddr,
 		"-tcp-ports", fmt.Sprintf("%d-%d", ports[3], ports[6]),
 		"-domain", "example.test", "-tokens", tokens, "-proxy-protocol")
+	e.cmd.Env = append(os.Environ(), childEnv+"=1")
 	e.cmd.Stdout, e.cmd.Stderr = logFile, logFile
 	if err := e.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start edge: %w", err)

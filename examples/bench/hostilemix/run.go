@@ -1,15 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -48,15 +47,9 @@ type phase struct {
 // run builds the edge, runs the quiet phase and the hostile one, and
 // prints the report to out.
 func run(ctx context.Context, cfg *config, out io.Writer) (*result, error) {
-	root := cfg.Root
-	if root == "" {
-		wd, err := os.Getwd()
-		if err != nil {
-			return nil, err
-		}
-		if root, err = findRoot(wd); err != nil {
-			return nil, err
-		}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
 	}
 	tmp, err := os.MkdirTemp("", "hostilemix-")
 	if err != nil {
@@ -70,11 +63,6 @@ func run(ctx context.Context, cfg *config, out io.Writer) (*result, error) {
 			return nil, err
 		}
 	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
-		return nil, err
-	}
-	cfg.logf("building the edge from %s", root)
-	exe, err := buildEdge(ctx, root, tmp)
-	if err != nil {
 		return nil, err
 	}
 	tokens := filepath.Join(tmp, "tokens.txt")
@@ -97,7 +85,7 @@ func run(ctx context.Context, cfg *config, out io.Writer) (*result, error) {
 	if res.failures() > 0 {
 		keepLogs = true
 	}
-	report(out, cfg, res, root, logDir, keepLogs)
+	report(out, cfg, res, logDir, keepLogs)
 	if !keepLogs {
 		os.RemoveAll(logDir)
 	}
@@ -189,19 +177,33 @@ func runPhase(ctx context.Context, cfg *config, exe, logDir, tokens, name string
 	return p, nil
 }
 
-// gitState describes the commit and the changes of the working tree the
-// edge was built from, when root is a git work tree.
-func gitState(root string) string {
-	head, err := exec.Command("git", "-C", root, "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return "not a git work tree"
+// buildState describes the commit and the changes of the working tree
+// this binary, and so the edge child, was built from, as the go command
+// stamped them.
+func buildState() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "no build information"
 	}
-	st, _ := exec.Command("git", "-C", root, "status", "--porcelain", "--untracked-files=no").Output()
-	changed := len(strings.Split(strings.TrimSpace(string(st)), "\n"))
-	if len(bytes.TrimSpace(st)) == 0 {
-		changed = 0
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
 	}
-	return fmt.Sprintf("HEAD %s + %d changed files", bytes.TrimSpace(head), changed)
+	if rev == "" {
+		return "no VCS information (built with -buildvcs=false or outside a git work tree)"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if modified == "true" {
+		return "revision " + rev + " with uncommitted changes"
+	}
+	return "revision " + rev
 }
 
 // selfCPU returns this process's user and system time so far.
@@ -249,9 +251,9 @@ func samplePeakFDs(ctx context.Context) int {
 }
 
 // report prints the table.
-func report(w io.Writer, cfg *config, r *result, root, logDir string, keptLogs bool) {
+func report(w io.Writer, cfg *config, r *result, logDir string, keptLogs bool) {
 	q, h := r.Phases[0], r.Phases[1]
-	fmt.Fprintf(w, "hostilemix: edge built from %s (%s), %v per phase\n", root, gitState(root), cfg.Duration)
+	fmt.Fprintf(w, "hostilemix: the example edge of this binary (%s), %v per phase\n", buildState(), cfg.Duration)
 	pace := "back to back"
 	if cfg.Pace > 0 {
 		pace = "one every " + cfg.Pace.String()
