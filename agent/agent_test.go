@@ -16,13 +16,14 @@ import (
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/testnet"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // startEdge runs an edge whose router the test can query, and returns it
 // with its agent address.
-func startEdge(t *testing.T) (*edge.Server, *edge.MemoryRouter, string) {
+func startEdge(t *testing.T) (*edge.Server, *router.MemoryRouter, string) {
 	t.Helper()
-	rt := &edge.MemoryRouter{}
+	rt := &router.MemoryRouter{}
 	srv := &edge.Server{Domain: "example.test", Router: rt}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -36,7 +37,7 @@ func startEdge(t *testing.T) (*edge.Server, *edge.MemoryRouter, string) {
 
 // dialEndpoint opens a raw connection to the agent behind name, as the edge
 // does for a public client at client.
-func dialEndpoint(t *testing.T, srv *edge.Server, rt *edge.MemoryRouter, name string, client netip.AddrPort) net.Conn {
+func dialEndpoint(t *testing.T, srv *edge.Server, rt *router.MemoryRouter, name string, client netip.AddrPort) net.Conn {
 	t.Helper()
 	routes, _ := rt.Lookup(context.Background(), "http", name)
 	if len(routes) == 0 {
@@ -159,7 +160,7 @@ func TestCloseEndsListeners(t *testing.T) {
 	}
 }
 
-func waitNoRoute(t *testing.T, rt *edge.MemoryRouter, name string) {
+func waitNoRoute(t *testing.T, rt *router.MemoryRouter, name string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -20,6 +20,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
 	"github.com/tunnelkit/tunnelkit/internal/testtools"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // ticketKey is shared by the edges of a test, as by the edges of a
@@ -42,7 +43,7 @@ func startHTTPEdge(t *testing.T, srv *edge.Server) *testEdge {
 		srv = &edge.Server{}
 	}
 	srv.Domain = "example.test"
-	srv.Router = &edge.MemoryRouter{} // no restart grace: names are granted at once
+	srv.Router = &router.MemoryRouter{} // no restart grace: names are granted at once
 	srv.TicketKey = ticketKey
 	agents, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -17,10 +17,11 @@ import (
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // clusterEdge is one edge of a cluster on loopback: agents, HTTP, TLS and a
-// relay listener, sharing a Router with the others.
+// relay listener, sharing a router.Router with the others.
 type clusterEdge struct {
 	srv                                     *edge.Server
 	relay                                   *edge.Relay
@@ -30,7 +31,7 @@ type clusterEdge struct {
 // startCluster starts edges sharing rt, named by their relay addresses,
 // relaying to each other with certificates from one CA. The TCP endpoints
 // of edge i listen on hosts[i].
-func startCluster(t testing.TB, rt edge.Router, hosts ...string) []*clusterEdge {
+func startCluster(t testing.TB, rt router.Router, hosts ...string) []*clusterEdge {
 	t.Helper()
 	ca := testpki.New(t)
 	var edges []*clusterEdge
@@ -41,7 +42,7 @@ func startCluster(t testing.TB, rt edge.Router, hosts ...string) []*clusterEdge 
 			Domain:        "example.test",
 			HTTPPort:      portOf(httpLn),
 			TLSPort:       portOf(tlsLn),
-			Router:        rt,
+			Router: rt,
 			TCPPorts:      edge.PortRange{Min: 1024, Max: 65535},
 			TCPListenHost: host,
 		}
@@ -62,12 +63,12 @@ func startCluster(t testing.TB, rt edge.Router, hosts ...string) []*clusterEdge 
 	return edges
 }
 
-// TestRelayAcrossEdges: three edges share one Router; an agent on edge A
+// TestRelayAcrossEdges: three edges share one router.Router; an agent on edge A
 // serves http, tls and tcp endpoints; clients of edges B and C reach it,
 // the app sees exactly one X-Forwarded-For hop, and the client's own
 // address and port as RemoteAddr.
 func TestRelayAcrossEdges(t *testing.T) {
-	rt := &edge.MemoryRouter{}
+	rt := &router.MemoryRouter{}
 	// TCP endpoints listen on every edge: in one process, only one edge per
 	// loopback address can have the port, so A listens on 127.0.0.1, B on
 	// ::1, and C, also on 127.0.0.1, fails to (and says so in its log).
@@ -171,7 +172,7 @@ func TestRelayAcrossEdges(t *testing.T) {
 // TestRelayRefusesUnknownEdges: a peer without a certificate of the
 // cluster's CA gets no relay session.
 func TestRelayRefusesUnknownEdges(t *testing.T) {
-	edges := startCluster(t, &edge.MemoryRouter{}, "127.0.0.1")
+	edges := startCluster(t, &router.MemoryRouter{}, "127.0.0.1")
 	stranger := testpki.New(t)
 	conn, err := tls.Dial("tcp", edges[0].relayAddr, &tls.Config{
 		Certificates:       []tls.Certificate{stranger.Issue(t, "127.0.0.1")},
@@ -194,7 +195,7 @@ func TestRelayRefusesUnknownEdges(t *testing.T) {
 // run, interleaved, from benchWorkers keep-alive clients and from one.
 // The target is a ratio of at least 0.7.
 func BenchmarkRelayHTTPRatio(b *testing.B) {
-	edges := startCluster(b, &edge.MemoryRouter{}, "127.0.0.1", "127.0.0.1")
+	edges := startCluster(b, &router.MemoryRouter{}, "127.0.0.1", "127.0.0.1")
 	a, relayed := edges[0], edges[1]
 	ag := &agent.Client{Addr: a.agentAddr}
 	b.Cleanup(func() { ag.Close() })

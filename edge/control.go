@@ -12,6 +12,7 @@ import (
 	"golang.ngrok.com/muxado/v2"
 
 	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // The control requests of an agent session: hello, bind, unbind, renew.
@@ -243,7 +244,7 @@ func (s *Server) takeOver(sessionID, identity string, by *session) {
 	old.close(max(s.grace(), s.handshakeTimeout()))
 }
 
-// serveBind grants an endpoint, under the ownership rules of the Router
+// serveBind grants an endpoint, under the ownership rules of the router.Router
 // and the session's bound on endpoints.
 func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	s := ss.srv
@@ -261,12 +262,12 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 		ss.binding--
 		ss.mu.Unlock()
 	}()
-	r := Route{Proto: b.Proto, SessionID: ss.id, Identity: identity, Pool: b.Pool, Edge: s.ID}
+	r := router.Route{Proto: b.Proto, SessionID: ss.id, Identity: identity, Pool: b.Pool, Edge: s.ID}
 	if err := s.endpointOptions(&r, b.Options); err != nil {
 		return fail(wire.CodeBadRequest, "%s", err)
 	}
 	var (
-		names  func() (string, bool) // the next name to try, and whether to retry on ErrNameTaken
+		names  func() (string, bool) // the next name to try, and whether to retry on router.ErrNameTaken
 		chosen bool                  // a name or port the agent chose, not one the edge picks
 		err    error
 	)
@@ -313,7 +314,7 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 			}
 		}
 		err := s.router().Bind(ctx, r)
-		if errors.Is(err, ErrNameTaken) && previous != "" && s.dropPrevious(ctx, r, previous) {
+		if errors.Is(err, router.ErrNameTaken) && previous != "" && s.dropPrevious(ctx, r, previous) {
 			// The agent's own routes from its previous session, held by
 			// an edge that has not noticed (or cannot: it died) that the
 			// agent left it.
@@ -322,11 +323,11 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 		if err != nil && r.Proto == wire.ProtoTCP {
 			s.closeTCP(name)
 		}
-		if errors.Is(err, ErrNameTaken) {
+		if errors.Is(err, router.ErrNameTaken) {
 			if retry {
 				continue
 			}
-			return fail(wire.CodeNameTaken, "%s", strings.TrimPrefix(err.Error(), ErrNameTaken.Error()+": "))
+			return fail(wire.CodeNameTaken, "%s", strings.TrimPrefix(err.Error(), router.ErrNameTaken.Error()+": "))
 		}
 		if err != nil {
 			ss.log.Warn("bind", "err", err)
@@ -356,12 +357,12 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 // session holds (its session ticket proved it), and reports whether there
 // were some and no others: in a cluster, that session may live on another
 // edge, which has not seen the agent go.
-func (s *Server) dropPrevious(ctx context.Context, r Route, previous string) bool {
+func (s *Server) dropPrevious(ctx context.Context, r router.Route, previous string) bool {
 	routes, err := s.router().Lookup(ctx, r.Proto, strings.TrimPrefix(r.Name, "*."))
 	if err != nil {
 		return false
 	}
-	var mine []Route
+	var mine []router.Route
 	for _, o := range routes {
 		if o.Name != r.Name {
 			continue
@@ -381,7 +382,7 @@ func (s *Server) dropPrevious(ctx context.Context, r Route, previous string) boo
 
 // endpointOptions applies a bind's options to r, refusing any it does not
 // know.
-func (s *Server) endpointOptions(r *Route, opts map[string]string) error {
+func (s *Server) endpointOptions(r *router.Route, opts map[string]string) error {
 	for k, v := range opts {
 		switch k {
 		case wire.OptAppProtocol:
@@ -404,13 +405,13 @@ func (s *Server) endpointOptions(r *Route, opts map[string]string) error {
 
 // endpointTicket returns a fresh ticket saying that r's identity holds its
 // name.
-func (s *Server) endpointTicket(r Route) (string, error) {
+func (s *Server) endpointTicket(r router.Route) (string, error) {
 	return s.tickets().sign(ticket{kind: ticketEndpoint, issued: time.Now(), identity: r.Identity, proto: r.Proto, name: r.Name})
 }
 
 // heldBefore reports whether an endpoint ticket proves that r's identity
 // held r's name (over any protocol of its namespace) recently enough.
-func (s *Server) heldBefore(tk string, r Route) bool {
+func (s *Server) heldBefore(tk string, r router.Route) bool {
 	if tk == "" {
 		return false
 	}
@@ -420,13 +421,13 @@ func (s *Server) heldBefore(tk string, r Route) bool {
 	}
 	age := time.Since(t.issued)
 	return t.identity == r.Identity && t.name == r.Name &&
-		namespace(t.proto) == namespace(r.Proto) &&
+		(t.proto == wire.ProtoTCP) == (r.Proto == wire.ProtoTCP) &&
 		age > -time.Minute && age < s.ticketLifetime()
 }
 
 // heldByOther reports whether r's exact name has routes of another
 // identity now, which makes a refusal final rather than for the time being.
-func (s *Server) heldByOther(ctx context.Context, r Route) bool {
+func (s *Server) heldByOther(ctx context.Context, r router.Route) bool {
 	routes, _ := s.router().Lookup(ctx, r.Proto, strings.TrimPrefix(r.Name, "*."))
 	for _, o := range routes {
 		if o.Name == r.Name && o.Identity != r.Identity {

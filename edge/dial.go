@@ -13,13 +13,14 @@ import (
 	"golang.ngrok.com/muxado/v2"
 
 	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // Dialer opens the conn that carries one public connection to the agent of
 // a route. The edge writes nothing to the returned conn before the client's
 // bytes and owns it afterwards (it closes it).
 type Dialer interface {
-	DialRoute(ctx context.Context, r Route, c ConnInfo) (net.Conn, error)
+	DialRoute(ctx context.Context, r router.Route, c ConnInfo) (net.Conn, error)
 }
 
 // ConnInfo describes a public connection.
@@ -35,17 +36,17 @@ type ConnInfo struct {
 // Reading the returned conn first reads the agent's reply: when the agent
 // could not hand the connection to its app, Read fails with an error
 // wrapping ErrAppUnreachable.
-func (s *Server) DialRoute(ctx context.Context, r Route, c ConnInfo) (net.Conn, error) {
+func (s *Server) DialRoute(ctx context.Context, r router.Route, c ConnInfo) (net.Conn, error) {
 	return s.dial(ctx, r, c, false)
 }
 
 // dialRaw is DialRoute for a relay: the agent's reply is left for the
 // other edge to read.
-func (s *Server) dialRaw(ctx context.Context, r Route, c ConnInfo) (net.Conn, error) {
+func (s *Server) dialRaw(ctx context.Context, r router.Route, c ConnInfo) (net.Conn, error) {
 	return s.dial(ctx, r, c, true)
 }
 
-func (s *Server) dial(ctx context.Context, r Route, c ConnInfo, raw bool) (net.Conn, error) {
+func (s *Server) dial(ctx context.Context, r router.Route, c ConnInfo, raw bool) (net.Conn, error) {
 	if r.Edge != "" && r.Edge != s.ID {
 		return nil, fmt.Errorf("%w: route held by edge %q", ErrNoSession, r.Edge)
 	}
@@ -65,9 +66,9 @@ func (s *Server) dial(ctx context.Context, r Route, c ConnInfo, raw bool) (net.C
 
 // dialRoutes dials the first reachable route of routes, reporting failures
 // to the router so later lookups try those routes last.
-func (s *Server) dialRoutes(ctx context.Context, routes []Route, c ConnInfo) (net.Conn, Route, error) {
+func (s *Server) dialRoutes(ctx context.Context, routes []router.Route, c ConnInfo) (net.Conn, router.Route, error) {
 	var errs *multierror.Error
-	hr, _ := s.router().(HealthReporter)
+	hr, _ := s.router().(router.HealthReporter)
 	for _, r := range routes {
 		conn, err := s.dialer().DialRoute(ctx, r, c)
 		if err == nil {
@@ -85,9 +86,9 @@ func (s *Server) dialRoutes(ctx context.Context, routes []Route, c ConnInfo) (ne
 		}
 	}
 	if errs == nil {
-		return nil, Route{}, errNoRoute
+		return nil, router.Route{}, errNoRoute
 	}
-	return nil, Route{}, errs.ErrorOrNil()
+	return nil, router.Route{}, errs.ErrorOrNil()
 }
 
 var errNoRoute = errors.New("edge: no route")

@@ -15,7 +15,7 @@
 //	...
 //	srv.Shutdown(ctx)
 //
-// Where traffic goes is decided by a [Router] (an in-memory [MemoryRouter]
+// Where traffic goes is decided by a [router.Router] (an in-memory [router.MemoryRouter]
 // by default) and how the agent is reached by a [Dialer] (by default a
 // stream on the agent's session held by this Server). Both are small
 // interfaces over plain data, so that a control plane can keep routes in its

@@ -4,8 +4,6 @@ import "errors"
 
 // Errors of the edge, to check with errors.Is.
 var (
-	// ErrNameTaken: a Bind broke the ownership rules of Router.
-	ErrNameTaken = errors.New("edge: name taken")
 	// ErrNoSession: the agent session of a route is not held by this
 	// edge (it ended, or another edge holds it).
 	ErrNoSession = errors.New("edge: agent session not found")

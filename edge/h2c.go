@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // HTTP/2 to the app: an http or https route bound with the app protocol
@@ -81,9 +83,9 @@ func (s *Server) newH2(st *clientStream) (*h2Upstream, error) {
 	}
 	up.owner = owner
 	owner.h2 = up
-	k := keyOf(st.route)
+	k := st.route.Key()
 	if is.h2 == nil {
-		is.h2 = map[routeKey]map[*h2Upstream]struct{}{}
+		is.h2 = map[router.RouteKey]map[*h2Upstream]struct{}{}
 	}
 	if is.h2[k] == nil {
 		is.h2[k] = map[*h2Upstream]struct{}{}
@@ -95,7 +97,7 @@ func (s *Server) newH2(st *clientStream) (*h2Upstream, error) {
 // sharedH2 returns the HTTP/2 connection of the public connection cc, with
 // a request reserved on it, when it goes to one of routes for host and can
 // take one more.
-func (s *Server) sharedH2(cc *clientConn, routes []Route, host string) *h2Upstream {
+func (s *Server) sharedH2(cc *clientConn, routes []router.Route, host string) *h2Upstream {
 	if cc == nil {
 		return nil
 	}
@@ -134,7 +136,7 @@ func (is *idleStreams) forgetH2Locked(up *h2Upstream) bool {
 		return false
 	}
 	up.owner.h2 = nil
-	k := keyOf(up.st.route)
+	k := up.st.route.Key()
 	delete(is.h2[k], up)
 	if len(is.h2[k]) == 0 {
 		delete(is.h2, k)

@@ -46,7 +46,7 @@ import (
 //	502 app_unreachable      the agent could not connect to its app
 //	502 app_error            the app closed the connection without a whole response
 //	503 agent_busy           the agent's session is at MaxStreamsPerSession
-//	503 routing_unavailable  the Router failed
+//	503 routing_unavailable  the router.Router failed
 //	504 app_timeout          the app did not answer in time (ResponseHeaderTimeout)
 //
 // A client that half-closes its connection after its request still gets
@@ -93,7 +93,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, terminated bo
 		s.httpError(w, r, http.StatusNotFound, "no_endpoint", "no tunnel at this address", nil)
 		return
 	}
-	var routes []Route
+	var routes []router.Route
 	if terminated || r.TLS != nil && s.servesHTTPS() {
 		routes, err = s.router().Lookup(r.Context(), wire.ProtoHTTPS, host)
 	}
@@ -272,9 +272,9 @@ func (s *Server) httpError(w http.ResponseWriter, r *http.Request, status int, c
 // wrong on which side.
 type exchange struct {
 	srv    *Server
-	routes []Route     // the routes looked up for the request
-	info   ConnInfo    // its client and Host
-	body   *bodyReader // nil without a body
+	routes []router.Route // the routes looked up for the request
+	info   ConnInfo       // its client and Host
+	body   *bodyReader    // nil without a body
 
 	h2 *h2Upstream // the HTTP/2 connection to an h2c app it goes on; nil: HTTP/1.1 on st
 
@@ -381,7 +381,7 @@ func (x *exchange) classify(s *Server, err error) (int, string, string) {
 
 // holdsSession reports whether r's session is still open here; true for a
 // route held by another edge, which this one cannot tell.
-func (s *Server) holdsSession(r Route) bool {
+func (s *Server) holdsSession(r router.Route) bool {
 	if r.Edge != "" && r.Edge != s.ID {
 		return true
 	}

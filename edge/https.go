@@ -187,13 +187,13 @@ func (s *Server) acmePolicy(ctx context.Context, host string) error {
 // exact name over a wildcard, a longer wildcard over a shorter one); when
 // the same pattern has both, the connection is passed through, but for an
 // ACME challenge, which the edge answers.
-func (s *Server) chooseTLS(ctx context.Context, hello *sni.ClientHello) (proto string, routes []Route, err error) {
+func (s *Server) chooseTLS(ctx context.Context, hello *sni.ClientHello) (proto string, routes []router.Route, err error) {
 	name := hello.ServerName
 	tlsRoutes, err := s.router().Lookup(ctx, wire.ProtoTLS, name)
 	if err != nil {
 		return "", nil, err
 	}
-	var httpsRoutes []Route
+	var httpsRoutes []router.Route
 	if s.servesHTTPS() {
 		if httpsRoutes, err = s.router().Lookup(ctx, wire.ProtoHTTPS, name); err != nil {
 			return "", nil, err

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // The streams of public HTTP connections.
@@ -40,7 +42,7 @@ type clientConnKey struct{}
 type clientStream struct {
 	conn  *exchangeConn
 	br    *bufio.Reader
-	route Route
+	route router.Route
 	host  string      // the Host of its requests, named in its header
 	owner *clientConn // nil: one request only
 	dead  atomic.Bool
@@ -56,12 +58,12 @@ func (st *clientStream) close() {
 }
 
 // serves reports whether st may carry a request to one of routes for host.
-func (st *clientStream) serves(routes []Route, host string) bool {
+func (st *clientStream) serves(routes []router.Route, host string) bool {
 	if st.dead.Load() || st.host != host {
 		return false
 	}
 	for _, r := range routes {
-		if keyOf(r) == keyOf(st.route) {
+		if r.Key() == st.route.Key() {
 			return true
 		}
 	}
@@ -95,8 +97,8 @@ func (st *clientStream) wake() bool {
 // idleStreams indexes the idle streams of public connections by route.
 type idleStreams struct {
 	mu      sync.Mutex
-	byRoute map[routeKey]map[*clientStream]struct{}
-	h2      map[routeKey]map[*h2Upstream]struct{} // shared HTTP/2 connections, idle or not
+	byRoute map[router.RouteKey]map[*clientStream]struct{}
+	h2      map[router.RouteKey]map[*h2Upstream]struct{} // shared HTTP/2 connections, idle or not
 }
 
 // maxIdlePerConn bounds the idle streams of one public connection: one for
@@ -116,9 +118,9 @@ func (s *Server) putIdle(st *clientStream) {
 		return
 	}
 	cc.idle = append(cc.idle, st)
-	k := keyOf(st.route)
+	k := st.route.Key()
 	if is.byRoute == nil {
-		is.byRoute = map[routeKey]map[*clientStream]struct{}{}
+		is.byRoute = map[router.RouteKey]map[*clientStream]struct{}{}
 	}
 	if is.byRoute[k] == nil {
 		is.byRoute[k] = map[*clientStream]struct{}{}
@@ -166,7 +168,7 @@ func (is *idleStreams) removeLocked(st *clientStream) {
 	if i := slices.Index(cc.idle, st); i >= 0 {
 		cc.idle = slices.Delete(cc.idle, i, i+1)
 	}
-	k := keyOf(st.route)
+	k := st.route.Key()
 	delete(is.byRoute[k], st)
 	if len(is.byRoute[k]) == 0 {
 		delete(is.byRoute, k)
@@ -196,18 +198,18 @@ func (s *Server) dropClient(cc *clientConn) {
 }
 
 // closeIdle closes the idle streams to r: its endpoint is gone.
-func (s *Server) closeIdle(r Route) {
+func (s *Server) closeIdle(r router.Route) {
 	is := &s.streams
 	is.mu.Lock()
 	var gone []*clientStream
-	for st := range is.byRoute[keyOf(r)] {
+	for st := range is.byRoute[r.Key()] {
 		gone = append(gone, st)
 	}
 	for _, st := range gone {
 		is.removeLocked(st)
 	}
 	var ups []*h2Upstream
-	for up := range is.h2[keyOf(r)] {
+	for up := range is.h2[r.Key()] {
 		ups = append(ups, up)
 	}
 	for _, up := range ups {
@@ -229,7 +231,7 @@ func (s *Server) evictIdle(sessionID string) bool {
 	is.mu.Lock()
 	var victim *clientStream
 	for k, sts := range is.byRoute {
-		if k.edge != s.ID || k.session != sessionID {
+		if k.Edge != s.ID || k.Session != sessionID {
 			continue
 		}
 		for st := range sts {
@@ -246,7 +248,7 @@ func (s *Server) evictIdle(sessionID string) bool {
 	}
 	var idleH2 *h2Upstream
 	for k, ups := range is.h2 {
-		if k.edge != s.ID || k.session != sessionID {
+		if k.Edge != s.ID || k.Session != sessionID {
 			continue
 		}
 		for up := range ups {
@@ -292,7 +294,7 @@ func (s *Server) trackClients(hs *http.Server, proto string) {
 // streamFor returns the stream for a request to one of routes: its
 // connection's idle stream when that goes to the same route and host, or a
 // new one to the first of routes that can be reached.
-func (s *Server) streamFor(ctx context.Context, r *http.Request, routes []Route, client ConnInfo) (st *clientStream, reused bool, err error) {
+func (s *Server) streamFor(ctx context.Context, r *http.Request, routes []router.Route, client ConnInfo) (st *clientStream, reused bool, err error) {
 	cc := clientOf(r)
 	if cc != nil {
 		if st := s.takeIdle(cc); st != nil {
@@ -311,7 +313,7 @@ func (s *Server) streamFor(ctx context.Context, r *http.Request, routes []Route,
 
 // newClientStream wraps a stream just dialled to route for requests to
 // host of the connection owner (nil: one request only).
-func newClientStream(conn net.Conn, route Route, host string, owner *clientConn) *clientStream {
+func newClientStream(conn net.Conn, route router.Route, host string, owner *clientConn) *clientStream {
 	c := &exchangeConn{Conn: conn}
 	c.touch()
 	return &clientStream{conn: c, br: bufio.NewReaderSize(c, 4<<10), route: route, host: host, owner: owner}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/internal/pipe"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"github.com/tunnelkit/tunnelkit/router"
 	"github.com/tunnelkit/tunnelkit/sni"
 )
 
@@ -162,13 +163,13 @@ func (s *Server) proxyL4(c net.Conn, proto, name, host string) {
 
 // proxyRoutes routes a public TLS or TCP conn to the first reachable of
 // routes and copies both ways until both sides are done.
-func (s *Server) proxyRoutes(c net.Conn, proto, name, host string, routes []Route) {
+func (s *Server) proxyRoutes(c net.Conn, proto, name, host string, routes []router.Route) {
 	s.proxyRoutesWrapped(c, proto, name, host, routes, nil)
 }
 
 // proxyRoutesWrapped is proxyRoutes, with both conns wrapped by wrap (when
 // not nil) once the agent's is open.
-func (s *Server) proxyRoutesWrapped(c net.Conn, proto, name, host string, routes []Route, wrap func(client, backend net.Conn) (net.Conn, net.Conn)) {
+func (s *Server) proxyRoutesWrapped(c net.Conn, proto, name, host string, routes []router.Route, wrap func(client, backend net.Conn) (net.Conn, net.Conn)) {
 	defer c.Close()
 	if len(routes) == 0 {
 		s.log().Debug("no route", "proto", proto, "name", name)
@@ -314,21 +315,21 @@ func (s *Server) tcpURLHost() string {
 }
 
 // watchRoutes makes the edge listen on the ports of TCP endpoints other
-// edges hold, while they exist, when its Router can be shared (a Router
-// set, which is a RouteWatcher; the Server's own in-memory one is not
+// edges hold, while they exist, when its router.Router can be shared (a router.Router
+// set, which is a router.RouteWatcher; the Server's own in-memory one is not
 // shared).
 func (s *Server) watchRoutes() {
-	rw, ok := s.Router.(RouteWatcher)
+	rw, ok := s.Router.(router.RouteWatcher)
 	if !ok {
 		return
 	}
 	s.watchOnce.Do(func() {
-		opened := map[routeKey]string{} // remote tcp routes this edge listens for, and their port
-		stop := rw.WatchRoutes(func(r Route, bound bool) {
+		opened := map[router.RouteKey]string{} // remote tcp routes this edge listens for, and their port
+		stop := rw.WatchRoutes(func(r router.Route, bound bool) {
 			if r.Proto != "tcp" || r.Edge == s.ID {
 				return
 			}
-			k := keyOf(r)
+			k := r.Key()
 			switch _, had := opened[k]; {
 			case bound && !had:
 				if err := s.openTCP(r.Name); err != nil {

@@ -27,19 +27,20 @@ import (
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
 	"github.com/tunnelkit/tunnelkit/internal/testnet"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // l4Edge is an edge with SNI and TCP endpoints on loopback.
 type l4Edge struct {
 	srv       *edge.Server
-	router    *edge.MemoryRouter
+	router    *router.MemoryRouter
 	agentAddr string
 	tlsAddr   string
 }
 
 func startL4Edge(t testing.TB) *l4Edge {
 	t.Helper()
-	rt := &edge.MemoryRouter{}
+	rt := &router.MemoryRouter{}
 	// Agents with the same token are one identity, and may share a pool.
 	agents, pub := listen(t), listen(t)
 	_, tlsPort, _ := net.SplitHostPort(pub.Addr().String())
@@ -417,7 +418,7 @@ func TestProxyProtocolToUpstream(t *testing.T) {
 // front of the edge's public listeners: the client address it names is the
 // one the agent and the upstream see.
 func TestProxyProtocolFromLoadBalancer(t *testing.T) {
-	rt := &edge.MemoryRouter{}
+	rt := &router.MemoryRouter{}
 	srv := &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, Router: rt, ProxyProtocol: true}
 	agents, pubHTTP := listen(t), listen(t)
 	var wg sync.WaitGroup

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/router"
 	"golang.org/x/time/rate"
 )
 
@@ -200,6 +201,9 @@ type shares struct {
 	n  map[shareKey]int
 }
 
+// endpointKey is an endpoint: a protocol and a name pattern.
+type endpointKey struct{ proto, name string }
+
 type shareKey struct {
 	endpoint endpointKey
 	client   netip.Prefix
@@ -207,7 +211,7 @@ type shareKey struct {
 
 // clientCap returns how many streams of the endpoint of routes one client
 // may hold: ClientShare of the streams of its sessions; zero for no bound.
-func (s *Server) clientCap(routes []Route) int {
+func (s *Server) clientCap(routes []router.Route) int {
 	share := s.ClientShare
 	switch {
 	case share == 0:
@@ -224,7 +228,7 @@ func (s *Server) clientCap(routes []Route) int {
 
 // acquireShare takes one of client's share of the endpoint of routes, or
 // reports false when the client holds all of it. release gives it back.
-func (s *Server) acquireShare(routes []Route, client netip.AddrPort) (release func(), ok bool) {
+func (s *Server) acquireShare(routes []router.Route, client netip.AddrPort) (release func(), ok bool) {
 	limit := s.clientCap(routes)
 	if limit == 0 || len(routes) == 0 {
 		return func() {}, true

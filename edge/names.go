@@ -163,7 +163,7 @@ func randomName() string {
 	return string(b)
 }
 
-func (s *Server) publicURL(r Route) string {
+func (s *Server) publicURL(r router.Route) string {
 	s.mu.Lock()
 	httpPort, tlsPort := s.HTTPPort, s.TLSPort
 	s.mu.Unlock()

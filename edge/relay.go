@@ -14,6 +14,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/internal/pipe"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // Relay connects the edges of a cluster: a public connection that lands on
@@ -74,7 +75,7 @@ func (rl *Relay) log() *slog.Logger {
 
 // DialRoute opens the conn to r's agent: on this edge when it holds the
 // route, else through a relay stream to the edge that does.
-func (rl *Relay) DialRoute(ctx context.Context, r Route, c ConnInfo) (net.Conn, error) {
+func (rl *Relay) DialRoute(ctx context.Context, r router.Route, c ConnInfo) (net.Conn, error) {
 	if r.Edge == "" || r.Edge == rl.Server.ID {
 		return rl.Server.DialRoute(ctx, r, c)
 	}
@@ -279,7 +280,7 @@ func (rl *Relay) serveStream(st muxado.Stream) {
 		return
 	}
 	st.SetReadDeadline(time.Time{})
-	r := Route{Proto: h.Proto, SessionID: session, TunnelID: h.TunnelID}
+	r := router.Route{Proto: h.Proto, SessionID: session, TunnelID: h.TunnelID}
 	ctx, cancel := context.WithTimeout(context.Background(), s.handshakeTimeout())
 	up, err := s.dialRaw(ctx, r, ConnInfo{Client: h.Client, Host: h.Host})
 	cancel()

@@ -20,6 +20,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // edgeOn runs srv on the given agent and HTTP listeners until cleanup.
@@ -75,7 +76,7 @@ func tokens(_ context.Context, token string) (string, error) {
 }
 
 func TestWrongTokenRefused(t *testing.T) {
-	rt := &edge.MemoryRouter{}
+	rt := &router.MemoryRouter{}
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Router: rt, Authenticate: tokens}, listen(t), listen(t))
 	good := &agent.Client{Addr: te.agentAddr, Token: "alice-token"}
 	defer good.Close()
@@ -104,7 +105,7 @@ func TestWrongTokenRefused(t *testing.T) {
 // TestGraceKeepsNameForIdentity cuts alice's session: during the grace
 // period bob cannot take her name, and alice, reconnecting, gets it back.
 func TestGraceKeepsNameForIdentity(t *testing.T) {
-	rt := &edge.MemoryRouter{}
+	rt := &router.MemoryRouter{}
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Router: rt, Authenticate: tokens, Grace: time.Minute}, listen(t), listen(t))
 
 	var conn atomic.Pointer[net.Conn]
@@ -439,7 +440,7 @@ func (r *relay) copy(dst, src net.Conn) {
 
 func TestFrozenNetworkDetectedByHeartbeat(t *testing.T) {
 	const interval, timeout = 50 * time.Millisecond, 200 * time.Millisecond
-	rt := &edge.MemoryRouter{}
+	rt := &router.MemoryRouter{}
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Router: rt, HeartbeatInterval: interval, HeartbeatTimeout: timeout}, listen(t), listen(t))
 	r := newRelay(t, te.agentAddr)
 	disconnected := make(chan time.Time, 1)

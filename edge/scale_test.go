@@ -19,6 +19,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // TestThousandSessionsThousandClients serves 1,000 agent sessions on one
@@ -30,7 +31,7 @@ func TestThousandSessionsThousandClients(t *testing.T) {
 	}
 	const n = 1000
 	base := runtime.NumGoroutine()
-	rt := &edge.MemoryRouter{}
+	rt := &router.MemoryRouter{}
 	srv := &edge.Server{Domain: "example.test", Router: rt}
 	te := edgeOn(t, srv, listen(t), listen(t))
 

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // Server is an edge: it accepts agent sessions and routes public traffic to
@@ -28,7 +29,7 @@ type Server struct {
 	Domain string
 
 	// ID names this edge in a cluster of edges sharing one Router: it is
-	// stamped on the routes it binds (Route.Edge), so that the others know
+	// stamped on the routes it binds (router.Route.Edge), so that the others know
 	// which edge holds the agent (see Relay). Empty: a lone edge.
 	ID string
 
@@ -107,8 +108,8 @@ type Server struct {
 	// connection without a valid header is closed.
 	ProxyProtocol bool
 
-	// Router decides where public traffic goes. Nil: a MemoryRouter.
-	Router Router
+	// Router decides where public traffic goes. Nil: a router.MemoryRouter.
+	Router router.Router
 
 	// Dialer opens the conn to a route's agent. Nil: the Server itself,
 	// which opens a stream on the agent's session (see DialRoute).
@@ -116,7 +117,7 @@ type Server struct {
 
 	// Authenticate checks the token an agent presents in its hello and
 	// returns the agent's identity, which owns the names it binds (see
-	// Router for the rules). Nil: every agent is accepted, and each is an
+	// router.Router for the rules). Nil: every agent is accepted, and each is an
 	// identity of its own ("anonymous-" and random hex), which it keeps
 	// across reconnections through its session ticket; agents can then not
 	// share a pool.
@@ -147,14 +148,14 @@ type Server struct {
 	// agent chooses is granted only with an endpoint ticket showing that
 	// its identity held it before: after a restart, names go back to their
 	// owners, never to whoever asks first. Random names and ports are
-	// granted meanwhile. Zero: Grace when TicketKey is set and Router is
+	// granted meanwhile. Zero: Grace when TicketKey is set and router.Router is
 	// nil (an in-memory router forgets every name on a restart), else
 	// none; negative: none.
 	RestartGrace time.Duration
 
 	// AllowCatchAll lets agents bind "*" and "*.<Domain>": a wildcard
 	// over every name under the domain, which makes its owner the owner of
-	// every name (see Router). Leave it off on a multi-tenant edge.
+	// every name (see router.Router). Leave it off on a multi-tenant edge.
 	AllowCatchAll bool
 
 	// AgentTLS, if set, makes ServeAgents speak TLS with this
@@ -243,7 +244,7 @@ type Server struct {
 	Observer Observer
 
 	initOnce sync.Once
-	mem      *MemoryRouter
+	mem      *router.MemoryRouter
 	proxy    *httpProxy
 	signer   ticketSigner
 	started  time.Time
@@ -272,7 +273,7 @@ type Server struct {
 func (s *Server) init() {
 	s.initOnce.Do(func() {
 		s.started = time.Now()
-		s.mem = new(MemoryRouter)
+		s.mem = new(router.MemoryRouter)
 		s.proxy = newHTTPProxy(s)
 		s.signer.key = s.TicketKey
 		if len(s.signer.key) == 0 {
@@ -318,7 +319,7 @@ func (s *Server) restarting() (time.Time, bool) {
 	return until, time.Now().Before(until)
 }
 
-func (s *Server) router() Router {
+func (s *Server) router() router.Router {
 	if s.Router != nil {
 		return s.Router
 	}

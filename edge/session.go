@@ -15,6 +15,7 @@ import (
 	"golang.ngrok.com/muxado/v2"
 
 	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // session is one agent's connection to the edge.
@@ -37,8 +38,8 @@ type session struct {
 	hello    helloState
 	previous string // the session this one replaced (its ticket said so), for dropPrevious
 	identity string
-	routes   map[string]Route // by tunnel ID
-	binding  int              // binds under way, counted against the endpoint bound
+	routes   map[string]router.Route // by tunnel ID
+	binding  int                     // binds under way, counted against the endpoint bound
 	closed   bool
 	streams  sync.WaitGroup // stream handlers
 }
@@ -109,7 +110,7 @@ func (s *Server) serveSession(c net.Conn) {
 		done:      make(chan struct{}),
 		pending:   pending,
 		control:   make(chan struct{}, maxControl),
-		routes:    map[string]Route{},
+		routes:    map[string]router.Route{},
 	}
 	ss.log = s.log().With("session", ss.id, "agent_addr", c.RemoteAddr().String())
 	s.mu.Lock()
@@ -231,7 +232,7 @@ func (ss *session) close(reserve time.Duration) {
 
 // unbind removes r from the router, keeping its name reserved for its
 // identity for reserve.
-func (s *Server) unbind(r Route, reserve time.Duration) {
+func (s *Server) unbind(r router.Route, reserve time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.router().Unbind(ctx, r, reserve); err != nil {

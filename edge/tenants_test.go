@@ -20,15 +20,16 @@ import (
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // tenantEdge runs an edge on which alice-token and bob-token are two
 // identities, with HTTP and TLS listeners.
-func tenantEdge(t testing.TB, srv *edge.Server) (*testEdge, *edge.MemoryRouter) {
+func tenantEdge(t testing.TB, srv *edge.Server) (*testEdge, *router.MemoryRouter) {
 	t.Helper()
-	rt, _ := srv.Router.(*edge.MemoryRouter)
+	rt, _ := srv.Router.(*router.MemoryRouter)
 	if rt == nil {
-		rt = &edge.MemoryRouter{}
+		rt = &router.MemoryRouter{}
 		srv.Router = rt
 	}
 	if srv.Domain == "" {
@@ -152,7 +153,7 @@ func TestPoolsByConsent(t *testing.T) {
 	// not ask to share.
 	_, err = tenant(t, te, "alice").ListenEndpoint(context.Background(), agent.Endpoint{URL: "http://solo", Pool: true})
 	if !errors.Is(err, agent.ErrNameTaken) || !strings.Contains(err.Error(), "not shared") {
-		t.Fatalf("pool bind onto a non-pool endpoint: %v, want ErrNameTaken saying it is not shared", err)
+		t.Fatalf("pool bind onto a non-pool endpoint: %v, want router.ErrNameTaken saying it is not shared", err)
 	}
 	// And the other way round.
 	pooled, err := tenant(t, te, "alice").ListenEndpoint(context.Background(), agent.Endpoint{URL: "http://shared", Pool: true})
@@ -162,7 +163,7 @@ func TestPoolsByConsent(t *testing.T) {
 	serve(t, pooled, "pooled")
 	_, err = tenant(t, te, "alice").Listen(context.Background(), "http://shared")
 	if !errors.Is(err, agent.ErrNameTaken) || !strings.Contains(err.Error(), "pool") {
-		t.Fatalf("non-pool bind onto a pool: %v, want ErrNameTaken saying it is a pool", err)
+		t.Fatalf("non-pool bind onto a pool: %v, want router.ErrNameTaken saying it is a pool", err)
 	}
 	for range 6 {
 		if resp, body := get(t, te, te.url("solo")+"/", nil); resp.StatusCode != 200 || body != "first /" {
@@ -339,7 +340,7 @@ func TestTransientBindErrorRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := &edge.MemoryRouter{}
+	rt := &router.MemoryRouter{}
 	var warned atomic.Int32
 	edgeOn(t, &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, Router: rt,
 		Logger: logCounter(&warned, "tcp endpoint")}, agentsLn2, listen(t))
@@ -488,7 +489,7 @@ func TestLostNameEndsListener(t *testing.T) {
 	close(gate)
 	_, err := l.Accept()
 	if !errors.Is(err, agent.ErrNameTaken) || !errors.Is(err, net.ErrClosed) {
-		t.Fatalf("alice's Accept after bob took her name: %v, want ErrNameTaken and net.ErrClosed", err)
+		t.Fatalf("alice's Accept after bob took her name: %v, want router.ErrNameTaken and net.ErrClosed", err)
 	}
 }
 

@@ -62,7 +62,8 @@ const (
 // transport, which fails before reading anything).
 //
 // As muxado uses it, ReadFrame and WriteFrame each run in one goroutine;
-// WriteFrame must not be called concurrently with itself.
+// writes are serialised with a mutex so that a Session can inject frames
+// of its own between them.
 func NewFramer(r io.Reader, w io.Writer) frame.Framer {
 	return newFramer(r, w, windowHold)
 }
@@ -75,6 +76,8 @@ func newFramer(r io.Reader, w io.Writer, hold uint32) *framer {
 }
 
 type framer struct {
+	mu sync.Mutex // held by writes: muxado's writer goroutine, and inject
+
 	// stock reads every frame (through the buffer) and writes the frames
 	// this framer does not encode itself (GOAWAY).
 	stock frame.Framer
@@ -97,6 +100,8 @@ type heldInc struct {
 func (f *framer) ReadFrame() (frame.Frame, error) { return f.stock.ReadFrame() }
 
 func (f *framer) WriteFrame(fr frame.Frame) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.err != nil {
 		return f.err
 	}
@@ -127,6 +132,18 @@ func (f *framer) WriteFrame(fr frame.Frame) error {
 		f.err = err
 	}
 	return err
+}
+
+// inject writes frames encoded by the caller between two of muxado's
+// frames, with the held window updates. It is how a Session resets a
+// stream (muxado offers no way to send a RST).
+func (f *framer) inject(frames []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return f.err
+	}
+	return f.write(frames, nil)
 }
 
 // windowUpdate adds inc to the window update held for stream id, and

@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/router"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/tunnelkit/tunnelkit/edge"
 )
 
 // benchRoutes is how many routes the benchmarks' cache holds: one in ten a
@@ -28,12 +27,12 @@ var benchCache struct {
 }
 
 // benchRoute is the i-th route of the benchmarks' cache.
-func benchRoute(i int) edge.Route {
+func benchRoute(i int) router.Route {
 	name := fmt.Sprintf("h%d.example.test", i)
 	if i%10 == 0 {
 		name = fmt.Sprintf("*.w%d.example.test", i)
 	}
-	return edge.Route{
+	return router.Route{
 		Proto:     "http",
 		Name:      name,
 		Identity:  fmt.Sprintf("identity-%d", i%1000),
@@ -114,20 +113,20 @@ func closeBenchRouter() {
 	}
 }
 
-// benchMemory is an edge.MemoryRouter holding the routes of benchCache,
+// benchMemory is an router.MemoryRouter holding the routes of benchCache,
 // to compare with.
 var benchMemory struct {
 	once          sync.Once
-	m             *edge.MemoryRouter
+	m             *router.MemoryRouter
 	bytesPerRoute float64
 }
 
-func benchMemoryRouter(b *testing.B) *edge.MemoryRouter {
+func benchMemoryRouter(b *testing.B) *router.MemoryRouter {
 	benchMemory.once.Do(func() {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		m := new(edge.MemoryRouter)
+		m := new(router.MemoryRouter)
 		for i := range benchRoutes {
 			if err := m.Bind(context.Background(), benchRoute(i)); err != nil {
 				panic(err)
@@ -143,7 +142,7 @@ func benchMemoryRouter(b *testing.B) *edge.MemoryRouter {
 
 // BenchmarkLookup looks names up in a cache of 100,000 routes: an exact
 // name, a name under a wildcard, a name no route matches; and the same in
-// an edge.MemoryRouter holding the same routes, which uses the same table.
+// an router.MemoryRouter holding the same routes, which uses the same table.
 func BenchmarkLookup(b *testing.B) {
 	r := benchRouter(b)
 	m := benchMemoryRouter(b)
@@ -163,7 +162,7 @@ func BenchmarkLookup(b *testing.B) {
 		}
 		for _, rt := range []struct {
 			name string
-			r    edge.Router
+			r    router.Router
 		}{{"etcd", r}, {"MemoryRouter", m}} {
 			b.Run(rt.name+"/"+c.name, func(b *testing.B) {
 				b.ReportAllocs()
@@ -182,7 +181,7 @@ func BenchmarkLookup(b *testing.B) {
 
 // BenchmarkCacheMemory reports the heap the cache takes per route, with
 // 100,000 routes in it, and how long New took to load them; and, to
-// compare, the heap an edge.MemoryRouter takes per route for the same
+// compare, the heap an router.MemoryRouter takes per route for the same
 // routes (its tables and its ownership index).
 func BenchmarkCacheMemory(b *testing.B) {
 	benchRouter(b)
@@ -199,7 +198,7 @@ func BenchmarkBind(b *testing.B) {
 	r := newRouter(b, Config{})
 	i := 0
 	for b.Loop() {
-		bind(b, r, edge.Route{Proto: "http", Name: fmt.Sprintf("b%d.example.test", i), Identity: "alice", SessionID: "s", TunnelID: fmt.Sprint(i)})
+		bind(b, r, router.Route{Proto: "http", Name: fmt.Sprintf("b%d.example.test", i), Identity: "alice", SessionID: "s", TunnelID: fmt.Sprint(i)})
 		i++
 	}
 }

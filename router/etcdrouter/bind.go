@@ -12,11 +12,10 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
-// Bind implements [edge.Router]. It decides the ownership rules in one etcd
+// Bind implements [router.Router]. It decides the ownership rules in one etcd
 // transaction per attempt: it reads, at one revision, the entries of the
 // route's base and of every name under it, and those of each name above it;
 // checks the rules against them; and writes the route, attached to this
@@ -26,8 +25,8 @@ import (
 // rt.Edge must be empty or this Router's Edge; the route is stored with this
 // Router's Edge. A Bind that returns nil is visible to this Router's Lookup
 // at once. When etcd cannot be reached, Bind fails, with an error that does
-// not wrap edge.ErrNameTaken, when ctx ends.
-func (r *Router) Bind(ctx context.Context, rt edge.Route) error {
+// not wrap router.ErrNameTaken, when ctx ends.
+func (r *Router) Bind(ctx context.Context, rt router.Route) error {
 	if r.closed.Load() {
 		return errClosed
 	}
@@ -71,7 +70,7 @@ func (r *Router) Bind(ctx context.Context, rt edge.Route) error {
 // expired): a stored route of the same key is put again, attached to the
 // current lease, instead of being left as it is. wrote reports whether it
 // put the route.
-func (r *Router) bind(ctx context.Context, rt edge.Route, k keys, refresh bool) (rev int64, wrote bool, err error) {
+func (r *Router) bind(ctx context.Context, rt router.Route, k keys, refresh bool) (rev int64, wrote bool, err error) {
 	value := encode(rt)
 	reads := make([]clientv3.Op, 0, 1+len(k.ancestors))
 	reads = append(reads, clientv3.OpGet(k.tree, clientv3.WithPrefix()))
@@ -130,7 +129,7 @@ type decision struct {
 
 // decide checks the ownership rules for binding rt against the entries read
 // for it: reads[0] those of k.tree, reads[i] those of k.ancestors[i-1].
-func decide(rt edge.Route, k keys, reads []*etcdserverpb.ResponseOp) (decision, error) {
+func decide(rt router.Route, k keys, reads []*etcdserverpb.ResponseOp) (decision, error) {
 	var d decision
 	var pooled, solo int // the other routes of rt's Proto and Name
 	for i, op := range reads {
@@ -143,11 +142,11 @@ func decide(rt edge.Route, k keys, reads []*etcdserverpb.ResponseOp) (decision, 
 			if e.Identity != rt.Identity {
 				switch {
 				case i > 0:
-					return d, fmt.Errorf("%w: %s is under %s, held by another owner", edge.ErrNameTaken, k.base, k.above[i-1])
+					return d, fmt.Errorf("%w: %s is under %s, held by another owner", router.ErrNameTaken, k.base, k.above[i-1])
 				case strings.HasPrefix(key, k.own):
-					return d, fmt.Errorf("%w: %s is held by another owner", edge.ErrNameTaken, k.base)
+					return d, fmt.Errorf("%w: %s is held by another owner", router.ErrNameTaken, k.base)
 				default:
-					return d, fmt.Errorf("%w: names under %s are held by another owner", edge.ErrNameTaken, k.base)
+					return d, fmt.Errorf("%w: names under %s are held by another owner", router.ErrNameTaken, k.base)
 				}
 			}
 			if i > 0 || !strings.HasPrefix(key, k.endpoint) {
@@ -169,15 +168,15 @@ func decide(rt edge.Route, k keys, reads []*etcdserverpb.ResponseOp) (decision, 
 		return d, nil
 	}
 	if solo > 0 {
-		return d, fmt.Errorf("%w: %s %s is bound already and not shared (its agent did not ask for a pool)", edge.ErrNameTaken, rt.Proto, rt.Name)
+		return d, fmt.Errorf("%w: %s %s is bound already and not shared (its agent did not ask for a pool)", router.ErrNameTaken, rt.Proto, rt.Name)
 	}
 	if pooled > 0 && !rt.Pool {
-		return d, fmt.Errorf("%w: %s %s is a pool: bind with pool to join it", edge.ErrNameTaken, rt.Proto, rt.Name)
+		return d, fmt.Errorf("%w: %s %s is a pool: bind with pool to join it", router.ErrNameTaken, rt.Proto, rt.Name)
 	}
 	return d, nil
 }
 
-// Unbind implements [edge.Router]. A route with Edge empty is this edge's.
+// Unbind implements [router.Router]. A route with Edge empty is this edge's.
 // The last route of its Proto and Name unbound with reserve > 0 leaves a
 // reservation on a lease of its own whose TTL is reserve rounded up to whole
 // seconds (etcd may raise it to its minimum TTL, about 2 s by default). A
@@ -185,7 +184,7 @@ func decide(rt edge.Route, k keys, reads []*etcdserverpb.ResponseOp) (decision, 
 // etcd cannot be reached, Unbind fails when ctx ends; for a route of this
 // edge, the Router goes on trying to remove it (with what is left of the
 // reservation) until it can.
-func (r *Router) Unbind(ctx context.Context, rt edge.Route, reserve time.Duration) error {
+func (r *Router) Unbind(ctx context.Context, rt router.Route, reserve time.Duration) error {
 	if r.closed.Load() {
 		return errClosed
 	}
@@ -230,7 +229,7 @@ func (r *Router) Unbind(ctx context.Context, rt edge.Route, reserve time.Duratio
 // without it, or 0 if there was none to remove. With before > 0, it removes
 // the route only if it was created at revision before or earlier: a retry
 // must not remove the route bound again since.
-func (r *Router) unbind(ctx context.Context, rt edge.Route, k keys, reserve time.Duration, before int64) (int64, error) {
+func (r *Router) unbind(ctx context.Context, rt router.Route, k keys, reserve time.Duration, before int64) (int64, error) {
 	if reserve <= 0 {
 		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k.route), ">", 0)}
 		if before > 0 {
@@ -311,7 +310,7 @@ func (r *Router) unbind(ctx context.Context, rt edge.Route, k keys, reserve time
 
 // storeErr describes an error of op on rt from etcd (or from waiting for
 // this edge's lease).
-func (r *Router) storeErr(op string, rt edge.Route, err error) error {
+func (r *Router) storeErr(op string, rt router.Route, err error) error {
 	if err == errClosed {
 		return err
 	}
@@ -320,7 +319,7 @@ func (r *Router) storeErr(op string, rt edge.Route, err error) error {
 
 // pendingUnbind is a route of this edge whose Unbind failed, to retry.
 type pendingUnbind struct {
-	route  edge.Route
+	route  router.Route
 	until  time.Time // the end of its reservation; zero: none
 	before int64     // the route to remove was created at this revision or earlier
 }

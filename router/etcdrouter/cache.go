@@ -9,7 +9,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
@@ -20,12 +19,12 @@ const (
 	loadTimeout = time.Minute
 )
 
-// Lookup implements [edge.Router] from the cache, without talking to etcd
+// Lookup implements [router.Router] from the cache, without talking to etcd
 // (so it answers while etcd cannot be reached): the routes of the most
 // specific pattern of proto matching host, round robin over a pool, the
 // routes reported with Fail last. Each route's Edge is the ID of the edge
 // holding its session. It never blocks, so it has no use for ctx.
-func (r *Router) Lookup(_ context.Context, proto, host string) ([]edge.Route, error) {
+func (r *Router) Lookup(_ context.Context, proto, host string) ([]router.Route, error) {
 	if r.closed.Load() {
 		return nil, errClosed
 	}
@@ -33,24 +32,24 @@ func (r *Router) Lookup(_ context.Context, proto, host string) ([]edge.Route, er
 	if t == nil {
 		return nil, nil
 	}
-	var out []edge.Route
+	var out []router.Route
 	for rt := range t.Backends(host) {
 		out = append(out, rt)
 	}
 	return out, nil
 }
 
-// Fail implements [edge.HealthReporter]: later lookups from this Router
+// Fail implements [router.HealthReporter]: later lookups from this Router
 // try rt after the other routes of its pool, for router.DefaultCooldown.
 // Other edges do not hear of it.
-func (r *Router) Fail(rt edge.Route) {
+func (r *Router) Fail(rt router.Route) {
 	if t := (*r.tables.Load())[rt.Proto]; t != nil {
 		t.Fail(rt)
 	}
 }
 
-// Succeed implements [edge.HealthReporter]: it ends rt's failing mark.
-func (r *Router) Succeed(rt edge.Route) {
+// Succeed implements [router.HealthReporter]: it ends rt's failing mark.
+func (r *Router) Succeed(rt router.Route) {
 	if t := (*r.tables.Load())[rt.Proto]; t != nil {
 		t.Succeed(rt)
 	}
@@ -148,7 +147,7 @@ func (r *Router) apply(events []*clientv3.Event, rev int64) int64 {
 // load reads every route under the prefix, at one revision, into the
 // cache, and returns that revision.
 func (r *Router) load(ctx context.Context) (int64, error) {
-	fresh := map[edge.Route]struct{}{}
+	fresh := map[router.Route]struct{}{}
 	key, end := r.prefix, clientv3.GetPrefixRangeEnd(r.prefix)
 	var rev int64
 	for {
@@ -196,8 +195,8 @@ func (r *Router) load(ctx context.Context) (int64, error) {
 }
 
 // allLocked returns every route in the cache.
-func (r *Router) allLocked() []edge.Route {
-	var all []edge.Route
+func (r *Router) allLocked() []router.Route {
+	var all []router.Route
 	for _, t := range *r.tables.Load() {
 		for _, name := range t.Names() {
 			all = append(all, t.Pool(name)...)
@@ -207,7 +206,7 @@ func (r *Router) allLocked() []edge.Route {
 }
 
 // addLocked adds rt, not in the cache, to it.
-func (r *Router) addLocked(rt edge.Route) {
+func (r *Router) addLocked(rt router.Route) {
 	if err := r.tableLocked(rt.Proto).Add(rt.Name, rt); err != nil {
 		r.log.Info("etcdrouter: bad route", "route", rt, "err", err)
 		return
@@ -216,19 +215,19 @@ func (r *Router) addLocked(rt edge.Route) {
 }
 
 // removeLocked removes rt from the cache.
-func (r *Router) removeLocked(rt edge.Route) {
+func (r *Router) removeLocked(rt router.Route) {
 	if t := (*r.tables.Load())[rt.Proto]; t != nil && t.Remove(rt.Name, rt) {
 		r.notifyLocked(rt, false)
 	}
 }
 
 // tableLocked returns the table of proto, adding it if need be.
-func (r *Router) tableLocked(proto string) *router.Table[edge.Route] {
+func (r *Router) tableLocked(proto string) *router.Table[router.Route] {
 	tables := *r.tables.Load()
 	if t := tables[proto]; t != nil {
 		return t
 	}
-	t := new(router.Table[edge.Route])
+	t := new(router.Table[router.Route])
 	tables = maps.Clone(tables)
 	tables[proto] = t
 	r.tables.Store(&tables)
@@ -268,7 +267,7 @@ func (r *Router) await(ctx context.Context, rev int64) error {
 // awaitGone waits until the cache holds no route with rt's key (its Proto,
 // Name, Edge, SessionID and TunnelID). etcd had none when asked: if the
 // cache has one, its deletion is on its way.
-func (r *Router) awaitGone(ctx context.Context, rt edge.Route) error {
+func (r *Router) awaitGone(ctx context.Context, rt router.Route) error {
 	for {
 		r.mu.Lock()
 		held, ch := r.cachedLocked(rt), r.revCh
@@ -287,7 +286,7 @@ func (r *Router) awaitGone(ctx context.Context, rt edge.Route) error {
 }
 
 // cachedLocked reports whether the cache holds a route with rt's key.
-func (r *Router) cachedLocked(rt edge.Route) bool {
+func (r *Router) cachedLocked(rt router.Route) bool {
 	t := (*r.tables.Load())[rt.Proto]
 	if t == nil {
 		return false

@@ -19,7 +19,7 @@ import (
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap"
 
-	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/router"
 	"github.com/tunnelkit/tunnelkit/router/etcdrouter/etcdtest"
 )
 
@@ -162,7 +162,7 @@ func (l *logBuffer) String() string {
 
 const callTimeout = 10 * time.Second
 
-func bind(t testing.TB, r *Router, rt edge.Route) {
+func bind(t testing.TB, r *Router, rt router.Route) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
@@ -171,13 +171,13 @@ func bind(t testing.TB, r *Router, rt edge.Route) {
 	}
 }
 
-func tryBind(r *Router, rt edge.Route) error {
+func tryBind(r *Router, rt router.Route) error {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	return r.Bind(ctx, rt)
 }
 
-func unbind(t testing.TB, r *Router, rt edge.Route, reserve time.Duration) {
+func unbind(t testing.TB, r *Router, rt router.Route, reserve time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
@@ -186,7 +186,7 @@ func unbind(t testing.TB, r *Router, rt edge.Route, reserve time.Duration) {
 	}
 }
 
-func lookup(t testing.TB, r *Router, proto, host string) []edge.Route {
+func lookup(t testing.TB, r *Router, proto, host string) []router.Route {
 	t.Helper()
 	routes, err := r.Lookup(context.Background(), proto, host)
 	if err != nil {
@@ -209,7 +209,7 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 }
 
 // sees reports whether r's Lookup(proto, host) returns exactly want.
-func sees(t testing.TB, r *Router, proto, host string, want ...edge.Route) func() bool {
+func sees(t testing.TB, r *Router, proto, host string, want ...router.Route) func() bool {
 	return func() bool {
 		got := lookup(t, r, proto, host)
 		if len(got) != len(want) {
@@ -225,7 +225,7 @@ func sees(t testing.TB, r *Router, proto, host string, want ...edge.Route) func(
 }
 
 // at returns rt as Lookup returns it from edge id: its Edge set.
-func at(rt edge.Route, id string) edge.Route {
+func at(rt router.Route, id string) router.Route {
 	rt.Edge = id
 	return rt
 }

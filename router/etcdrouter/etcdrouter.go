@@ -1,8 +1,8 @@
-// Package etcdrouter is an [edge.Router] over etcd, for edges that share one
+// Package etcdrouter is an [router.Router] over etcd, for edges that share one
 // name space: a name bound through one edge is owned cluster-wide, and every
 // edge looks it up.
 //
-// Bind and Unbind decide the ownership rules of the edge.Router contract in
+// Bind and Unbind decide the ownership rules of the router.Router contract in
 // etcd transactions, against every route and reservation in the store,
 // whichever edge bound them. Lookup never talks to etcd: each Router keeps a
 // cache of every route, loaded at start and kept current by a watch. Each
@@ -32,7 +32,7 @@
 //
 // While etcd cannot be reached, Lookup goes on answering from the cache,
 // and Bind and Unbind fail when their ctx ends, with errors that do not
-// wrap edge.ErrNameTaken. When etcd is back, the watch resumes (or the
+// wrap router.ErrNameTaken. When etcd is back, the watch resumes (or the
 // cache is loaded again); if this edge's lease expired meanwhile, the
 // Router grants a new one and binds this edge's routes again, under the
 // ownership rules: a route whose name another owner took meanwhile is
@@ -66,11 +66,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
-// Router is an [edge.Router], [edge.HealthReporter] and [edge.RouteWatcher]
+// Router is an [router.Router], [router.HealthReporter] and [router.RouteWatcher]
 // over etcd. Create one with New; it is safe for concurrent use.
 type Router struct {
 	client *clientv3.Client
@@ -89,17 +88,17 @@ type Router struct {
 
 	// The cache: every route in the store. Lookups read tables without a
 	// lock; mu serialises the writers and guards the fields after it.
-	tables   atomic.Pointer[map[string]*router.Table[edge.Route]] // by proto; replaced, never modified
+	tables   atomic.Pointer[map[string]*router.Table[router.Route]] // by proto; replaced, never modified
 	mu       sync.Mutex
 	rev      int64         // the store revision the cache reflects
 	revCh    chan struct{} // closed when rev advances
-	watchers map[*edge.RouteFeed]struct{}
+	watchers map[*router.RouteFeed]struct{}
 
 	// The routes bound through this Router, to bind again under a new
 	// lease if this edge's lease expires, and those whose Unbind failed,
 	// to retry. syncCh wakes the goroutine that does both.
 	ownMu   sync.Mutex
-	own     map[string]edge.Route    // by key
+	own     map[string]router.Route  // by key
 	pending map[string]pendingUnbind // by key
 	syncCh  chan struct{}            // buffered 1
 
@@ -149,9 +148,9 @@ const (
 var errClosed = fmt.Errorf("etcdrouter: %w", net.ErrClosed)
 
 var (
-	_ edge.Router         = (*Router)(nil)
-	_ edge.HealthReporter = (*Router)(nil)
-	_ edge.RouteWatcher   = (*Router)(nil)
+	_ router.Router         = (*Router)(nil)
+	_ router.HealthReporter = (*Router)(nil)
+	_ router.RouteWatcher   = (*Router)(nil)
 )
 
 // New grants this edge's lease, loads every route under cfg.Prefix into the
@@ -186,14 +185,14 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		ttl:      seconds(ttl),
 		log:      log,
 		revCh:    make(chan struct{}),
-		watchers: map[*edge.RouteFeed]struct{}{},
-		own:      map[string]edge.Route{},
+		watchers: map[*router.RouteFeed]struct{}{},
+		own:      map[string]router.Route{},
 		pending:  map[string]pendingUnbind{},
 		syncCh:   make(chan struct{}, 1),
 
 		testHookLeaseLost: cfg.testHookLeaseLost,
 	}
-	r.tables.Store(&map[string]*router.Table[edge.Route]{})
+	r.tables.Store(&map[string]*router.Table[router.Route]{})
 	r.lease.changed = make(chan struct{})
 	r.lease.bad = make(chan clientv3.LeaseID, 1)
 

@@ -12,20 +12,20 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/tunnelkit/tunnelkit/edge"
-	"github.com/tunnelkit/tunnelkit/edge/routertest"
+	"github.com/tunnelkit/tunnelkit/router"
 	"github.com/tunnelkit/tunnelkit/router/etcdrouter/etcdtest"
+	"github.com/tunnelkit/tunnelkit/router/routertest"
 )
 
-// TestRouterContract checks Router against the contract of edge.Router,
+// TestRouterContract checks Router against the contract of router.Router,
 // each router on a prefix of its own.
 func TestRouterContract(t *testing.T) {
-	routertest.Run(t, func(t *testing.T) edge.Router { return newRouter(t, Config{}) })
+	routertest.Run(t, func(t *testing.T) router.Router { return newRouter(t, Config{}) })
 }
 
 // change is a route bound or unbound, as WatchRoutes tells it.
 type change struct {
-	route edge.Route
+	route router.Route
 	bound bool
 }
 
@@ -36,7 +36,7 @@ func TestTwoEdges(t *testing.T) {
 	a := newRouter(t, Config{Prefix: prefix, Edge: "edge-a"})
 	b := newRouter(t, Config{Client: newClient(t, sharedEndpoint), Prefix: prefix, Edge: "edge-b"}) // through sockets
 	changes := make(chan change, 16)
-	stop := b.WatchRoutes(func(rt edge.Route, bound bool) { changes <- change{rt, bound} })
+	stop := b.WatchRoutes(func(rt router.Route, bound bool) { changes <- change{rt, bound} })
 	defer stop()
 	expectChange := func(want change) {
 		t.Helper()
@@ -50,7 +50,7 @@ func TestTwoEdges(t *testing.T) {
 		}
 	}
 
-	rt := edge.Route{Proto: "http", Name: "App.Example.Test", Identity: "alice", SessionID: "s1", TunnelID: "t1", Pool: true, AppProtocol: "h2c"}
+	rt := router.Route{Proto: "http", Name: "App.Example.Test", Identity: "alice", SessionID: "s1", TunnelID: "t1", Pool: true, AppProtocol: "h2c"}
 	bind(t, a, rt)
 	rt.Name = "app.example.test"
 	want := at(rt, "edge-a")
@@ -61,12 +61,12 @@ func TestTwoEdges(t *testing.T) {
 	expectChange(change{want, true})
 
 	// The name is alice's on either edge.
-	bob := edge.Route{Proto: "tls", Name: "x.app.example.test", Identity: "bob", SessionID: "s2", TunnelID: "t2"}
-	if err := tryBind(b, bob); !errors.Is(err, edge.ErrNameTaken) {
+	bob := router.Route{Proto: "tls", Name: "x.app.example.test", Identity: "bob", SessionID: "s2", TunnelID: "t2"}
+	if err := tryBind(b, bob); !errors.Is(err, router.ErrNameTaken) {
 		t.Fatalf("edge-b: Bind of a name under alice's, bound through edge-a = %v; want ErrNameTaken", err)
 	}
 	// Alice's pool grows through edge-b.
-	rb := edge.Route{Proto: "http", Name: "app.example.test", Identity: "alice", SessionID: "s3", TunnelID: "t3", Pool: true}
+	rb := router.Route{Proto: "http", Name: "app.example.test", Identity: "alice", SessionID: "s3", TunnelID: "t3", Pool: true}
 	bind(t, b, rb)
 	expectChange(change{at(rb, "edge-b"), true})
 	waitFor(t, callTimeout, "edge-a sees the pool of both edges", func() bool { return len(lookup(t, a, "http", "app.example.test")) == 2 })
@@ -78,14 +78,14 @@ func TestTwoEdges(t *testing.T) {
 	// A reservation made through edge-b holds on edge-a.
 	unbind(t, b, rb, time.Minute)
 	expectChange(change{at(rb, "edge-b"), false})
-	if err := tryBind(a, bob); !errors.Is(err, edge.ErrNameTaken) {
+	if err := tryBind(a, bob); !errors.Is(err, router.ErrNameTaken) {
 		t.Fatalf("edge-a: Bind of a name under alice's reservation made through edge-b = %v; want ErrNameTaken", err)
 	}
 	// edge-a's cache hears of edge-b's unbind through its watch.
 	waitFor(t, callTimeout, "edge-a's Lookup of the reserved name finds nothing", func() bool { return len(lookup(t, a, "http", "app.example.test")) == 0 })
 
 	// A route of another edge is not bound through this one.
-	if err := tryBind(a, at(bob, "edge-b")); err == nil || errors.Is(err, edge.ErrNameTaken) {
+	if err := tryBind(a, at(bob, "edge-b")); err == nil || errors.Is(err, router.ErrNameTaken) {
 		t.Fatalf("edge-a: Bind of a route with Edge edge-b = %v; want an error, not ErrNameTaken", err)
 	}
 }
@@ -99,8 +99,8 @@ func TestRaceAcrossEdges(t *testing.T) {
 	b := newRouter(t, Config{Client: newClient(t, sharedEndpoint), Prefix: prefix, Edge: "edge-b"}) // through sockets
 	for i := range 100 {
 		n := fmt.Sprintf("r%d.example.test", i)
-		ra := edge.Route{Proto: "http", Name: n, Identity: "alice", SessionID: "sa", TunnelID: fmt.Sprint(i)}
-		rb := edge.Route{Proto: "http", Name: n, Identity: "bob", SessionID: "sb", TunnelID: fmt.Sprint(i)}
+		ra := router.Route{Proto: "http", Name: n, Identity: "alice", SessionID: "sa", TunnelID: fmt.Sprint(i)}
+		rb := router.Route{Proto: "http", Name: n, Identity: "bob", SessionID: "sb", TunnelID: fmt.Sprint(i)}
 		switch i % 3 {
 		case 1: // one namespace for host names
 			rb.Proto = "tls"
@@ -116,7 +116,7 @@ func TestRaceAcrossEdges(t *testing.T) {
 		close(start)
 		wg.Wait()
 		for _, err := range []error{errA, errB} {
-			if err != nil && !errors.Is(err, edge.ErrNameTaken) {
+			if err != nil && !errors.Is(err, router.ErrNameTaken) {
 				t.Fatalf("round %d: Bind = %v; want success or ErrNameTaken", i, err)
 			}
 		}
@@ -149,8 +149,8 @@ func TestDeadEdge(t *testing.T) {
 	a := newRouter(t, Config{Client: cliA, Prefix: prefix, Edge: "edge-a", TTL: 2 * time.Second})
 	b := newRouter(t, Config{Prefix: prefix, Edge: "edge-b"})
 
-	live := edge.Route{Proto: "http", Name: "live.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t1"}
-	res := edge.Route{Proto: "tcp", Name: "20001", Identity: "alice", SessionID: "s1", TunnelID: "t2"}
+	live := router.Route{Proto: "http", Name: "live.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t1"}
+	res := router.Route{Proto: "tcp", Name: "20001", Identity: "alice", SessionID: "s1", TunnelID: "t2"}
 	bind(t, a, live)
 	bind(t, a, res)
 	const reserve = 6 * time.Second
@@ -162,12 +162,12 @@ func TestDeadEdge(t *testing.T) {
 	waitFor(t, 20*time.Second, "edge-b rid of the routes of edge-a, whose lease expired", sees(t, b, "http", "live.example.test"))
 	t.Logf("edge-a's routes vanished %v after it died (TTL 2s, etcd's minimum)", time.Since(killed).Round(time.Millisecond))
 
-	bobRes := edge.Route{Proto: "tcp", Name: "20001", Identity: "bob", SessionID: "s2", TunnelID: "t3"}
-	if err := tryBind(b, bobRes); !errors.Is(err, edge.ErrNameTaken) {
+	bobRes := router.Route{Proto: "tcp", Name: "20001", Identity: "bob", SessionID: "s2", TunnelID: "t3"}
+	if err := tryBind(b, bobRes); !errors.Is(err, router.ErrNameTaken) {
 		t.Fatalf("Bind of a port reserved for %v by a dead edge = %v; want ErrNameTaken until the reservation lapses", reserve, err)
 	}
 	waitFor(t, 20*time.Second, "the reservation of the dead edge lapsed", func() bool { return tryBind(b, bobRes) == nil })
-	if err := tryBind(b, edge.Route{Proto: "http", Name: "live.example.test", Identity: "bob", SessionID: "s2", TunnelID: "t4"}); err != nil {
+	if err := tryBind(b, router.Route{Proto: "http", Name: "live.example.test", Identity: "bob", SessionID: "s2", TunnelID: "t4"}); err != nil {
 		t.Fatalf("Bind of the name of a dead edge's route = %v", err)
 	}
 }
@@ -182,7 +182,7 @@ func TestOutage(t *testing.T) {
 	a := newRouter(t, Config{Client: newClient(t, endpoint), Edge: "edge-a"})
 	b := newRouter(t, Config{Client: newClient(t, endpoint), Prefix: a.prefix, Edge: "edge-b"})
 
-	r1 := edge.Route{Proto: "http", Name: "one.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t1"}
+	r1 := router.Route{Proto: "http", Name: "one.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t1"}
 	bind(t, a, r1)
 	waitFor(t, callTimeout, "edge-b sees edge-a's route", sees(t, b, "http", "one.example.test", at(r1, "edge-a")))
 
@@ -200,8 +200,8 @@ func TestOutage(t *testing.T) {
 	})
 	// While etcd is down, Binds and Unbinds fail when their ctx ends, and
 	// lookups answer from the caches all along.
-	r2 := edge.Route{Proto: "http", Name: "two.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t2"}
-	r3 := edge.Route{Proto: "tls", Name: "three.example.test", Identity: "bob", SessionID: "s3", TunnelID: "t3"}
+	r2 := router.Route{Proto: "http", Name: "two.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t2"}
+	r3 := router.Route{Proto: "tls", Name: "three.example.test", Identity: "bob", SessionID: "s3", TunnelID: "t3"}
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
 	took := make([]time.Duration, 3)
@@ -238,7 +238,7 @@ func TestOutage(t *testing.T) {
 		}
 	}
 	for i, err := range errs {
-		if err == nil || errors.Is(err, edge.ErrNameTaken) || !errors.Is(err, context.DeadlineExceeded) {
+		if err == nil || errors.Is(err, router.ErrNameTaken) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("etcd down: call %d = %v; want an error wrapping context.DeadlineExceeded, not ErrNameTaken", i, err)
 		}
 		t.Logf("etcd down: call %d failed after %v (ctx 2s): %v", i, took[i].Round(time.Millisecond), err)
@@ -261,7 +261,7 @@ func TestOutage(t *testing.T) {
 			t.Fatalf("after the outage: %s's Lookup = %+v; want the route bound before", r.edge, lookup(t, r, "http", "one.example.test"))
 		}
 	}
-	if err := tryBind(a, edge.Route{Proto: "http", Name: "three.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t4"}); !errors.Is(err, edge.ErrNameTaken) {
+	if err := tryBind(a, router.Route{Proto: "http", Name: "three.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t4"}); !errors.Is(err, router.ErrNameTaken) {
 		t.Fatalf("after the outage: Bind through edge-a of bob's name bound through edge-b = %v; want ErrNameTaken", err)
 	}
 }
@@ -280,8 +280,8 @@ func TestLeaseExpired(t *testing.T) {
 			<-resume
 		}})
 	b := newRouter(t, Config{Prefix: prefix, Edge: "edge-b"})
-	keep := edge.Route{Proto: "http", Name: "keep.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t1"}
-	taken := edge.Route{Proto: "http", Name: "taken.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t2"}
+	keep := router.Route{Proto: "http", Name: "keep.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t1"}
+	taken := router.Route{Proto: "http", Name: "taken.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t2"}
 	bind(t, a, keep)
 	bind(t, a, taken)
 	waitFor(t, callTimeout, "edge-b sees edge-a's route", sees(t, b, "http", "taken.example.test", at(taken, "edge-a")))
@@ -298,7 +298,7 @@ func TestLeaseExpired(t *testing.T) {
 		t.Fatal("edge-a did not notice its lease was gone")
 	}
 	waitFor(t, callTimeout, "edge-b rid of edge-a's routes", sees(t, b, "http", "keep.example.test"))
-	bobs := edge.Route{Proto: "tls", Name: "taken.example.test", Identity: "bob", SessionID: "s2", TunnelID: "t3"}
+	bobs := router.Route{Proto: "tls", Name: "taken.example.test", Identity: "bob", SessionID: "s2", TunnelID: "t3"}
 	bind(t, b, bobs)
 	close(resume)
 
@@ -313,7 +313,7 @@ func TestLeaseExpired(t *testing.T) {
 	// bob's route reaches edge-a's cache through its watch.
 	waitFor(t, callTimeout, "edge-a sees bob's route", sees(t, a, "tls", "taken.example.test", at(bobs, "edge-b")))
 	// The new lease holds: binding and unbinding go on.
-	more := edge.Route{Proto: "http", Name: "more.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t4"}
+	more := router.Route{Proto: "http", Name: "more.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t4"}
 	bind(t, a, more)
 	unbind(t, a, keep, 0)
 	waitFor(t, callTimeout, "edge-b sees edge-a's routes after the new lease", func() bool {
@@ -332,12 +332,12 @@ func TestReloadAfterCompaction(t *testing.T) {
 	a := newRouter(t, Config{Prefix: prefix, Edge: "edge-a"})
 	b := newRouter(t, Config{Client: newClient(t, proxy.endpoint()), Prefix: prefix, Edge: "edge-b", Logger: testLogger(t, logs)})
 	changes := make(chan change, 16)
-	stop := b.WatchRoutes(func(rt edge.Route, bound bool) { changes <- change{rt, bound} })
+	stop := b.WatchRoutes(func(rt router.Route, bound bool) { changes <- change{rt, bound} })
 	defer stop()
 
-	gone := edge.Route{Proto: "http", Name: "gone.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t1"}
-	stays := edge.Route{Proto: "tcp", Name: "20001", Identity: "alice", SessionID: "s1", TunnelID: "t2"}
-	comes := edge.Route{Proto: "tls", Name: "comes.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t3"}
+	gone := router.Route{Proto: "http", Name: "gone.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t1"}
+	stays := router.Route{Proto: "tcp", Name: "20001", Identity: "alice", SessionID: "s1", TunnelID: "t2"}
+	comes := router.Route{Proto: "tls", Name: "comes.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t3"}
 	bind(t, a, gone)
 	bind(t, a, stays)
 	for range 2 {
@@ -372,11 +372,11 @@ func TestReloadAfterCompaction(t *testing.T) {
 	}
 	for _, c := range []struct {
 		proto, host string
-		want        []edge.Route
+		want        []router.Route
 	}{
 		{"http", "gone.example.test", nil},
-		{"tcp", "20001", []edge.Route{at(stays, "edge-a")}},
-		{"tls", "comes.example.test", []edge.Route{at(comes, "edge-a")}},
+		{"tcp", "20001", []router.Route{at(stays, "edge-a")}},
+		{"tls", "comes.example.test", []router.Route{at(comes, "edge-a")}},
 	} {
 		if !sees(t, b, c.proto, c.host, c.want...)() {
 			t.Fatalf("after the reload: Lookup(%q, %q) = %+v; want %+v", c.proto, c.host, lookup(t, b, c.proto, c.host), c.want)
@@ -392,7 +392,7 @@ func TestReloadAfterCompaction(t *testing.T) {
 // a call wait for the cache to reach a revision it cannot see.
 func TestForeignWrites(t *testing.T) {
 	r := newRouter(t, Config{})
-	rt := edge.Route{Proto: "http", Name: "a.example.test", Identity: "alice", SessionID: "s", TunnelID: "1"}
+	rt := router.Route{Proto: "http", Name: "a.example.test", Identity: "alice", SessionID: "s", TunnelID: "1"}
 	bind(t, r, rt)
 	foreign := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
@@ -425,7 +425,7 @@ func TestForeignWrites(t *testing.T) {
 // progress, and Close ending every watch and goroutine.
 func TestWatchRoutes(t *testing.T) {
 	r := newRouter(t, Config{})
-	routes := []edge.Route{
+	routes := []router.Route{
 		{Proto: "http", Name: "a.example.test", Identity: "alice", SessionID: "s", TunnelID: "1"},
 		{Proto: "tcp", Name: "20001", Identity: "alice", SessionID: "s", TunnelID: "2"},
 	}
@@ -433,8 +433,8 @@ func TestWatchRoutes(t *testing.T) {
 		bind(t, r, rt)
 	}
 	replayed := make(chan change, 4)
-	stop := r.WatchRoutes(func(rt edge.Route, bound bool) { replayed <- change{rt, bound} })
-	seen := map[edge.Route]bool{}
+	stop := r.WatchRoutes(func(rt router.Route, bound bool) { replayed <- change{rt, bound} })
+	seen := map[router.Route]bool{}
 	for range routes {
 		c := <-replayed
 		seen[c.route] = c.bound
@@ -447,7 +447,7 @@ func TestWatchRoutes(t *testing.T) {
 
 	// stop waits for the call of f in progress.
 	inF, release := make(chan struct{}, 1), make(chan struct{})
-	stop2 := r.WatchRoutes(func(edge.Route, bool) {
+	stop2 := r.WatchRoutes(func(router.Route, bool) {
 		select {
 		case inF <- struct{}{}:
 			<-release
@@ -468,7 +468,7 @@ func TestWatchRoutes(t *testing.T) {
 	stop() // again: nothing
 
 	// Close ends the watches and every goroutine of the Router.
-	r.WatchRoutes(func(edge.Route, bool) {})
+	r.WatchRoutes(func(router.Route, bool) {})
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}

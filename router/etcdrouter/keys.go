@@ -5,7 +5,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // keys are the etcd keys and key prefixes that binding or unbinding a route
@@ -30,7 +30,7 @@ type keys struct {
 }
 
 // keysOf returns the keys of rt, whose Name is normalised and Edge set.
-func (r *Router) keysOf(rt edge.Route) keys {
+func (r *Router) keysOf(rt router.Route) keys {
 	base := strings.TrimPrefix(rt.Name, "*.")
 	ns := r.prefix + "host/"
 	if rt.Proto == "tcp" {
@@ -92,7 +92,7 @@ func (r *Router) isRoute(key string) bool {
 }
 
 // record is an entry's value: a route, or a reservation's Proto, Name and
-// Identity. Its fields are edge.Route's, in order, so that one converts to
+// Identity. Its fields are router.Route's, in order, so that one converts to
 // the other.
 type record struct {
 	Proto       string `json:"proto"`
@@ -105,17 +105,17 @@ type record struct {
 	AppProtocol string `json:"app_protocol,omitempty"`
 }
 
-func encode(rt edge.Route) string {
+func encode(rt router.Route) string {
 	b, _ := json.Marshal(record(rt)) // cannot fail: strings and a bool
 	return string(b)
 }
 
-func encodeReservation(rt edge.Route) string {
-	return encode(edge.Route{Proto: rt.Proto, Name: rt.Name, Identity: rt.Identity})
+func encodeReservation(rt router.Route) string {
+	return encode(router.Route{Proto: rt.Proto, Name: rt.Name, Identity: rt.Identity})
 }
 
-func decode(b []byte) (edge.Route, error) {
+func decode(b []byte) (router.Route, error) {
 	var rec record
 	err := json.Unmarshal(b, &rec)
-	return edge.Route(rec), err
+	return router.Route(rec), err
 }

@@ -7,10 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/router"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/tunnelkit/tunnelkit/edge"
 )
 
 // leaseState is this edge's lease, which its routes are attached to.
@@ -242,7 +241,7 @@ func (r *Router) rebind(id clientv3.LeaseID) bool {
 		}
 		cancel()
 		switch {
-		case errors.Is(err, edge.ErrNameTaken):
+		case errors.Is(err, router.ErrNameTaken):
 			r.ownMu.Lock()
 			delete(r.own, key)
 			r.ownMu.Unlock()

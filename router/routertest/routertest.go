@@ -1,11 +1,11 @@
-// Package routertest checks implementations of edge.Router against its
+// Package routertest checks implementations of router.Router against its
 // contract, as golang.org/x/net/nettest checks a net.Conn: the in-memory
-// edge.MemoryRouter and a router over a shared store run the same tests.
+// router.MemoryRouter and a router over a shared store run the same tests.
 //
 // Typical use, in the tests of an implementation:
 //
 //	func TestRouterContract(t *testing.T) {
-//		routertest.Run(t, func(t *testing.T) edge.Router {
+//		routertest.Run(t, func(t *testing.T) router.Router {
 //			r, err := mystore.NewRouter(mystore.Config{Prefix: t.Name()}) // empty
 //			if err != nil {
 //				t.Fatal(err)
@@ -15,11 +15,11 @@
 //		})
 //	}
 //
-// The tests check the contract written on edge.Router (its ownership rules
+// The tests check the contract written on router.Router (its ownership rules
 // 1 to 5 and what Lookup returns) and nothing an implementation is free to
 // choose: which names are valid, Route.Edge (always empty in the routes the
 // tests bind), the order of a pool's routes beyond round robin, the text of
-// errors beyond wrapping edge.ErrNameTaken. They bind valid host names under
+// errors beyond wrapping router.ErrNameTaken. They bind valid host names under
 // example.test, and tcp ports from 20001. A failure names the rule that was
 // broken; each subtest (EmptyRouter, Lookup, Ownership, Trees, TCPPorts,
 // Pools, Unbind, Reservations, Atomicity, ConcurrentLookups) can be run on
@@ -28,7 +28,7 @@
 // The reservations the tests wait out last 200ms; the wait polls Bind until
 // it succeeds, for up to 10s after the lapse, so the suite asserts on
 // outcomes, never on timing. Other reservations last a minute and are never
-// waited out. The suite runs in about a second against edge.MemoryRouter.
+// waited out. The suite runs in about a second against router.MemoryRouter.
 package routertest
 
 import (
@@ -40,13 +40,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // Run runs the contract's tests as subtests of t. newRouter returns a new,
 // empty router for each subtest, or for each case of a subtest with cases,
 // and registers its own cleanup with t.Cleanup.
-func Run(t *testing.T, newRouter func(t *testing.T) edge.Router) {
+func Run(t *testing.T, newRouter func(t *testing.T) router.Router) {
 	tests := []struct {
 		name string
 		fn   func(*testing.T, makeRouter)
@@ -67,7 +67,7 @@ func Run(t *testing.T, newRouter func(t *testing.T) edge.Router) {
 	}
 }
 
-type makeRouter = func(t *testing.T) edge.Router
+type makeRouter = func(t *testing.T) router.Router
 
 // The rules of the contract, as failure messages name them.
 const (
@@ -98,9 +98,9 @@ var serial atomic.Uint64
 
 // route returns a route of identity for proto and name, with a TunnelID and
 // SessionID of its own.
-func route(identity, proto, name string) edge.Route {
+func route(identity, proto, name string) router.Route {
 	n := serial.Add(1)
-	return edge.Route{
+	return router.Route{
 		Proto:     proto,
 		Name:      name,
 		Identity:  identity,
@@ -110,7 +110,7 @@ func route(identity, proto, name string) edge.Route {
 }
 
 // pooled is route with Pool set.
-func pooled(identity, proto, name string) edge.Route {
+func pooled(identity, proto, name string) router.Route {
 	r := route(identity, proto, name)
 	r.Pool = true
 	return r
@@ -119,7 +119,7 @@ func pooled(identity, proto, name string) edge.Route {
 // harness is a router under test and the test using it.
 type harness struct {
 	t *testing.T
-	r edge.Router
+	r router.Router
 }
 
 func newHarness(t *testing.T, newRouter makeRouter) *harness {
@@ -133,21 +133,21 @@ func newHarness(t *testing.T, newRouter makeRouter) *harness {
 
 // Bind calls the router's Bind with a timeout. Bind, Unbind and Lookup are
 // safe to call from any goroutine.
-func (h *harness) Bind(r edge.Route) error {
+func (h *harness) Bind(r router.Route) error {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	return h.r.Bind(ctx, r)
 }
 
 // Unbind calls the router's Unbind with a timeout.
-func (h *harness) Unbind(r edge.Route, reserve time.Duration) error {
+func (h *harness) Unbind(r router.Route, reserve time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	return h.r.Unbind(ctx, r, reserve)
 }
 
 // Lookup calls the router's Lookup with a timeout.
-func (h *harness) Lookup(proto, host string) ([]edge.Route, error) {
+func (h *harness) Lookup(proto, host string) ([]router.Route, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	return h.r.Lookup(ctx, proto, host)
@@ -155,26 +155,26 @@ func (h *harness) Lookup(proto, host string) ([]edge.Route, error) {
 
 // bind binds r; the test cannot go on if the router refuses it. rule says
 // why r must be accepted.
-func (h *harness) bind(rule string, r edge.Route) {
+func (h *harness) bind(rule string, r router.Route) {
 	h.t.Helper()
 	if err := h.Bind(r); err != nil {
 		h.t.Fatalf("%s: Bind(%s) = %v; want success", rule, desc(r), err)
 	}
 }
 
-// refuse binds r, which must fail with an error wrapping edge.ErrNameTaken
+// refuse binds r, which must fail with an error wrapping router.ErrNameTaken
 // under rule while the state described by while holds. It returns the error.
 // When the router accepts r, refuse reports it and unbinds r again, so that
 // the checks after it test what they mean to.
-func (h *harness) refuse(rule, while string, r edge.Route) error {
+func (h *harness) refuse(rule, while string, r router.Route) error {
 	h.t.Helper()
 	err := h.Bind(r)
 	switch {
 	case err == nil:
-		h.t.Errorf("%s: while %s, Bind(%s) succeeded; want an error wrapping edge.ErrNameTaken", rule, while, desc(r))
+		h.t.Errorf("%s: while %s, Bind(%s) succeeded; want an error wrapping router.ErrNameTaken", rule, while, desc(r))
 		h.unbind(r, 0)
-	case !errors.Is(err, edge.ErrNameTaken):
-		h.t.Errorf("%s: while %s, Bind(%s) = %v; want an error wrapping edge.ErrNameTaken", rule, while, desc(r), err)
+	case !errors.Is(err, router.ErrNameTaken):
+		h.t.Errorf("%s: while %s, Bind(%s) = %v; want an error wrapping router.ErrNameTaken", rule, while, desc(r), err)
 	case err.Error() == "":
 		h.t.Errorf("%s: while %s, Bind(%s) failed with an empty message", rule, while, desc(r))
 	}
@@ -182,7 +182,7 @@ func (h *harness) refuse(rule, while string, r edge.Route) error {
 }
 
 // unbind unbinds r; the test cannot go on if that fails.
-func (h *harness) unbind(r edge.Route, reserve time.Duration) {
+func (h *harness) unbind(r router.Route, reserve time.Duration) {
 	h.t.Helper()
 	if err := h.Unbind(r, reserve); err != nil {
 		h.t.Fatalf("Unbind(%s, %v) = %v; want nil", desc(r), reserve, err)
@@ -190,7 +190,7 @@ func (h *harness) unbind(r edge.Route, reserve time.Duration) {
 }
 
 // lookup looks host up; the test cannot go on if that fails.
-func (h *harness) lookup(proto, host string) []edge.Route {
+func (h *harness) lookup(proto, host string) []router.Route {
 	h.t.Helper()
 	routes, err := h.Lookup(proto, host)
 	if err != nil {
@@ -201,7 +201,7 @@ func (h *harness) lookup(proto, host string) []edge.Route {
 
 // expect checks that Lookup(proto, host) returns exactly want, in any order,
 // under rule.
-func (h *harness) expect(rule, proto, host string, want ...edge.Route) []edge.Route {
+func (h *harness) expect(rule, proto, host string, want ...router.Route) []router.Route {
 	h.t.Helper()
 	got := h.lookup(proto, host)
 	if !sameRoutes(got, want) {
@@ -218,7 +218,7 @@ func normalise(name string) string {
 
 // sameRoute reports whether got is want as Lookup must return it: every
 // field as bound, the Name normalised. Edge is the implementation's.
-func sameRoute(got, want edge.Route) bool {
+func sameRoute(got, want router.Route) bool {
 	return got.Proto == want.Proto &&
 		got.Name == normalise(want.Name) &&
 		got.TunnelID == want.TunnelID &&
@@ -228,7 +228,7 @@ func sameRoute(got, want edge.Route) bool {
 }
 
 // sameRoutes reports whether got and want hold the same routes, in any order.
-func sameRoutes(got, want []edge.Route) bool {
+func sameRoutes(got, want []router.Route) bool {
 	if len(got) != len(want) {
 		return false
 	}
@@ -267,7 +267,7 @@ func hostOf(pattern string) string {
 }
 
 // desc describes r in failure messages.
-func desc(r edge.Route) string {
+func desc(r router.Route) string {
 	s := fmt.Sprintf("%s %s %q (%s/%s)", r.Identity, r.Proto, r.Name, r.SessionID, r.TunnelID)
 	if r.Pool {
 		s += " pool"
@@ -275,7 +275,7 @@ func desc(r edge.Route) string {
 	return s
 }
 
-func descAll(routes []edge.Route) string {
+func descAll(routes []router.Route) string {
 	if len(routes) == 0 {
 		return "no routes"
 	}
@@ -287,6 +287,6 @@ func descAll(routes []edge.Route) string {
 }
 
 // holds describes the state of r bound, for refuse.
-func holds(r edge.Route) string {
+func holds(r router.Route) string {
 	return fmt.Sprintf("%s holds %s %q", r.Identity, r.Proto, r.Name)
 }

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // rounds is how many times each race of testAtomicity is run.
@@ -23,37 +23,37 @@ func testAtomicity(t *testing.T, newRouter makeRouter) {
 		rule string
 		// routes returns the racing routes of round i, one per identity,
 		// on names no earlier round used.
-		routes func(i int) []edge.Route
+		routes func(i int) []router.Route
 	}{
-		{"SameName", rule2, func(i int) []edge.Route {
+		{"SameName", rule2, func(i int) []router.Route {
 			n := fmt.Sprintf("r%d.example.test", i)
-			return []edge.Route{route("id0", "http", n), route("id1", "http", n), route("id2", "http", n), route("id3", "http", n)}
+			return []router.Route{route("id0", "http", n), route("id1", "http", n), route("id2", "http", n), route("id3", "http", n)}
 		}},
-		{"SameNameAllPooling", rule3, func(i int) []edge.Route {
+		{"SameNameAllPooling", rule3, func(i int) []router.Route {
 			n := fmt.Sprintf("r%d.example.test", i)
-			return []edge.Route{pooled("id0", "http", n), pooled("id1", "http", n), pooled("id2", "http", n), pooled("id3", "http", n)}
+			return []router.Route{pooled("id0", "http", n), pooled("id1", "http", n), pooled("id2", "http", n), pooled("id3", "http", n)}
 		}},
-		{"AcrossProtocols", rule1, func(i int) []edge.Route {
+		{"AcrossProtocols", rule1, func(i int) []router.Route {
 			n := fmt.Sprintf("r%d.example.test", i)
-			return []edge.Route{route("id0", "http", n), route("id1", "tls", n), route("id2", "https", n), pooled("id3", "tls", n)}
+			return []router.Route{route("id0", "http", n), route("id1", "tls", n), route("id2", "https", n), pooled("id3", "tls", n)}
 		}},
-		{"WildcardAndNameUnder", rule2, func(i int) []edge.Route {
-			return []edge.Route{
+		{"WildcardAndNameUnder", rule2, func(i int) []router.Route {
+			return []router.Route{
 				route("id0", "http", fmt.Sprintf("*.r%d.example.test", i)),
 				route("id1", "http", fmt.Sprintf("x.r%d.example.test", i)),
 			}
 		}},
-		{"Tree", rule1 + " and " + rule2, func(i int) []edge.Route {
-			return []edge.Route{
+		{"Tree", rule1 + " and " + rule2, func(i int) []router.Route {
+			return []router.Route{
 				route("id0", "http", fmt.Sprintf("*.r%d.example.test", i)),
 				route("id1", "tls", fmt.Sprintf("x.r%d.example.test", i)),
 				route("id2", "https", fmt.Sprintf("r%d.example.test", i)),
 				route("id3", "http", fmt.Sprintf("*.a.x.r%d.example.test", i)),
 			}
 		}},
-		{"TCPPort", ruleTCP, func(i int) []edge.Route {
+		{"TCPPort", ruleTCP, func(i int) []router.Route {
 			n := fmt.Sprint(20001 + i)
-			return []edge.Route{route("id0", "tcp", n), route("id1", "tcp", n), route("id2", "tcp", n)}
+			return []router.Route{route("id0", "tcp", n), route("id1", "tcp", n), route("id2", "tcp", n)}
 		}},
 	}
 	for _, race := range races {
@@ -63,13 +63,13 @@ func testAtomicity(t *testing.T, newRouter makeRouter) {
 			for i := range rounds {
 				routes := race.routes(i)
 				errs := bindAtOnce(h, routes)
-				var won []edge.Route
+				var won []router.Route
 				for j, err := range errs {
 					switch {
 					case err == nil:
 						won = append(won, routes[j])
-					case !errors.Is(err, edge.ErrNameTaken):
-						t.Fatalf("%s: round %d: Bind(%s) = %v; want success or an error wrapping edge.ErrNameTaken", rule, i, desc(routes[j]), err)
+					case !errors.Is(err, router.ErrNameTaken):
+						t.Fatalf("%s: round %d: Bind(%s) = %v; want success or an error wrapping router.ErrNameTaken", rule, i, desc(routes[j]), err)
 					}
 				}
 				if len(won) != 1 {
@@ -94,7 +94,7 @@ func testAtomicity(t *testing.T, newRouter makeRouter) {
 		h := newHarness(t, newRouter)
 		for i := range rounds / 4 {
 			name := fmt.Sprintf("p%d.example.test", i)
-			routes := make([]edge.Route, 8)
+			routes := make([]router.Route, 8)
 			for j := range routes {
 				routes[j] = pooled(alice, "http", name)
 			}
@@ -111,7 +111,7 @@ func testAtomicity(t *testing.T, newRouter makeRouter) {
 
 // bindAtOnce binds routes from a goroutine each, released together, and
 // returns their errors.
-func bindAtOnce(h *harness, routes []edge.Route) []error {
+func bindAtOnce(h *harness, routes []router.Route) []error {
 	errs := make([]error, len(routes))
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -162,7 +162,7 @@ func testConcurrentLookups(t *testing.T, newRouter makeRouter) {
 			t.Errorf(format, args...)
 		}
 	}
-	bound := make([][]edge.Route, len(identities))
+	bound := make([][]router.Route, len(identities))
 	for w, id := range identities {
 		writers.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(w), 1))
@@ -187,10 +187,10 @@ func testConcurrentLookups(t *testing.T, newRouter makeRouter) {
 				switch err := h.Bind(r); {
 				case err == nil:
 					bound[w] = append(bound[w], r)
-				case errors.Is(err, edge.ErrNameTaken):
+				case errors.Is(err, router.ErrNameTaken):
 					refused.Store(r.TunnelID, true)
 				default:
-					fail("Bind(%s) = %v; want success or an error wrapping edge.ErrNameTaken", desc(r), err)
+					fail("Bind(%s) = %v; want success or an error wrapping router.ErrNameTaken", desc(r), err)
 					return
 				}
 			}
@@ -225,7 +225,7 @@ func testConcurrentLookups(t *testing.T, newRouter makeRouter) {
 	seen.Range(func(id, _ any) bool {
 		if _, ok := refused.Load(id); ok {
 			r, _ := attempted.Load(id)
-			t.Errorf("%s: a concurrent Lookup returned %s, whose Bind failed", rule5, desc(r.(edge.Route)))
+			t.Errorf("%s: a concurrent Lookup returned %s, whose Bind failed", rule5, desc(r.(router.Route)))
 		}
 		return true
 	})
@@ -247,14 +247,14 @@ func testConcurrentLookups(t *testing.T, newRouter makeRouter) {
 // Lookup(proto, host), naming the rule broken, or "": they must be of
 // proto, of one pattern matching host and of one identity, each as its
 // identity bound it.
-func inconsistent(attempted *sync.Map, proto, host string, routes []edge.Route) string {
+func inconsistent(attempted *sync.Map, proto, host string, routes []router.Route) string {
 	for _, r := range routes {
 		a, ok := attempted.Load(r.TunnelID)
 		switch {
 		case !ok:
 			return fmt.Sprintf("Lookup: %s was never bound", desc(r))
-		case !sameRoute(r, a.(edge.Route)):
-			return fmt.Sprintf("Lookup: %s is not the route bound, %s", desc(r), desc(a.(edge.Route)))
+		case !sameRoute(r, a.(router.Route)):
+			return fmt.Sprintf("Lookup: %s is not the route bound, %s", desc(r), desc(a.(router.Route)))
 		case r.Proto != proto:
 			return fmt.Sprintf("Lookup (routes of proto only): %s is of another proto", desc(r))
 		case !covers(r.Name, host):

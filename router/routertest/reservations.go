@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // Reservations that the tests never wait out last long; those they wait
@@ -63,7 +63,7 @@ func testReservations(t *testing.T, newRouter makeRouter) {
 
 	// The identity binds it again with Pool, whatever the route that went
 	// had asked; routes asking to pool join it.
-	for _, was := range []edge.Route{route(alice, "http", "pool1.example.test"), pooled(alice, "http", "pool2.example.test")} {
+	for _, was := range []router.Route{route(alice, "http", "pool1.example.test"), pooled(alice, "http", "pool2.example.test")} {
 		h.bind("a free name", was)
 		h.unbind(was, longReserve)
 		p1, p2 := pooled(alice, "http", was.Name), pooled(alice, "http", was.Name)
@@ -84,7 +84,7 @@ func testReservations(t *testing.T, newRouter makeRouter) {
 	h.unbind(l1, shortReserve)
 	h.unbind(l2, shortReserve)
 	lapse := time.Now().Add(shortReserve)
-	want := []edge.Route{
+	want := []router.Route{
 		route(bob, "http", "lapse.example.test"),
 		route(bob, "tls", "x.lapse2.example.test"),
 	}
@@ -97,19 +97,19 @@ func testReservations(t *testing.T, newRouter makeRouter) {
 // awaitBinds binds each of routes, which another identity's reservation
 // ending at lapse holds off, polling until the router accepts it. It fails
 // the test when one is still refused lapseGrace after lapse.
-func awaitBinds(h *harness, lapse time.Time, routes []edge.Route) {
+func awaitBinds(h *harness, lapse time.Time, routes []router.Route) {
 	h.t.Helper()
 	deadline := lapse.Add(lapseGrace)
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
 	pending := routes
 	for {
-		var still []edge.Route
+		var still []router.Route
 		for _, r := range pending {
 			err := h.Bind(r)
 			switch {
 			case err == nil:
-			case errors.Is(err, edge.ErrNameTaken):
+			case errors.Is(err, router.ErrNameTaken):
 				still = append(still, r)
 			default:
 				h.t.Fatalf("%s: Bind(%s) = %v; want success, or ErrNameTaken until the reservation lapses", rule4, desc(r), err)

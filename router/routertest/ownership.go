@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // testOwnership checks that a host name has one owner whatever the
@@ -153,11 +153,11 @@ func testTrees(t *testing.T, newRouter makeRouter) {
 // lookupWant returns the routes Lookup(protoB, hostOf(other)) must find after
 // bob was refused other while alice holds held (her route a) over protoA:
 // a when a's pattern is the most specific of protoB matching that host.
-func lookupWant(protoA, protoB, held, other string, a edge.Route) []edge.Route {
+func lookupWant(protoA, protoB, held, other string, a router.Route) []router.Route {
 	if protoA != protoB || !covers(normalise(held), hostOf(normalise(other))) {
 		return nil
 	}
-	return []edge.Route{a}
+	return []router.Route{a}
 }
 
 // testTCPPorts checks that tcp ports are a namespace of their own: only the

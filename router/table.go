@@ -1,31 +1,6 @@
-// Package router is a routing table from host names to pools of backends.
-//
-// A [Table] maps exact names ("app.example.test") and wildcards
-// ("*.example.test") to one or more backends of any comparable type: an
-// address string for an L4 proxy, a session for a tunnel edge. Lookups are
-// case-insensitive, ignore one trailing dot, prefer an exact name to a
-// wildcard and a longer wildcard to a shorter one. Backends of a name are
-// handed out round robin; a backend the caller reports as failed is skipped
-// for [Table.Cooldown] and then tried again.
-//
-// Typical use, with failover past a backend that refuses:
-//
-//	var t router.Table[string]
-//	t.Add("app.example.test", "127.0.0.1:9001")
-//	t.Add("app.example.test", "127.0.0.1:9002")
-//	for addr := range t.Backends("APP.example.test.") {
-//		c, err := net.Dial("tcp", addr)
-//		if err != nil {
-//			t.Fail(addr) // skipped by later lookups for a while
-//			continue
-//		}
-//		// use c
-//		break
-//	}
-//
-// Reads take no lock: each name's pool of backends is immutable, replaced as
-// a whole by writers, which are serialised. A write costs the size of the one
-// pool it changes, not the size of the table.
+// Table: a routing table from host names to pools of backends, the lookup
+// structure under MemoryRouter and any Router that keeps a local cache.
+
 package router
 
 import (

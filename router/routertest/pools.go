@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // testPools checks rule 3: routes of one identity share a name only when
@@ -21,7 +21,7 @@ func testPools(t *testing.T, newRouter makeRouter) {
 	var msgs []string
 	for _, c := range []struct {
 		rule string
-		r    edge.Route
+		r    router.Route
 	}{
 		{rule3 + ": the new route did not ask to share", route(alice, "http", name)},
 		{rule3 + ": a pool is one identity's (another owner)", pooled(bob, "http", name)},
@@ -46,7 +46,7 @@ func testPools(t *testing.T, newRouter makeRouter) {
 	h.bind("a free name", s)
 	for _, c := range []struct {
 		rule string
-		r    edge.Route
+		r    router.Route
 	}{
 		{rule3 + ": the existing route did not ask to share", pooled(alice, "http", solo)},
 		{rule3 + ": neither route asked to share", route(alice, "http", solo)},
@@ -72,7 +72,7 @@ func testPools(t *testing.T, newRouter makeRouter) {
 // start with each of them once: round robin.
 func checkRoundRobin(h *harness, proto, host string, n int) {
 	h.t.Helper()
-	var firsts []edge.Route
+	var firsts []router.Route
 	for range 3 * n {
 		routes := h.lookup(proto, host)
 		if len(routes) != n {
@@ -111,7 +111,7 @@ func testUnbind(t *testing.T, newRouter makeRouter) {
 	h.expect(ruleUnbind+": unbinding an absent route removes nothing", "http", name, p2)
 
 	// Only the route with r's Proto, Name, SessionID and TunnelID goes.
-	for _, r := range []edge.Route{
+	for _, r := range []router.Route{
 		{Proto: p2.Proto, Name: p2.Name, SessionID: p2.SessionID, TunnelID: "other-tunnel", Identity: alice},
 		{Proto: p2.Proto, Name: p2.Name, SessionID: "other-session", TunnelID: p2.TunnelID, Identity: alice},
 		{Proto: "tls", Name: p2.Name, SessionID: p2.SessionID, TunnelID: p2.TunnelID, Identity: alice},

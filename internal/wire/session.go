@@ -1,0 +1,205 @@
+package wire
+
+import (
+	"encoding/binary"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"golang.ngrok.com/muxado/v2"
+	"golang.ngrok.com/muxado/v2/frame"
+)
+
+// Session is a muxado session whose streams can be reset: closed at once,
+// even while a write of theirs waits for the peer's window.
+//
+// muxado v2.0.2 has no reset a user can send: Stream.Close half-closes
+// first, and that waits for the stream's write lock, which a Write holds
+// while it waits for window; a peer that stopped reading (an app that
+// answered without reading an upload) so holds Close forever. A Session
+// resets a stream by writing, through its framer, a RST for the stream and
+// then an empty DATA frame for it. The RST ends the stream at the peer; the
+// DATA frame, arriving for a stream the peer no longer has, makes the peer
+// answer with a RST of its own (every muxado v2 peer does), which ends the
+// stream here, failing the write that waited. Both frames are muxado's own,
+// so the peer needs nothing of this package.
+type Session struct {
+	muxado.Session
+	fr *framer
+	wg sync.WaitGroup // resets under way
+}
+
+// NewSession starts a muxado session on conn, as the client (the agent) or
+// the server (the edge), with streams of window bytes.
+func NewSession(conn net.Conn, window uint32, client bool) *Session {
+	s := &Session{}
+	cfg := &muxado.Config{
+		MaxWindowSize: window,
+		NewFramer: func(r io.Reader, w io.Writer) frame.Framer {
+			s.fr = newFramer(r, w, windowHold)
+			return s.fr
+		},
+	}
+	if client {
+		s.Session = muxado.Client(conn, cfg)
+	} else {
+		s.Session = muxado.Server(conn, cfg)
+	}
+	return s
+}
+
+// OpenStream opens a stream; see muxado's. Like every muxado stream, the
+// peer sees it only once its first non-empty write is sent.
+func (s *Session) OpenStream() (*Stream, error) {
+	st, err := s.Session.OpenStream()
+	if err != nil {
+		return nil, err
+	}
+	return &Stream{Stream: st, sess: s}, nil
+}
+
+// AcceptStream returns the next stream the peer opened.
+func (s *Session) AcceptStream() (*Stream, error) {
+	st, err := s.Session.AcceptStream()
+	if err != nil {
+		return nil, err
+	}
+	return &Stream{Stream: st, sess: s}, nil
+}
+
+// Close closes the session, which fails every stream, and waits for the
+// resets under way.
+func (s *Session) Close() error {
+	err := s.Session.Close()
+	s.wg.Wait()
+	return err
+}
+
+// resetFrames is what a reset writes: a RST for the stream, and an empty
+// DATA frame (no flags) for it, which the peer answers with a RST.
+func resetFrames(id uint32) []byte {
+	b := make([]byte, rstSize+headerSize)
+	putHeader(b, 4, frame.TypeRst, 0, frame.StreamId(id))
+	binary.BigEndian.PutUint32(b[headerSize:], uint32(muxado.StreamCancelled))
+	putHeader(b[rstSize:], 0, frame.TypeData, 0, frame.StreamId(id))
+	return b
+}
+
+// reset ends st without waiting for its writers: its reads fail at once;
+// the peer is told, and its answer fails a write that waits for window.
+// The stream is then closed, in a goroutine Close waits for: a reset
+// whose peer never answers ends with the session.
+func (s *Session) reset(st muxado.Stream) {
+	st.SetReadDeadline(time.Unix(1, 0))
+	s.wg.Go(func() {
+		s.fr.inject(resetFrames(st.Id()))
+		st.Close()
+	})
+}
+
+// Stream is a stream of a Session: a muxado stream whose Close never waits
+// behind a write stalled for window (it resets the stream instead), and
+// which can be reset.
+type Stream struct {
+	muxado.Stream
+	sess *Session
+
+	mu      sync.Mutex
+	writers int  // Write and CloseWrite calls under way
+	closed  bool // Close or Reset was called
+}
+
+var _ net.Conn = (*Stream)(nil)
+
+// errStreamClosed is a Write after Close or Reset.
+var errStreamClosed = &net.OpError{Op: "write", Net: "muxado", Err: net.ErrClosed}
+
+// enter counts a writer in, unless the stream was closed.
+func (st *Stream) enter() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return false
+	}
+	st.writers++
+	return true
+}
+
+func (st *Stream) leave() {
+	st.mu.Lock()
+	st.writers--
+	st.mu.Unlock()
+}
+
+// Write writes b; see muxado. It fails at once after Close or Reset.
+func (st *Stream) Write(b []byte) (int, error) {
+	if !st.enter() {
+		return 0, errStreamClosed
+	}
+	defer st.leave()
+	return st.Stream.Write(b)
+}
+
+// CloseWrite half-closes the stream: the peer reads EOF once it read what
+// was written.
+func (st *Stream) CloseWrite() error {
+	if !st.enter() {
+		return errStreamClosed
+	}
+	defer st.leave()
+	return st.Stream.CloseWrite()
+}
+
+// SetWriteDeadline sets the deadline of later writes. muxado applies it
+// only while a write hands its frame to the session, never while it waits
+// for window; it is left as it is while a write is under way (muxado would
+// wait for that write to end).
+func (st *Stream) SetWriteDeadline(t time.Time) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed || st.writers > 0 {
+		return nil
+	}
+	return st.Stream.SetWriteDeadline(t)
+}
+
+// SetDeadline sets the read and write deadlines (see SetWriteDeadline).
+func (st *Stream) SetDeadline(t time.Time) error {
+	st.Stream.SetReadDeadline(t)
+	return st.SetWriteDeadline(t)
+}
+
+// Close closes the stream: at once when no write is under way (the peer
+// reads EOF, and a later write of the peer's is answered with a reset),
+// else it resets it. It never waits for the peer. Calling it again does
+// nothing.
+func (st *Stream) Close() error {
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return nil
+	}
+	st.closed = true
+	busy := st.writers > 0
+	st.mu.Unlock()
+	if busy {
+		st.sess.reset(st.Stream)
+		return nil
+	}
+	return st.Stream.Close()
+}
+
+// Reset ends the stream at once, both ways, telling the peer that it was
+// cut short rather than ended: the peer's reads and writes fail. Calling
+// it after Close or again does nothing.
+func (st *Stream) Reset() {
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return
+	}
+	st.closed = true
+	st.mu.Unlock()
+	st.sess.reset(st.Stream)
+}

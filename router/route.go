@@ -1,0 +1,138 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Route is an endpoint an agent bound: where public traffic for a name goes.
+// It is plain data, so a Router can keep it in a shared store and a Dialer
+// can reach an agent held by another edge.
+type Route struct {
+	Proto string // "http", "https", "tls" or "tcp"
+	// Name is the public host name or wildcard of an HTTP or TLS endpoint
+	// ("abc.example.test", "*.abc.example.test"), or the port of a TCP
+	// endpoint in decimal ("20001").
+	Name      string
+	TunnelID  string // the endpoint within its session
+	SessionID string // the agent session that bound it
+	Identity  string // who owns Name: the agent's authenticated identity
+	Edge      string // the edge holding the session; empty: this one
+	// Pool asks Bind to add r beside the routes the same identity already
+	// has for Name, rather than fail with ErrNameTaken.
+	Pool bool
+	// AppProtocol is what the edge speaks to the app of an http or https
+	// route: "" for HTTP/1.1, "h2c" for HTTP/2 with prior knowledge.
+	AppProtocol string
+}
+
+// RouteKey identifies a route within its Proto and Name: the edge, the
+// session and the endpoint of the session it belongs to.
+type RouteKey struct{ Edge, Session, Tunnel string }
+
+// Key returns r's RouteKey.
+func (r Route) Key() RouteKey { return RouteKey{r.Edge, r.SessionID, r.TunnelID} }
+
+// Router decides where public traffic goes, and who owns which name. An
+// edge calls Bind and Unbind as agents bind and release endpoints (and
+// Unbind for each of a session's routes when it ends), and Lookup for every
+// public connection or request. A control plane implements it against its
+// own store; it must be safe for concurrent use. The package
+// router/routertest checks an implementation against this contract.
+//
+// Names. A route's Name is a host name pattern for the protocols that route
+// by host name (http, https, tls): "abc.example.test", or a wildcard
+// "*.abc.example.test" that matches one or more labels in front of
+// abc.example.test. For tcp it is the port in decimal. A pattern's base is
+// the pattern without its "*." prefix. Names are compared in lower case
+// without a trailing dot.
+//
+// Ownership. Every route and every reservation belongs to an identity (the
+// agent's authenticated identity, Route.Identity). Bind must decide these
+// rules atomically, against every route and reservation in the store,
+// whichever edge bound them:
+//
+//  1. One namespace for host names. http, https and tls share one
+//     namespace: a host name has one owner whatever the protocol, and the
+//     owner may hold it over several protocols at once. TCP ports are a
+//     namespace of their own.
+//  2. A name owns its tree. A pattern stands for its base and every name
+//     under it. Bind of r fails with ErrNameTaken when a route or
+//     reservation of another identity has a base equal to r's base, above
+//     it (a suffix of it at a label boundary) or below it. So while A holds
+//     "*.w.example.test", nobody else binds "x.w.example.test",
+//     "w.example.test" or "*.x.w.example.test"; while A holds
+//     "abc.example.test", nobody else binds "*.abc.example.test" or
+//     "x.abc.example.test"; and A cannot bind "*.example.test" while B holds
+//     "x.example.test". Within its own trees an identity binds freely. For
+//     tcp, only the same port conflicts.
+//  3. Pools by consent. When r's identity already has routes for the same
+//     Proto and Name, Bind adds r beside them only when those routes and r
+//     all have Pool set; otherwise it fails with ErrNameTaken, with a
+//     message saying which side did not ask to share.
+//  4. Reservations. Unbind(r, reserve) with reserve > 0, of the last route
+//     of r.Proto and r.Name, leaves that name reserved for r.Identity for
+//     reserve: it counts as held by r.Identity under rule 2, has no routes
+//     (Lookup finds nothing), and r.Identity binds it again with or without
+//     Pool, which ends the reservation. A lapsed reservation is gone.
+//  5. Atomicity. Of Binds racing for conflicting names on behalf of
+//     different identities, exactly one succeeds, every time.
+//
+// Lookup(proto, host) finds the routes of the most specific pattern of proto
+// matching host (an exact name before any wildcard, a longer wildcard before
+// a shorter one), in the order to try them: round robin over a pool, with
+// routes reported as failing last.
+//
+// The edge, not the Router, decides which names are valid and may be asked
+// for at all (under its domain; catch-all wildcards only when allowed), and
+// the limits per session.
+//
+// A shared store can decide a Bind in one transaction: keep a key per
+// namespace and base holding its owner, its labels reversed
+// ("test.example.abc.") so that a tree is a key prefix; read the keys of the
+// base's ancestors (one per label) and the range of its tree, check the
+// rules, and write only if none of the keys read changed since (in etcd, one
+// Txn comparing the ModRevision of each ancestor key and of the tree's
+// prefix range with the revision read). A reservation is a key with a lease
+// of its own, so that it outlives the edge that made it.
+type Router interface {
+	// Bind adds r, or fails with an error wrapping ErrNameTaken under the
+	// ownership rules above. A route is known by its Proto, Name, Edge,
+	// SessionID and TunnelID: binding one that is bound already does
+	// nothing.
+	Bind(ctx context.Context, r Route) error
+	// Unbind removes the route with r's Proto, Name, Edge, SessionID and
+	// TunnelID; removing an absent route is not an error. When it was the
+	// last route of its Proto and Name and reserve is positive, the name
+	// stays reserved for r.Identity for that long (rule 4).
+	Unbind(ctx context.Context, r Route, reserve time.Duration) error
+	// Lookup returns the routes for proto and host, in the order to try
+	// them. No route is an empty slice and a nil error.
+	Lookup(ctx context.Context, proto, host string) ([]Route, error)
+}
+
+// HealthReporter is implemented by Routers that want to hear how reaching
+// a route's agent went, to try failing routes after the others: the edge
+// calls Fail when its Dialer could not reach a route's agent, and Succeed
+// each time it did. Both must be cheap (they are called on the request
+// path, so a shared store's Router keeps this state locally) and safe for
+// concurrent use.
+type HealthReporter interface {
+	Fail(Route)
+	Succeed(Route)
+}
+
+// RouteWatcher is implemented by Routers shared between edges. WatchRoutes
+// calls f with every route that exists when it is called (bound true), then
+// with each route bound or unbound anywhere in the cluster afterwards, in
+// order, from one goroutine at a time, until stop is called. An edge uses
+// it to listen on the ports of TCP endpoints whose agents are held by other
+// edges.
+type RouteWatcher interface {
+	WatchRoutes(f func(r Route, bound bool)) (stop func())
+}
+
+// ErrNameTaken is returned, wrapped, by Router.Bind for a route that breaks
+// the ownership rules.
+var ErrNameTaken = errors.New("router: name taken")
