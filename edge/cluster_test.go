@@ -42,7 +42,7 @@ func startCluster(t testing.TB, rt router.Router, hosts ...string) []*clusterEdg
 			Domain:        "example.test",
 			HTTPPort:      portOf(httpLn),
 			TLSPort:       portOf(tlsLn),
-			Router: rt,
+			Router:        rt,
 			TCPPorts:      edge.PortRange{Min: 1024, Max: 65535},
 			TCPListenHost: host,
 		}

@@ -18,7 +18,7 @@
 //     proxy's SNI table) and under MemoryRouter.
 //   - [RouteFeed]: delivers route changes to a RouteWatcher's callback.
 //
-// Tables.
+// # Tables
 //
 // A [Table] maps exact names ("app.example.test") and wildcards
 // ("*.example.test") to one or more backends of any comparable type: an
