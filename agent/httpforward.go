@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/tunnelkit/tunnelkit/internal/pipe"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 )
 
@@ -116,7 +117,7 @@ func newHTTPProxy(f *Forwarder, proto string) *httpProxy {
 		Rewrite:       p.rewrite,
 		Transport:     p.transport,
 		FlushInterval: -1,
-		BufferPool:    buffers{},
+		BufferPool:    pipe.ProxyBuffers,
 		ErrorLog:      slog.NewLogLogger(p.logger.Handler(), slog.LevelDebug),
 		ErrorHandler:  p.proxyError,
 	}
@@ -440,24 +441,6 @@ func (c *upgradedConn) Close() error {
 }
 
 func (c *upgradedConn) end() { c.doneOnce.Do(func() { close(c.done) }) }
-
-// bufSize is the size of the buffers that response bodies are copied
-// through.
-const bufSize = 32 << 10
-
-var bufferPool = sync.Pool{New: func() any { return new([bufSize]byte) }}
-
-// buffers is ReverseProxy's BufferPool: arrays rather than slices, so that
-// Put allocates nothing.
-type buffers struct{}
-
-func (buffers) Get() []byte { return bufferPool.Get().(*[bufSize]byte)[:] }
-
-func (buffers) Put(b []byte) {
-	if len(b) == bufSize {
-		bufferPool.Put((*[bufSize]byte)(b))
-	}
-}
 
 // printable is wire.Printable without a copy for the common string that
 // needs no change.

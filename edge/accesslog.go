@@ -10,29 +10,25 @@ import (
 )
 
 // accessWriter keeps what an access log line and the Observer say of a
-// response.
+// response: the status the client got, and the bytes each way.
 type accessWriter struct {
 	http.ResponseWriter
 	start  time.Time
-	status int
-	bytes  int64
-	in     atomic.Int64 // bytes of the request body read (by the proxy's writer)
+	status int          // the final status written; 101 for a switched protocol
+	out    atomic.Int64 // bytes of the response body (or upgraded connection) to the client
+	in     atomic.Int64 // bytes of the request body (or upgraded connection) from the client
 }
 
-// countedBody counts the bytes read from a request body.
-type countedBody struct {
-	io.ReadCloser
-	n *atomic.Int64
-}
-
-func (b *countedBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	b.n.Add(int64(n))
-	return n, err
+func newAccessWriter(w http.ResponseWriter, r *http.Request) *accessWriter {
+	a := &accessWriter{ResponseWriter: w, start: time.Now()}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = &countedBody{ReadCloser: r.Body, n: &a.in}
+	}
+	return a
 }
 
 func (a *accessWriter) WriteHeader(code int) {
-	if a.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
+	if a.status == 0 && code >= 200 {
 		a.status = code
 	}
 	a.ResponseWriter.WriteHeader(code)
@@ -43,9 +39,13 @@ func (a *accessWriter) Write(p []byte) (int, error) {
 		a.status = http.StatusOK
 	}
 	n, err := a.ResponseWriter.Write(p)
-	a.bytes += int64(n)
+	a.out.Add(int64(n))
 	return n, err
 }
+
+// upgraded notes a switched protocol: ReverseProxy writes the 101 on the
+// hijacked connection, past the ResponseWriter.
+func (a *accessWriter) upgraded() { a.status = http.StatusSwitchingProtocols }
 
 // Unwrap lets http.ResponseController reach the connection (flushes,
 // deadlines, hijacking).
@@ -64,7 +64,7 @@ func (s *Server) endAccess(a *accessWriter, r *http.Request) {
 		status = http.StatusOK // what net/http sends for a handler that wrote nothing
 	}
 	s.obs().Request(proto, status, d)
-	s.obs().Bytes(proto, a.in.Load(), a.bytes)
+	s.obs().Bytes(proto, a.in.Load(), a.out.Load())
 	if s.AccessLog != nil {
 		s.logAccess(a, r, status, d)
 	}
@@ -78,7 +78,7 @@ func (s *Server) logAccess(a *accessWriter, r *http.Request, status int, d time.
 		"path", wire.Printable(r.URL.Path, 256),
 		"proto", r.Proto,
 		"status", status,
-		"bytes", a.bytes,
+		"bytes", a.out.Load(),
 		"duration", d.Round(time.Microsecond),
 		"client", r.RemoteAddr,
 	}
@@ -86,4 +86,16 @@ func (s *Server) logAccess(a *accessWriter, r *http.Request, status int, d time.
 		attrs = append(attrs, "error", code)
 	}
 	s.AccessLog.Info("http", attrs...)
+}
+
+// countedBody counts the bytes read from a request body.
+type countedBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *countedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
 }

@@ -326,7 +326,7 @@ func TestIdleAgentsHelper(t *testing.T) {
 //	go test ./edge -run '^$' -bench BindScaling -benchtime 2000x
 func BenchmarkBindScaling(b *testing.B) {
 	const held = 10_000
-	srv := &edge.Server{Domain: "example.test", MaxEndpointsPerSession: -1}
+	srv := &edge.Server{Domain: "example.test", Limits: edge.Limits{EndpointsPerSession: -1}}
 	agents := listen(b)
 	go srv.ServeAgents(agents)
 	b.Cleanup(func() { srv.Close() })

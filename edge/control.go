@@ -6,10 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
 	"strings"
 	"time"
-
-	"golang.ngrok.com/muxado/v2"
 
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
@@ -18,7 +17,7 @@ import (
 // The control requests of an agent session: hello, bind, unbind, renew.
 
 // handleControl answers one control request.
-func (ss *session) handleControl(st muxado.Stream) {
+func (ss *session) handleControl(st *wire.Stream) {
 	// Requests of one session are served a few at a time; the others wait
 	// with their bytes unread (each stream buffers at most a window).
 	select {
@@ -51,7 +50,11 @@ func (ss *session) handleControl(st muxado.Stream) {
 }
 
 func fail(code, format string, args ...any) wire.Response {
-	return wire.Response{Error: &wire.Error{Code: code, Message: fmt.Sprintf(format, args...)}}
+	return wire.Response{Error: failure(code, format, args...)}
+}
+
+func failure(code, format string, args ...any) *wire.Error {
+	return &wire.Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
 func (ss *session) serveRequest(ctx context.Context, req *wire.Request) wire.Response {
@@ -76,35 +79,46 @@ func (ss *session) serveRequest(ctx context.Context, req *wire.Request) wire.Res
 		if req.Unbind == nil {
 			return fail(wire.CodeBadRequest, "unbind without body")
 		}
-		ss.mu.Lock()
-		r, ok := ss.routes[req.Unbind.TunnelID]
-		delete(ss.routes, req.Unbind.TunnelID)
-		ss.mu.Unlock()
-		if !ok {
-			return fail(wire.CodeNotFound, "no such tunnel")
-		}
-		ss.srv.obs().Endpoint(r.Proto, -1)
-		ss.srv.unbind(r, 0)
-		ss.log.Info("unbound", "url", ss.srv.publicURL(r))
-		return wire.Response{}
+		return ss.serveUnbind(req.Unbind.TunnelID)
 	case wire.OpRenew:
 		if req.Renew == nil {
 			return fail(wire.CodeBadRequest, "renew without body")
 		}
-		ss.mu.Lock()
-		r, ok := ss.routes[req.Renew.TunnelID]
-		ss.mu.Unlock()
-		if !ok {
-			return fail(wire.CodeNotFound, "no such tunnel")
-		}
-		t, err := ss.srv.endpointTicket(r)
-		if err != nil {
-			return fail(wire.CodeUnavailable, "no ticket")
-		}
-		return wire.Response{RenewResp: &wire.RenewResp{Ticket: t}}
+		return ss.serveRenew(req.Renew.TunnelID)
 	default:
 		return fail(wire.CodeBadRequest, "unknown operation %q", wire.Printable(req.Op, 32))
 	}
+}
+
+// serveUnbind releases an endpoint of the session: its name is free at
+// once.
+func (ss *session) serveUnbind(tunnelID string) wire.Response {
+	ss.mu.Lock()
+	r, ok := ss.routes[tunnelID]
+	delete(ss.routes, tunnelID)
+	ss.mu.Unlock()
+	if !ok {
+		return fail(wire.CodeNotFound, "no such tunnel")
+	}
+	ss.srv.obs().Endpoint(r.Proto, -1)
+	ss.srv.unbind(r, 0)
+	ss.log.Info("unbound", "url", ss.srv.publicURL(r))
+	return wire.Response{}
+}
+
+// serveRenew gives a fresh endpoint ticket for an endpoint of the session.
+func (ss *session) serveRenew(tunnelID string) wire.Response {
+	ss.mu.Lock()
+	r, ok := ss.routes[tunnelID]
+	ss.mu.Unlock()
+	if !ok {
+		return fail(wire.CodeNotFound, "no such tunnel")
+	}
+	t, err := ss.srv.endpointTicket(r)
+	if err != nil {
+		return fail(wire.CodeUnavailable, "no ticket")
+	}
+	return wire.Response{RenewResp: &wire.RenewResp{Ticket: t}}
 }
 
 // refuseHello ends a session whose hello failed, once the agent had a
@@ -138,10 +152,10 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 	}
 	s := ss.srv
 	s.mu.Lock()
-	if limit := s.maxSessionsPerIdentity(); limit > 0 && s.perIdentity[identity] >= limit {
+	if limit := s.cfg.sessionsPerIdentity; limit > 0 && s.perIdentity[identity] >= limit {
 		s.mu.Unlock()
 		ss.log.Info("agent refused: too many sessions", "identity", wire.Printable(identity, 64))
-		s.obs().Refused("session_limit")
+		s.obs().Refused(ReasonSessionLimit)
 		ss.refuseHello()
 		return fail(wire.CodeUnavailable, "too many sessions for this identity")
 	}
@@ -181,7 +195,7 @@ func (ss *session) decideHello(ctx context.Context, h *wire.Hello) (wire.Respons
 	}
 	var prev *ticket
 	if h.Ticket != "" {
-		t, err := s.tickets().open(h.Ticket)
+		t, err := s.signer.open(h.Ticket)
 		if err == nil && t.kind == ticketSession {
 			prev = &t
 		} else {
@@ -193,7 +207,7 @@ func (ss *session) decideHello(ctx context.Context, h *wire.Hello) (wire.Respons
 		id, err := auth(ctx, h.Token)
 		if err != nil {
 			s.auth.failed(sourceOf(addrPort(ss.src).Addr()))
-			s.obs().Refused("auth")
+			s.obs().Refused(ReasonAuth)
 			ss.log.Debug("agent refused", "err", err)
 			return fail(wire.CodeUnauthorized, "authentication failed"), ""
 		}
@@ -211,7 +225,7 @@ func (ss *session) decideHello(ctx context.Context, h *wire.Hello) (wire.Respons
 		ss.previous = prev.session
 		ss.mu.Unlock()
 	}
-	t, err := s.tickets().sign(ticket{kind: ticketSession, issued: time.Now(), identity: identity, session: ss.id})
+	t, err := s.signer.sign(ticket{kind: ticketSession, issued: time.Now(), identity: identity, session: ss.id})
 	if err != nil {
 		ss.log.Warn("session ticket", "err", err)
 	}
@@ -219,7 +233,7 @@ func (ss *session) decideHello(ctx context.Context, h *wire.Hello) (wire.Respons
 		Version:    min(h.Version, wire.Version),
 		SessionID:  ss.id,
 		Ticket:     t,
-		RenewAfter: int(s.ticketLifetime() / 2 / time.Second),
+		RenewAfter: int(s.cfg.ticketLifetime / 2 / time.Second),
 	}}, identity
 }
 
@@ -241,99 +255,33 @@ func (s *Server) takeOver(sessionID, identity string, by *session) {
 		return
 	}
 	by.log.Info("agent reconnected; closing its previous session", "previous", old.id)
-	old.close(max(s.grace(), s.handshakeTimeout()))
+	old.close(max(s.cfg.grace, s.cfg.handshake))
 }
 
-// serveBind grants an endpoint, under the ownership rules of the router.Router
+// serveBind grants an endpoint, under the ownership rules of the Router
 // and the session's bound on endpoints.
 func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	s := ss.srv
-	ss.mu.Lock()
-	identity, previous := ss.identity, ss.previous
-	if max := s.maxEndpoints(); max > 0 && len(ss.routes)+ss.binding >= max {
-		ss.mu.Unlock()
-		s.obs().Refused("endpoint_limit")
-		return fail(wire.CodeUnavailable, "too many endpoints on this session (at most %d)", max)
+	identity, previous, ok := ss.admitBind()
+	if !ok {
+		s.obs().Refused(ReasonEndpointLimit)
+		return fail(wire.CodeUnavailable, "too many endpoints on this session (at most %d)", s.cfg.endpointsPerSession)
 	}
-	ss.binding++
-	ss.mu.Unlock()
-	defer func() {
-		ss.mu.Lock()
-		ss.binding--
-		ss.mu.Unlock()
-	}()
+	defer ss.doneBinding()
 	r := router.Route{Proto: b.Proto, SessionID: ss.id, Identity: identity, Pool: b.Pool, Edge: s.ID}
 	if err := s.endpointOptions(&r, b.Options); err != nil {
 		return fail(wire.CodeBadRequest, "%s", err)
 	}
-	var (
-		names  func() (string, bool) // the next name to try, and whether to retry on router.ErrNameTaken
-		chosen bool                  // a name or port the agent chose, not one the edge picks
-		err    error
-	)
-	switch b.Proto {
-	case wire.ProtoHTTPS:
-		if !s.servesHTTPS() {
-			return fail(wire.CodeBadRequest, "this edge serves no https endpoints (it has no certificates); bind http or tls")
-		}
-		names, chosen, err = s.hostNames(b.Name)
-	case wire.ProtoHTTP, wire.ProtoTLS:
-		names, chosen, err = s.hostNames(b.Name)
-	case wire.ProtoTCP:
-		names, err = s.tcpPorts(b.Port)
-		chosen = b.Port != 0
-		r.Pool = r.Pool && chosen // "any port" never joins a pool
-	default:
-		return fail(wire.CodeBadRequest, "unsupported protocol %q", wire.Printable(b.Proto, 16))
-	}
+	names, chosen, err := s.bindNames(b)
 	if err != nil {
 		return fail(wire.CodeBadRequest, "%s", err)
 	}
-	for {
-		name, retry := names()
-		if name == "" {
-			return fail(wire.CodeUnavailable, "no free name or port")
-		}
-		r.Name, r.TunnelID = name, newID()
-		if chosen {
-			if until, ok := s.restarting(); ok && !s.heldBefore(b.Ticket, r) {
-				if s.heldByOther(ctx, r) {
-					return fail(wire.CodeNameTaken, "%s is held by another owner", name)
-				}
-				return fail(wire.CodeUnavailable, "the edge restarted: names held before are kept for their owners until %s; try again then", until.UTC().Format(time.TimeOnly))
-			}
-		}
-		if r.Proto == wire.ProtoTCP {
-			// The port must be ours to listen on before it is routed.
-			if err := s.openTCP(name); err != nil {
-				if retry {
-					continue
-				}
-				ss.log.Info("tcp endpoint", "port", name, "err", err)
-				return fail(wire.CodeUnavailable, "port unavailable: %s", name)
-			}
-		}
-		err := s.router().Bind(ctx, r)
-		if errors.Is(err, router.ErrNameTaken) && previous != "" && s.dropPrevious(ctx, r, previous) {
-			// The agent's own routes from its previous session, held by
-			// an edge that has not noticed (or cannot: it died) that the
-			// agent left it.
-			err = s.router().Bind(ctx, r)
-		}
-		if err != nil && r.Proto == wire.ProtoTCP {
-			s.closeTCP(name)
-		}
-		if errors.Is(err, router.ErrNameTaken) {
-			if retry {
-				continue
-			}
-			return fail(wire.CodeNameTaken, "%s", strings.TrimPrefix(err.Error(), router.ErrNameTaken.Error()+": "))
-		}
-		if err != nil {
-			ss.log.Warn("bind", "err", err)
-			return fail(wire.CodeUnavailable, "bind failed")
-		}
-		break
+	if b.Proto == wire.ProtoTCP {
+		r.Pool = r.Pool && chosen // "any port" never joins a pool
+	}
+	r, e := ss.bindFirst(ctx, r, names, chosen, b.Ticket, previous)
+	if e != nil {
+		return wire.Response{Error: e}
 	}
 	ss.mu.Lock()
 	if ss.closed {
@@ -351,6 +299,104 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	}
 	ss.log.Info("bound", "url", url, "pool", r.Pool)
 	return wire.Response{BindResp: &wire.BindResp{TunnelID: r.TunnelID, URL: url, Ticket: t}}
+}
+
+// admitBind counts a bind under way against the session's bound on
+// endpoints, and returns who binds; false: the session is at its bound.
+// doneBinding uncounts it.
+func (ss *session) admitBind() (identity, previous string, ok bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if max := ss.srv.cfg.endpointsPerSession; max > 0 && len(ss.routes)+ss.binding >= max {
+		return "", "", false
+	}
+	ss.binding++
+	return ss.identity, ss.previous, true
+}
+
+func (ss *session) doneBinding() {
+	ss.mu.Lock()
+	ss.binding--
+	ss.mu.Unlock()
+}
+
+// bindNames returns the names or ports to try for a bind, in order, and
+// whether the agent chose them (one name or port) rather than the edge (a
+// random name or a free port: a taken one is skipped).
+func (s *Server) bindNames(b *wire.Bind) (names iter.Seq[string], chosen bool, err error) {
+	switch b.Proto {
+	case wire.ProtoHTTPS:
+		if !s.servesHTTPS() {
+			return nil, false, errors.New("this edge serves no https endpoints (it has no certificates); bind http or tls")
+		}
+		return s.hostNames(b.Name)
+	case wire.ProtoHTTP, wire.ProtoTLS:
+		return s.hostNames(b.Name)
+	case wire.ProtoTCP:
+		names, err := s.tcpPorts(b.Port)
+		return names, b.Port != 0, err
+	}
+	return nil, false, fmt.Errorf("unsupported protocol %q", wire.Printable(b.Proto, 16))
+}
+
+// bindFirst binds r under the first of names that is free (the only one,
+// when the agent chose it), and returns it, or why it could not.
+func (ss *session) bindFirst(ctx context.Context, r router.Route, names iter.Seq[string], chosen bool, ticket, previous string) (router.Route, *wire.Error) {
+	s := ss.srv
+	for name := range names {
+		r.Name, r.TunnelID = name, newID()
+		if chosen {
+			if until, ok := s.restarting(); ok && !s.heldBefore(ticket, r) {
+				if s.heldByOther(ctx, r) {
+					return r, failure(wire.CodeNameTaken, "%s is held by another owner", name)
+				}
+				return r, failure(wire.CodeUnavailable, "the edge restarted: names held before are kept for their owners until %s; try again then", until.UTC().Format(time.TimeOnly))
+			}
+		}
+		err := ss.bindRoute(ctx, r, previous)
+		switch {
+		case err == nil:
+			return r, nil
+		case !chosen && (errors.Is(err, errPortUnavailable) || errors.Is(err, router.ErrNameTaken)):
+			continue // a random name or port that is taken: the next
+		case errors.Is(err, errPortUnavailable):
+			return r, failure(wire.CodeUnavailable, "port unavailable: %s", name)
+		case errors.Is(err, router.ErrNameTaken):
+			return r, failure(wire.CodeNameTaken, "%s", strings.TrimPrefix(err.Error(), router.ErrNameTaken.Error()+": "))
+		default:
+			ss.log.Warn("bind", "err", err)
+			return r, failure(wire.CodeUnavailable, "bind failed")
+		}
+	}
+	return r, failure(wire.CodeUnavailable, "no free name or port")
+}
+
+// errPortUnavailable is a TCP port the edge could not listen on.
+var errPortUnavailable = errors.New("edge: port unavailable")
+
+// bindRoute binds r in the Router: for a TCP route, once the edge listens
+// on its port. A name held by the agent's own previous session (its ticket
+// said which) is taken over.
+func (ss *session) bindRoute(ctx context.Context, r router.Route, previous string) error {
+	s := ss.srv
+	if r.Proto == wire.ProtoTCP {
+		// The port must be ours to listen on before it is routed.
+		if err := s.openTCP(r.Name); err != nil {
+			ss.log.Debug("tcp endpoint", "port", r.Name, "err", err)
+			return fmt.Errorf("%w: %w", errPortUnavailable, err)
+		}
+	}
+	err := s.router().Bind(ctx, r)
+	if errors.Is(err, router.ErrNameTaken) && previous != "" && s.dropPrevious(ctx, r, previous) {
+		// The agent's own routes from its previous session, held by an
+		// edge that has not noticed (or cannot: it died) that the agent
+		// left it.
+		err = s.router().Bind(ctx, r)
+	}
+	if err != nil && r.Proto == wire.ProtoTCP {
+		s.closeTCP(r.Name)
+	}
+	return err
 }
 
 // dropPrevious unbinds the routes of r's name that the agent's previous
@@ -406,7 +452,17 @@ func (s *Server) endpointOptions(r *router.Route, opts map[string]string) error 
 // endpointTicket returns a fresh ticket saying that r's identity holds its
 // name.
 func (s *Server) endpointTicket(r router.Route) (string, error) {
-	return s.tickets().sign(ticket{kind: ticketEndpoint, issued: time.Now(), identity: r.Identity, proto: r.Proto, name: r.Name})
+	return s.signer.sign(ticket{kind: ticketEndpoint, issued: time.Now(), identity: r.Identity, proto: r.Proto, name: r.Name})
+}
+
+// restarting reports whether the server is within its restart grace (see
+// Timeouts.RestartGrace), and until when.
+func (s *Server) restarting() (time.Time, bool) {
+	if s.cfg.restartGrace == 0 {
+		return time.Time{}, false
+	}
+	until := s.started.Add(s.cfg.restartGrace)
+	return until, time.Now().Before(until)
 }
 
 // heldBefore reports whether an endpoint ticket proves that r's identity
@@ -415,14 +471,14 @@ func (s *Server) heldBefore(tk string, r router.Route) bool {
 	if tk == "" {
 		return false
 	}
-	t, err := s.tickets().open(tk)
+	t, err := s.signer.open(tk)
 	if err != nil || t.kind != ticketEndpoint {
 		return false
 	}
 	age := time.Since(t.issued)
 	return t.identity == r.Identity && t.name == r.Name &&
 		(t.proto == wire.ProtoTCP) == (r.Proto == wire.ProtoTCP) &&
-		age > -time.Minute && age < s.ticketLifetime()
+		age > -time.Minute && age < s.cfg.ticketLifetime
 }
 
 // heldByOther reports whether r's exact name has routes of another

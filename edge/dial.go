@@ -9,9 +9,6 @@ import (
 	"net/netip"
 	"sync"
 
-	"github.com/hashicorp/go-multierror"
-	"golang.ngrok.com/muxado/v2"
-
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
 )
@@ -37,6 +34,7 @@ type ConnInfo struct {
 // could not hand the connection to its app, Read fails with an error
 // wrapping ErrAppUnreachable.
 func (s *Server) DialRoute(ctx context.Context, r router.Route, c ConnInfo) (net.Conn, error) {
+	s.init()
 	return s.dial(ctx, r, c, false)
 }
 
@@ -67,7 +65,7 @@ func (s *Server) dial(ctx context.Context, r router.Route, c ConnInfo, raw bool)
 // dialRoutes dials the first reachable route of routes, reporting failures
 // to the router so later lookups try those routes last.
 func (s *Server) dialRoutes(ctx context.Context, routes []router.Route, c ConnInfo) (net.Conn, router.Route, error) {
-	var errs *multierror.Error
+	var errs errorList
 	hr, _ := s.router().(router.HealthReporter)
 	for _, r := range routes {
 		conn, err := s.dialer().DialRoute(ctx, r, c)
@@ -77,7 +75,7 @@ func (s *Server) dialRoutes(ctx context.Context, routes []router.Route, c ConnIn
 			}
 			return conn, r, nil
 		}
-		errs = multierror.Append(errs, err)
+		errs.add(err)
 		if hr != nil {
 			hr.Fail(r)
 		}
@@ -85,10 +83,10 @@ func (s *Server) dialRoutes(ctx context.Context, routes []router.Route, c ConnIn
 			break
 		}
 	}
-	if errs == nil {
-		return nil, router.Route{}, errNoRoute
+	if err := errs.err(); err != nil {
+		return nil, router.Route{}, err
 	}
-	return nil, router.Route{}, errs.ErrorOrNil()
+	return nil, router.Route{}, errNoRoute
 }
 
 var errNoRoute = errors.New("edge: no route")
@@ -126,8 +124,10 @@ func (ss *session) openProxy(ctx context.Context, h wire.ProxyHeader, raw bool) 
 // proxyStream is a stream to an agent. It counts against the session's
 // bound until closed, and reads the agent's reply before the app's first
 // byte, unless raw (a relay passes the reply on to the edge that asked).
+// Close never waits for the agent (see wire.Stream); Reset cuts the
+// exchange short, so that the agent drops the connection to its app.
 type proxyStream struct {
-	muxado.Stream
+	*wire.Stream
 	ss        *session
 	raw       bool
 	closeOnce sync.Once
@@ -177,4 +177,24 @@ func (p *proxyStream) Close() error {
 	err := p.Stream.Close()
 	p.closeOnce.Do(p.ss.release)
 	return err
+}
+
+// Reset ends the stream at once both ways, telling the agent that the
+// connection was cut short.
+func (p *proxyStream) Reset() {
+	p.Stream.Reset()
+	p.closeOnce.Do(p.ss.release)
+}
+
+// resetter is a conn that can be cut short rather than closed (a stream
+// to an agent, local or relayed).
+type resetter interface{ Reset() }
+
+// reset cuts c short when it can, and closes it otherwise.
+func reset(c net.Conn) {
+	if r, ok := c.(resetter); ok {
+		r.Reset()
+		return
+	}
+	c.Close()
 }

@@ -1,14 +1,23 @@
 package edge
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/hashicorp/go-multierror"
+)
 
 // Errors of the edge, to check with errors.Is.
 var (
 	// ErrNoSession: the agent session of a route is not held by this
 	// edge (it ended, or another edge holds it).
 	ErrNoSession = errors.New("edge: agent session not found")
-	// ErrServerClosed: the Server was closed or shut down.
-	ErrServerClosed = errors.New("edge: server closed")
+	// ErrServerClosed: the Server was closed or shut down. The Serve
+	// methods return it then; it wraps net.ErrClosed.
+	ErrServerClosed = fmt.Errorf("edge: server closed: %w", net.ErrClosed)
 	// ErrAppUnreachable: the agent could not hand a connection to its app
 	// (its dial failed); the conn from DialRoute reports it on Read.
 	ErrAppUnreachable = errors.New("edge: the agent could not reach its app")
@@ -16,3 +25,97 @@ var (
 	// was sent to (its listener was closed).
 	ErrNoEndpoint = errors.New("edge: the agent no longer serves the endpoint")
 )
+
+// Reason is why the edge refused an agent, a connection or a request: a
+// short stable code. The same codes name the refusal in the edge's logs,
+// in the Observer's Refused calls (and so in metrics), and, for HTTP, in
+// the Tunnelkit-Error header and the body of the error page the client
+// gets.
+type Reason string
+
+// Refusals of public HTTP requests, each answered with the status its
+// comment gives.
+const (
+	ReasonBadRequest         Reason = "bad_request"         // 400: a malformed request or request body
+	ReasonMissingHost        Reason = "missing_host"        // 400: no Host header
+	ReasonNoEndpoint         Reason = "no_endpoint"         // 404: no tunnel has that name
+	ReasonHTTPSOnly          Reason = "https_only"          // 404: the name is bound over https only (see RedirectHTTP)
+	ReasonBodyTimeout        Reason = "body_timeout"        // 408: the request body stopped moving (Timeouts.Body)
+	ReasonMisdirected        Reason = "misdirected"         // 421: an HTTP/2 connection reused for a name it cannot serve
+	ReasonClientLimit        Reason = "client_limit"        // 429: the client holds its share of the endpoint (Limits.ClientShare)
+	ReasonAgentOffline       Reason = "agent_offline"       // 502: no agent of the endpoint could be reached
+	ReasonAppUnreachable     Reason = "app_unreachable"     // 502: the agent could not connect to its app
+	ReasonAppError           Reason = "app_error"           // 502: the app closed the connection without a whole response
+	ReasonAgentBusy          Reason = "agent_busy"          // 503: the agent's session is at Limits.StreamsPerSession
+	ReasonRoutingUnavailable Reason = "routing_unavailable" // 503: the Router failed
+	ReasonAppTimeout         Reason = "app_timeout"         // 504: the app did not answer in time (Timeouts.ResponseHeader)
+)
+
+// Refusals of agents, and of public TLS and TCP connections (which are
+// closed).
+const (
+	ReasonAuth          Reason = "auth"           // an agent's token was refused
+	ReasonAuthThrottled Reason = "auth_throttled" // an agent conn closed at accept for its source's failures (Limits.AuthFailures)
+	ReasonSessionLimit  Reason = "session_limit"  // a hello past Limits.SessionsPerIdentity
+	ReasonPendingLimit  Reason = "pending_limit"  // a conn evicted for Limits.PendingSessions
+	ReasonEndpointLimit Reason = "endpoint_limit" // a bind past Limits.EndpointsPerSession
+	ReasonNoRoute       Reason = "no_route"       // a TLS or TCP connection for a name or port no agent serves
+)
+
+// Reasons returns every Reason the edge reports, in a fixed order: the
+// bounded set a metric may use as label values.
+func Reasons() []Reason {
+	return []Reason{
+		ReasonAuth, ReasonAuthThrottled, ReasonSessionLimit, ReasonPendingLimit, ReasonEndpointLimit,
+		ReasonNoRoute, ReasonNoEndpoint, ReasonClientLimit, ReasonAgentBusy, ReasonAgentOffline,
+		ReasonAppUnreachable, ReasonAppError, ReasonAppTimeout, ReasonBodyTimeout,
+		ReasonBadRequest, ReasonMissingHost, ReasonHTTPSOnly, ReasonMisdirected,
+		ReasonRoutingUnavailable,
+	}
+}
+
+// status is the HTTP status a refusal is answered with.
+func (r Reason) status() int {
+	switch r {
+	case ReasonBadRequest, ReasonMissingHost:
+		return http.StatusBadRequest
+	case ReasonNoEndpoint, ReasonHTTPSOnly:
+		return http.StatusNotFound
+	case ReasonBodyTimeout:
+		return http.StatusRequestTimeout
+	case ReasonMisdirected:
+		return http.StatusMisdirectedRequest
+	case ReasonClientLimit:
+		return http.StatusTooManyRequests
+	case ReasonAgentBusy, ReasonRoutingUnavailable:
+		return http.StatusServiceUnavailable
+	case ReasonAppTimeout:
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusBadGateway
+}
+
+// errorList gathers errors into one, written on one line (go-multierror's
+// own format spreads a list over several, which breaks log lines).
+type errorList struct{ m *multierror.Error }
+
+func (l *errorList) add(err error) {
+	l.m = multierror.Append(l.m, err)
+	l.m.ErrorFormat = oneLine
+}
+
+// err returns the gathered errors as one, or nil for none.
+func (l *errorList) err() error { return l.m.ErrorOrNil() }
+
+// oneLine is a multierror.ErrorFormatFunc: "a; b; c", or the one error's
+// text alone.
+func oneLine(errs []error) string {
+	parts := make([]string, len(errs))
+	for i, err := range errs {
+		parts[i] = err.Error()
+	}
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	return fmt.Sprintf("%d errors: %s", len(parts), strings.Join(parts, "; "))
+}

@@ -144,7 +144,7 @@ func TestStreamsBeforeHelloRefused(t *testing.T) {
 // TestPendingSessionsBounded: silent connections on the agent port past
 // MaxPendingSessions push out the oldest; a real agent still connects.
 func TestPendingSessionsBounded(t *testing.T) {
-	te := edgeOn(t, &edge.Server{Domain: "example.test", MaxPendingSessions: 50}, listen(t), listen(t))
+	te := edgeOn(t, &edge.Server{Domain: "example.test", Limits: edge.Limits{PendingSessions: 50}}, listen(t), listen(t))
 	var silent []net.Conn
 	defer func() {
 		for _, c := range silent {
@@ -294,7 +294,7 @@ func TestSlowBodiesCutAndOthersServed(t *testing.T) {
 	// The body timeout outlasts the time 100 connections take to arrive
 	// on a loaded machine: a slow request cut off before the last ones
 	// arrived would free its place in the share for one more.
-	e := startProxiedEdge(t, &edge.Server{Domain: "example.test", MaxStreamsPerSession: 64, ClientShare: 0.25, BodyTimeout: 3 * time.Second})
+	e := startProxiedEdge(t, &edge.Server{Domain: "example.test", Limits: edge.Limits{StreamsPerSession: 64, ClientShare: 0.25}, Timeouts: edge.Timeouts{Body: 3 * time.Second}})
 	c := &agent.Client{Addr: e.agentAddr}
 	defer c.Close()
 	l := bind(t, c, "app")
@@ -361,7 +361,7 @@ func TestSlowBodiesCutAndOthersServed(t *testing.T) {
 // to a TCP endpoint and a TLS endpoint; past its share they are closed, and
 // another client is served.
 func TestIdleConnsHoldOnlyTheirShare(t *testing.T) {
-	e := startProxiedEdge(t, &edge.Server{Domain: "example.test", MaxStreamsPerSession: 64, ClientShare: 0.25, TCPPorts: edge.PortRange{Min: 1024, Max: 65535}})
+	e := startProxiedEdge(t, &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, Limits: edge.Limits{StreamsPerSession: 64, ClientShare: 0.25}})
 	pki := testpki.New(t)
 	c := &agent.Client{Addr: e.agentAddr}
 	defer c.Close()
@@ -456,7 +456,7 @@ func clientHelloFor(t testing.TB, name string) []byte {
 // served.
 func TestWrongTokensThrottled(t *testing.T) {
 	var lines atomic.Int32
-	srv := &edge.Server{Domain: "example.test", Authenticate: tokens, MaxAuthFailures: 5, Logger: slogAll(&lines)}
+	srv := &edge.Server{Domain: "example.test", Authenticate: tokens, Logger: slogAll(&lines), Limits: edge.Limits{AuthFailures: 5}}
 	te := edgeOn(t, srv, listen(t), listen(t))
 	ln6, err := net.Listen("tcp", "[::1]:0")
 	if err != nil {
@@ -555,7 +555,7 @@ func TestHalfCloseGetsTheAppsResponse(t *testing.T) {
 // TestEdgeErrorsSayWhy: each failure the edge answers itself has its own
 // status and a stable code.
 func TestEdgeErrorsSayWhy(t *testing.T) {
-	te := edgeOn(t, &edge.Server{Domain: "example.test", ResponseHeaderTimeout: 200 * time.Millisecond}, listen(t), listen(t))
+	te := edgeOn(t, &edge.Server{Domain: "example.test", Timeouts: edge.Timeouts{ResponseHeader: 200 * time.Millisecond}}, listen(t), listen(t))
 	c := &agent.Client{Addr: te.agentAddr}
 	defer c.Close()
 	// An app that is not running: the agent's dial is refused.
@@ -616,7 +616,7 @@ func deadAddr(t testing.TB) string {
 // TestUpgradedConnIdleTimeout: an upgraded connection in which nobody says
 // anything is closed after IdleTimeout, like any other public connection.
 func TestUpgradedConnIdleTimeout(t *testing.T) {
-	te := edgeOn(t, &edge.Server{Domain: "example.test", IdleTimeout: 200 * time.Millisecond}, listen(t), listen(t))
+	te := edgeOn(t, &edge.Server{Domain: "example.test", Timeouts: edge.Timeouts{HTTPIdle: 200 * time.Millisecond}}, listen(t), listen(t))
 	c := &agent.Client{Addr: te.agentAddr}
 	defer c.Close()
 	l := bind(t, c, "ws")
@@ -650,7 +650,7 @@ func TestUpgradedConnIdleTimeout(t *testing.T) {
 // TestEndpointsPerSessionBounded: a session holds at most
 // MaxEndpointsPerSession endpoints.
 func TestEndpointsPerSessionBounded(t *testing.T) {
-	te := edgeOn(t, &edge.Server{Domain: "example.test", MaxEndpointsPerSession: 20}, listen(t), listen(t))
+	te := edgeOn(t, &edge.Server{Domain: "example.test", Limits: edge.Limits{EndpointsPerSession: 20}}, listen(t), listen(t))
 	c := &agent.Client{Addr: te.agentAddr}
 	defer c.Close()
 	for i := range 20 {
@@ -713,7 +713,7 @@ func TestStreamClosedByAppIsNotReused(t *testing.T) {
 // streams idle until the session's stream bound is reached; a new client's
 // request takes an idle stream's place rather than fail.
 func TestIdleStreamsYieldToLiveRequests(t *testing.T) {
-	te := edgeOn(t, &edge.Server{Domain: "example.test", MaxStreamsPerSession: 8, ClientShare: -1}, listen(t), listen(t))
+	te := edgeOn(t, &edge.Server{Domain: "example.test", Limits: edge.Limits{StreamsPerSession: 8, ClientShare: -1}}, listen(t), listen(t))
 	c := &agent.Client{Addr: te.agentAddr}
 	defer c.Close()
 	l := bind(t, c, "app")

@@ -434,7 +434,7 @@ func TestAccessLog(t *testing.T) {
 // garbage after it, or lie about ALPN get closed, and the endpoint keeps
 // serving.
 func TestHostileTLSClientsOfHTTPS(t *testing.T) {
-	e := startHTTPSEdge(t, func(s *edge.Server) { s.HandshakeTimeout = 500 * time.Millisecond })
+	e := startHTTPSEdge(t, func(s *edge.Server) { s.Timeouts.Handshake = 500 * time.Millisecond })
 	e.serve(t, agent.Endpoint{URL: "https://app"}, echoInfo)
 
 	// A ClientHello for app, then silence: closed after the handshake

@@ -16,36 +16,11 @@ import (
 // have not said hello, a throttle on failed authentication per source, and
 // a fair share of each endpoint per public client.
 
-// Defaults of the limits.
+// Bounds of the tables the limits keep.
 const (
-	defaultMaxPendingSessions     = 1024
-	defaultMaxAuthFailures        = 10
-	defaultMaxEndpointsPerSession = 1024
-	defaultClientShare            = 1.0 / 16
-	defaultBodyTimeout            = 60 * time.Second
-	authLogWindow                 = 10 * time.Second
-	maxTrackedSources             = 1 << 16
+	authLogWindow     = 10 * time.Second
+	maxTrackedSources = 1 << 16
 )
-
-func (s *Server) maxPendingSessions() int {
-	switch {
-	case s.MaxPendingSessions < 0:
-		return 0
-	case s.MaxPendingSessions == 0:
-		return defaultMaxPendingSessions
-	}
-	return s.MaxPendingSessions
-}
-
-func (s *Server) maxEndpoints() int {
-	switch {
-	case s.MaxEndpointsPerSession < 0:
-		return 0
-	case s.MaxEndpointsPerSession == 0:
-		return defaultMaxEndpointsPerSession
-	}
-	return s.MaxEndpointsPerSession
-}
 
 // addPending registers an agent conn that has not said hello yet. When
 // MaxPendingSessions are waiting already, the one waiting longest is
@@ -55,12 +30,12 @@ func (s *Server) addPending(c net.Conn) *list.Element {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.pending.PushBack(c)
-	if max := s.maxPendingSessions(); max > 0 && s.pending.Len() > max {
+	if max := s.cfg.pendingSessions; max > 0 && s.pending.Len() > max {
 		oldest := s.pending.Front()
 		s.pending.Remove(oldest)
 		oldest.Value.(net.Conn).Close()
 		s.evicted++
-		s.obs().Refused("pending_limit")
+		s.obs().Refused(ReasonPendingLimit)
 		if s.evicted == 1 || s.evicted%1000 == 0 {
 			s.log().Warn("too many agent connections waiting for their hello; closing the oldest", "max", max, "closed_so_far", s.evicted)
 		}
@@ -212,18 +187,15 @@ type shareKey struct {
 // clientCap returns how many streams of the endpoint of routes one client
 // may hold: ClientShare of the streams of its sessions; zero for no bound.
 func (s *Server) clientCap(routes []router.Route) int {
-	share := s.ClientShare
-	switch {
-	case share == 0:
-		share = defaultClientShare
-	case share < 0 || share >= 1:
+	share, perSession := s.cfg.clientShare, s.cfg.streamsPerSession
+	if share == 0 || perSession == 0 {
 		return 0
 	}
 	sessions := map[string]struct{}{}
 	for _, r := range routes {
 		sessions[r.Edge+"/"+r.SessionID] = struct{}{}
 	}
-	return max(1, int(share*float64(int64(len(sessions))*s.maxStreams())))
+	return max(1, int(share*float64(len(sessions)*perSession)))
 }
 
 // acquireShare takes one of client's share of the endpoint of routes, or

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"iter"
 	"net"
 	"strings"
 	"unicode"
@@ -17,34 +18,27 @@ import (
 // The names agents may bind, and the URLs the edge hands back.
 
 // hostNames validates a requested HTTP or TLS name and returns the names
-// to try: the name itself under the domain, or random labels when req is
-// empty (chosen is then false).
-func (s *Server) hostNames(req string) (next func() (name string, retry bool), chosen bool, err error) {
+// to try: the name itself under the domain (chosen is then true), or up to
+// 8 random labels when req is empty.
+func (s *Server) hostNames(req string) (names iter.Seq[string], chosen bool, err error) {
 	domain, ok := router.Normalise(s.Domain)
 	if !ok {
 		return nil, false, errors.New("this edge serves no domain")
 	}
 	if req == "" {
-		tries := 0
-		return func() (string, bool) {
-			if tries++; tries > 8 {
-				return "", false
+		return func(yield func(string) bool) {
+			for range 8 {
+				if !yield(randomName() + "." + domain) {
+					return
+				}
 			}
-			return randomName() + "." + domain, true
 		}, false, nil
 	}
 	name, err := s.checkName(req, domain)
 	if err != nil {
 		return nil, true, err
 	}
-	done := false
-	return func() (string, bool) {
-		if done {
-			return "", false
-		}
-		done = true
-		return name, false
-	}, true, nil
+	return func(yield func(string) bool) { yield(name) }, true, nil
 }
 
 // checkName returns the normalised pattern an agent asked for: one label
@@ -163,9 +157,10 @@ func randomName() string {
 	return string(b)
 }
 
+// publicURL is the URL of r that agents and logs show.
 func (s *Server) publicURL(r router.Route) string {
 	s.mu.Lock()
-	httpPort, tlsPort := s.HTTPPort, s.TLSPort
+	httpPort, tlsPort := s.httpPort, s.tlsPort
 	s.mu.Unlock()
 	switch r.Proto {
 	case wire.ProtoTCP:

@@ -9,15 +9,7 @@ import "time"
 //
 // Protocols are "http" (plain HTTP requests and connections), "https"
 // (HTTP over TLS the edge terminated), "tls" (TLS passed through) and
-// "tcp". Refusal reasons are a bounded set of stable codes: the codes of
-// ServeHTTP's error responses (no_endpoint, client_limit, agent_busy,
-// agent_offline, app_unreachable, app_error, app_timeout, body_timeout,
-// bad_request, missing_host, https_only, misdirected, routing_unavailable),
-// and for agents and public TLS and TCP connections: auth (a refused
-// token), auth_throttled (a connection closed at accept for its source's
-// failures), session_limit (MaxSessionsPerIdentity), pending_limit (a
-// connection evicted for MaxPendingSessions), endpoint_limit
-// (MaxEndpointsPerSession), no_route, client_limit, agent_offline.
+// "tcp". Refusal reasons are the bounded set of Reason constants.
 type Observer interface {
 	// Session is called with +1 when an agent's hello is accepted, and -1
 	// when that session ends.
@@ -40,7 +32,7 @@ type Observer interface {
 	Request(proto string, status int, d time.Duration)
 	// Refused is called when the edge refuses an agent, a connection or a
 	// request, with the reason.
-	Refused(reason string)
+	Refused(reason Reason)
 }
 
 // nopObserver is the Observer of a Server without one.
@@ -52,7 +44,7 @@ func (nopObserver) Stream(int)                         {}
 func (nopObserver) Conn(string)                        {}
 func (nopObserver) Bytes(string, int64, int64)         {}
 func (nopObserver) Request(string, int, time.Duration) {}
-func (nopObserver) Refused(string)                     {}
+func (nopObserver) Refused(Reason)                     {}
 
 func (s *Server) obs() Observer {
 	if s.Observer == nil {

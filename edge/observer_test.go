@@ -58,7 +58,7 @@ func (t *tally) Bytes(p string, in, out int64) {
 func (t *tally) Request(p string, status int, _ time.Duration) {
 	t.add(fmt.Sprintf("requests/%s/%dxx", p, status/100), 1)
 }
-func (t *tally) Refused(reason string) { t.add("refused/"+reason, 1) }
+func (t *tally) Refused(reason edge.Reason) { t.add("refused/"+string(reason), 1) }
 
 // TestObserverCounts: the Observer hears of sessions, endpoints, streams,
 // connections, bytes, requests by status class and refusals by reason,

@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.ngrok.com/muxado/v2"
-
 	"github.com/tunnelkit/tunnelkit/internal/pipe"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
@@ -53,14 +51,14 @@ type Relay struct {
 	closed    bool
 	peers     map[string]*peer
 	listeners map[net.Listener]struct{}
-	sessions  map[muxado.Session]struct{} // accepted from peers
+	sessions  map[*wire.Session]struct{} // accepted from peers
 	wg        sync.WaitGroup
 }
 
 // peer is the session to one other edge, dialled on first use.
 type peer struct {
 	mu   sync.Mutex // held while dialling
-	sess muxado.Session
+	sess *wire.Session
 }
 
 // ErrRelayClosed is returned by a Relay's methods after Close.
@@ -105,7 +103,8 @@ func (rl *Relay) DialRoute(ctx context.Context, r router.Route, c ConnInfo) (net
 }
 
 // session returns the session to the edge id, dialling it if needed.
-func (rl *Relay) session(ctx context.Context, id string) (muxado.Session, error) {
+func (rl *Relay) session(ctx context.Context, id string) (*wire.Session, error) {
+	rl.Server.init()
 	rl.mu.Lock()
 	if rl.closed {
 		rl.mu.Unlock()
@@ -140,12 +139,12 @@ func (rl *Relay) session(ctx context.Context, id string) (muxado.Session, error)
 	if cfg.ServerName == "" {
 		cfg.ServerName, _, _ = net.SplitHostPort(addr)
 	}
-	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: rl.Server.handshakeTimeout(), KeepAlive: 15 * time.Second}, Config: cfg}
+	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: rl.Server.cfg.handshake, KeepAlive: 15 * time.Second}, Config: cfg}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	sess := muxado.Client(conn, wire.MuxConfig(wire.ClampWindow(rl.Server.StreamWindow)))
+	sess := wire.NewSession(conn, rl.Server.cfg.window, true)
 	p.sess = sess
 	rl.log().Info("relay session opened", "edge", id, "addr", addr)
 	if !rl.goTracked(func() {
@@ -161,7 +160,7 @@ func (rl *Relay) session(ctx context.Context, id string) (muxado.Session, error)
 }
 
 // drop forgets a broken session to the edge id.
-func (rl *Relay) drop(id string, sess muxado.Session) {
+func (rl *Relay) drop(id string, sess *wire.Session) {
 	rl.mu.Lock()
 	p := rl.peers[id]
 	rl.mu.Unlock()
@@ -180,6 +179,7 @@ func (rl *Relay) drop(id string, sess muxado.Session) {
 // relay is closed, then returns an error (wrapping net.ErrClosed after
 // Close).
 func (rl *Relay) Serve(ln net.Listener) error {
+	rl.Server.init()
 	if rl.TLSConfig == nil {
 		ln.Close()
 		return errors.New("edge: Relay.TLSConfig is required")
@@ -230,14 +230,14 @@ func (rl *Relay) goTracked(f func()) bool {
 // serveSession authenticates a peer edge and serves its relay streams.
 func (rl *Relay) serveSession(c net.Conn, cfg *tls.Config) {
 	tc := tls.Server(c, cfg)
-	tc.SetDeadline(time.Now().Add(rl.Server.handshakeTimeout()))
+	tc.SetDeadline(time.Now().Add(rl.Server.cfg.handshake))
 	if err := tc.Handshake(); err != nil {
 		rl.log().Info("relay handshake", "peer", c.RemoteAddr().String(), "err", err)
 		c.Close()
 		return
 	}
 	tc.SetDeadline(time.Time{})
-	sess := muxado.Server(tc, wire.MuxConfig(wire.ClampWindow(rl.Server.StreamWindow)))
+	sess := wire.NewSession(tc, rl.Server.cfg.window, false)
 	rl.mu.Lock()
 	if rl.closed {
 		rl.mu.Unlock()
@@ -245,7 +245,7 @@ func (rl *Relay) serveSession(c net.Conn, cfg *tls.Config) {
 		return
 	}
 	if rl.sessions == nil {
-		rl.sessions = map[muxado.Session]struct{}{}
+		rl.sessions = map[*wire.Session]struct{}{}
 	}
 	rl.sessions[sess] = struct{}{}
 	rl.mu.Unlock()
@@ -270,10 +270,10 @@ func (rl *Relay) serveSession(c net.Conn, cfg *tls.Config) {
 }
 
 // serveStream connects a relay stream to the agent it names, on this edge.
-func (rl *Relay) serveStream(st muxado.Stream) {
+func (rl *Relay) serveStream(st *wire.Stream) {
 	defer st.Close()
 	s := rl.Server
-	st.SetReadDeadline(time.Now().Add(s.handshakeTimeout()))
+	st.SetReadDeadline(time.Now().Add(s.cfg.handshake))
 	session, h, err := wire.ReadRelayHeader(st)
 	if err != nil {
 		rl.log().Debug("relay stream header", "err", err)
@@ -281,7 +281,7 @@ func (rl *Relay) serveStream(st muxado.Stream) {
 	}
 	st.SetReadDeadline(time.Time{})
 	r := router.Route{Proto: h.Proto, SessionID: session, TunnelID: h.TunnelID}
-	ctx, cancel := context.WithTimeout(context.Background(), s.handshakeTimeout())
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.handshake)
 	up, err := s.dialRaw(ctx, r, ConnInfo{Client: h.Client, Host: h.Host})
 	cancel()
 	if err != nil {
@@ -295,7 +295,7 @@ func (rl *Relay) serveStream(st muxado.Stream) {
 		return
 	}
 	defer s.trackConn(up, false)
-	pipe.JoinStreams(st, up, s.idleTimeout(10*time.Minute))
+	pipe.JoinStreams(st, up, s.cfg.connIdle)
 }
 
 // Close closes the relay's listeners and sessions, and waits for its
@@ -326,7 +326,7 @@ func (rl *Relay) Close() error {
 // relayStream is a stream to another edge for a route it holds: reads
 // first read the agent's reply, which comes through untouched.
 type relayStream struct {
-	muxado.Stream
+	*wire.Stream
 	verdict reply
 }
 

@@ -106,7 +106,7 @@ func TestWrongTokenRefused(t *testing.T) {
 // period bob cannot take her name, and alice, reconnecting, gets it back.
 func TestGraceKeepsNameForIdentity(t *testing.T) {
 	rt := &router.MemoryRouter{}
-	te := edgeOn(t, &edge.Server{Domain: "example.test", Router: rt, Authenticate: tokens, Grace: time.Minute}, listen(t), listen(t))
+	te := edgeOn(t, &edge.Server{Domain: "example.test", Router: rt, Authenticate: tokens, Timeouts: edge.Timeouts{Grace: time.Minute}}, listen(t), listen(t))
 
 	var conn atomic.Pointer[net.Conn]
 	gate := make(chan struct{})
@@ -316,7 +316,7 @@ func answerStreams(s muxado.Session, handle func(st muxado.Stream, typ wire.Stre
 }
 
 func TestSilentAndSlowClientsTimedOut(t *testing.T) {
-	srv := &edge.Server{Domain: "example.test", HandshakeTimeout: 300 * time.Millisecond}
+	srv := &edge.Server{Domain: "example.test", Timeouts: edge.Timeouts{Handshake: 300 * time.Millisecond}}
 	pubTLS := listen(t)
 	te := edgeOn(t, srv, listen(t), listen(t))
 	go srv.ServeSNI(pubTLS)
@@ -441,7 +441,7 @@ func (r *relay) copy(dst, src net.Conn) {
 func TestFrozenNetworkDetectedByHeartbeat(t *testing.T) {
 	const interval, timeout = 50 * time.Millisecond, 200 * time.Millisecond
 	rt := &router.MemoryRouter{}
-	te := edgeOn(t, &edge.Server{Domain: "example.test", Router: rt, HeartbeatInterval: interval, HeartbeatTimeout: timeout}, listen(t), listen(t))
+	te := edgeOn(t, &edge.Server{Domain: "example.test", Router: rt, Timeouts: edge.Timeouts{HeartbeatInterval: interval, HeartbeatTimeout: timeout}}, listen(t), listen(t))
 	r := newRelay(t, te.agentAddr)
 	disconnected := make(chan time.Time, 1)
 	c := &agent.Client{Addr: r.ln.Addr().String(), HeartbeatInterval: interval, HeartbeatTimeout: timeout, MinBackoff: time.Hour,
@@ -569,7 +569,7 @@ func TestKillAgentMidTransfer(t *testing.T) {
 }
 
 func TestSessionsPerIdentityAndStreamLimits(t *testing.T) {
-	srv := &edge.Server{Domain: "example.test", MaxSessionsPerIdentity: 2, MaxStreamsPerSession: 4, ClientShare: -1, Authenticate: identityIsToken}
+	srv := &edge.Server{Domain: "example.test", Authenticate: identityIsToken, Limits: edge.Limits{SessionsPerIdentity: 2, StreamsPerSession: 4, ClientShare: -1}}
 	te := edgeOn(t, srv, listen(t), listen(t))
 	var clients []*agent.Client
 	defer func() {
@@ -639,7 +639,7 @@ func TestStreamWindowNegotiated(t *testing.T) {
 		{0, 64 << 10},
 		{4 << 20, 0},
 	} {
-		srv := &edge.Server{Domain: "example.test", StreamWindow: c.edge}
+		srv := &edge.Server{Domain: "example.test", Limits: edge.Limits{StreamWindow: c.edge}}
 		te := edgeOn(t, srv, listen(t), listen(t))
 		a := &agent.Client{Addr: te.agentAddr, StreamWindow: c.agent}
 		l, err := a.Listen(context.Background(), "app")
@@ -688,7 +688,7 @@ func TestBadPreambleRefused(t *testing.T) {
 // TestSilentAppTimedOut: an app that never answers costs the edge a
 // goroutine only until ResponseHeaderTimeout; the client gets 504.
 func TestSilentAppTimedOut(t *testing.T) {
-	te := edgeOn(t, &edge.Server{Domain: "example.test", ResponseHeaderTimeout: 100 * time.Millisecond}, listen(t), listen(t))
+	te := edgeOn(t, &edge.Server{Domain: "example.test", Timeouts: edge.Timeouts{ResponseHeader: 100 * time.Millisecond}}, listen(t), listen(t))
 	release := make(chan struct{})
 	defer close(release)
 	te.serveApp(t, "silent", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))

@@ -7,14 +7,12 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
-	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync"
 	"time"
-
-	"github.com/hashicorp/go-multierror"
 
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
 	"github.com/tunnelkit/tunnelkit/router"
@@ -22,24 +20,28 @@ import (
 
 // Server is an edge: it accepts agent sessions and routes public traffic to
 // them. Its zero value with a Domain set is ready to use, with an in-memory
-// router. A Server must not be copied after first use.
+// router. Its fields are read when it starts serving (see Start) and must
+// not change afterwards; the Server never writes them. A Server must not be
+// copied after first use.
 type Server struct {
 	// Domain is the domain HTTP endpoints live under: an agent that binds
 	// the name "abc" is reached at abc.<Domain>. Required for HTTP.
 	Domain string
 
 	// ID names this edge in a cluster of edges sharing one Router: it is
-	// stamped on the routes it binds (router.Route.Edge), so that the others know
+	// stamped on the routes it binds (Route.Edge), so that the others know
 	// which edge holds the agent (see Relay). Empty: a lone edge.
 	ID string
 
 	// HTTPPort is the port written into public HTTP URLs handed to agents.
-	// Empty: the port of the first listener given to ServeHTTPListener, or
-	// none (port 80) when the server is only used as an http.Handler.
+	// Empty: the port of the listener given to Start (or to the first
+	// ServeHTTPListener call), or none (port 80) when the Server is only
+	// used as an http.Handler.
 	HTTPPort string
 
-	// TLSPort is the port written into public TLS URLs. Empty: the port of
-	// the first listener given to ServeSNI.
+	// TLSPort is the port written into public TLS and https URLs. Empty:
+	// the port of the TLS listener given to Start (or to the first ServeSNI
+	// call).
 	TLSPort string
 
 	// TCPPorts is the range of ports agents may bind TCP endpoints on.
@@ -77,11 +79,12 @@ type Server struct {
 	// hello, then the client's bytes untouched, to the agent, whose TLS
 	// server (any crypto/tls server since Go 1.24) completes the
 	// handshake without a key of its own. https endpoints accept ECH too,
-	// through crypto/tls, with the same keys. A connection whose ECH does
-	// not decrypt (a stale configuration) goes by its outer name; when
-	// that is the public name of one of the keys and no endpoint has it,
-	// the edge completes the handshake for it with its own certificate
-	// (Certificates, GetCertificate) and sends the keys marked
+	// through crypto/tls, with the same keys. The public names of the
+	// keys' configurations belong to the operator: no agent may bind them
+	// (nor a wildcard over them). A connection whose ECH does not decrypt
+	// (a stale configuration, or GREASE) goes by its outer name; for a
+	// public name, the edge completes the handshake itself with its own
+	// certificate (Certificates, GetCertificate) and sends the keys marked
 	// SendAsRetry as retry configurations, so the client tries again with
 	// them. Make keys with sni.NewECHKey (sni.MarshalECHKeyPEM and
 	// sni.ParseECHKeyPEM for files).
@@ -92,21 +95,10 @@ type Server struct {
 	// with the code https_only.
 	RedirectHTTP bool
 
-	// AccessLog, if set, gets one line per public HTTP request: method,
-	// host, path, protocol, status, bytes, duration and client. Nil: none.
-	AccessLog *slog.Logger
-
-	// NotTLS receives the connections on ServeSNI listeners that are not
-	// TLS, with every byte read so far replayed, and owns them. Nil: they
-	// are closed.
-	NotTLS func(net.Conn)
-
-	// ProxyProtocol makes the public listeners (ServeHTTPListener, ServeSNI
-	// and TCP endpoints) expect a PROXY protocol header, version 1 or 2, at
-	// the start of every connection, as a load balancer in front of the
-	// edge sends: the header's source is then the client's address. A
-	// connection without a valid header is closed.
-	ProxyProtocol bool
+	// AllowCatchAll lets agents bind "*" and "*.<Domain>": a wildcard
+	// over every name under the domain, which makes its owner the owner of
+	// every name (see router.Router). Leave it off on a multi-tenant edge.
+	AllowCatchAll bool
 
 	// Router decides where public traffic goes. Nil: a router.MemoryRouter.
 	Router router.Router
@@ -117,124 +109,50 @@ type Server struct {
 
 	// Authenticate checks the token an agent presents in its hello and
 	// returns the agent's identity, which owns the names it binds (see
-	// router.Router for the rules). Nil: every agent is accepted, and each is an
-	// identity of its own ("anonymous-" and random hex), which it keeps
-	// across reconnections through its session ticket; agents can then not
-	// share a pool.
+	// router.Router for the rules). Nil: every agent is accepted, and each
+	// is an identity of its own ("anonymous-" and random hex), which it
+	// keeps across reconnections through its session ticket; agents can
+	// then not share a pool.
 	Authenticate func(ctx context.Context, token string) (identity string, err error)
 
-	// MaxAuthFailures is how many failed hellos (a refused token) one
-	// source address (an IPv6 /64) may have per minute, with a burst as
-	// large. Past it, the source's agent connections are closed as soon as
-	// they are accepted, until a minute's share has passed; failures are
-	// logged in aggregate, one line per 10 s. Zero: 10; negative: no limit.
-	MaxAuthFailures int
-
 	// TicketKey signs the tickets the edge gives agents (at least 32
-	// bytes; ServeAgents fails with a shorter one). A session ticket lets a
-	// reconnecting agent take over its previous session's endpoints at
-	// once; endpoint tickets prove, after a restart, which identity held a
-	// name. Keep the key secret, and the same across restarts of an edge
-	// and across the edges of a cluster: a ticket signed under another key
-	// is ignored. Nil: a random key per Server, so that tickets do not
-	// survive a restart.
+	// bytes; the Server refuses to start with a shorter one). A session
+	// ticket lets a reconnecting agent take over its previous session's
+	// endpoints at once; endpoint tickets prove, after a restart, which
+	// identity held a name (see Timeouts.RestartGrace). Keep the key
+	// secret, and the same across restarts of an edge and across the edges
+	// of a cluster: a ticket signed under another key is ignored. Nil: a
+	// random key per Server, so that tickets do not survive a restart.
 	TicketKey []byte
-
-	// TicketLifetime is how long an endpoint ticket proves its name; agents
-	// renew theirs at half of it. Zero: 1 hour.
-	TicketLifetime time.Duration
-
-	// RestartGrace is how long after the Server starts a name or port an
-	// agent chooses is granted only with an endpoint ticket showing that
-	// its identity held it before: after a restart, names go back to their
-	// owners, never to whoever asks first. Random names and ports are
-	// granted meanwhile. Zero: Grace when TicketKey is set and router.Router is
-	// nil (an in-memory router forgets every name on a restart), else
-	// none; negative: none.
-	RestartGrace time.Duration
-
-	// AllowCatchAll lets agents bind "*" and "*.<Domain>": a wildcard
-	// over every name under the domain, which makes its owner the owner of
-	// every name (see router.Router). Leave it off on a multi-tenant edge.
-	AllowCatchAll bool
 
 	// AgentTLS, if set, makes ServeAgents speak TLS with this
 	// configuration to every agent. Nil: the listener's conns are used as
 	// they are (plaintext, or TLS the caller set up).
 	AgentTLS *tls.Config
 
-	// MaxSessionsPerIdentity bounds the sessions one identity holds at
-	// once: a hello past it is refused. Zero: 1024; negative: no bound.
-	MaxSessionsPerIdentity int
+	// ProxyProtocol makes the public listeners (ServeHTTPListener, ServeSNI
+	// and TCP endpoints) expect a PROXY protocol header, version 1 or 2, at
+	// the start of every connection, as a load balancer in front of the
+	// edge sends: the header's source is then the client's address. A
+	// connection without a valid header is closed.
+	ProxyProtocol bool
 
-	// MaxPendingSessions bounds the agent connections that have not had
-	// their hello accepted yet: past it, the one waiting longest is closed.
-	// Each costs a goroutine and its buffers, for at most
-	// HandshakeTimeout. Zero: 1024; negative: no bound.
-	MaxPendingSessions int
+	// NotTLS receives the connections on ServeSNI listeners that are not
+	// TLS, with every byte read so far replayed, and owns them. Nil: they
+	// are closed.
+	NotTLS func(net.Conn)
 
-	// MaxEndpointsPerSession bounds the endpoints one agent session holds
-	// at once: a bind past it is refused as unavailable. Zero: 1024;
-	// negative: no bound.
-	MaxEndpointsPerSession int
+	// Limits bound what agents and public clients may hold; zero fields
+	// take their defaults (see Limits).
+	Limits Limits
 
-	// MaxStreamsPerSession bounds the streams open at once on one agent
-	// session, public connections and the agent's requests together: past
-	// it, a public connection goes to another agent of the endpoint or is
-	// refused, and a stream the agent opens is closed at once. Each stream
-	// buffers at most a window (256 KiB) of unread bytes. Zero: 4096.
-	MaxStreamsPerSession int
+	// Timeouts bound how long the edge waits; zero fields take their
+	// defaults (see Timeouts).
+	Timeouts Timeouts
 
-	// StreamWindow is the most unread bytes each stream of an agent
-	// session buffers, at both ends: an agent asking for more gets this
-	// much. Zero: 256 KiB; it is kept within 64 KiB and 16 MiB.
-	StreamWindow int
-
-	// IdleTimeout closes a public TLS or TCP connection that moved no byte
-	// either way for that long, an idle public HTTP keep-alive connection,
-	// and an HTTP exchange whose response, or upgraded connection (a
-	// WebSocket), moved no byte for that long once the app answered. Zero:
-	// 10 minutes for TLS and TCP, 2 minutes for HTTP; negative: never.
-	IdleTimeout time.Duration
-
-	// ResponseHeaderTimeout bounds how long the edge waits for an agent's
-	// app to start answering an HTTP request; past it the client gets 504.
-	// Zero: 5 minutes (long polls fit); negative: no bound.
-	ResponseHeaderTimeout time.Duration
-
-	// BodyTimeout bounds the wait for each read of a public HTTP request's
-	// body, as nginx's client_body_timeout does: a body that stops moving
-	// for that long is cut off and the client gets 408. Zero: 60 s;
-	// negative: no bound.
-	BodyTimeout time.Duration
-
-	// ClientShare is the part of one endpoint's streams (the agents'
-	// MaxStreamsPerSession, summed over its pool) that the connections and
-	// requests of one public client address (an IPv6 /64) may hold at
-	// once: 256 of 4096 by default. Past it, that client's new connections
-	// are closed and its requests answered 429, while everyone else is
-	// served. It bounds what one address takes; many addresses together
-	// can still fill a session (a flood from many hosts is for the network
-	// in front of the edge to stop). Zero: 1/16; negative or 1 and more: no
-	// bound.
-	ClientShare float64
-
-	// Grace is how long the names of an agent session that ended stay
-	// reserved for its identity, so that the agent, reconnecting, gets its
-	// URLs back and nobody else can take them meanwhile. Zero: 30 s;
-	// negative: names are free at once. Names an agent unbinds itself are
-	// free at once.
-	Grace time.Duration
-
-	// HandshakeTimeout bounds the time an agent has to send its hello, and
-	// any peer to send a stream's header. Zero: 10 s.
-	HandshakeTimeout time.Duration
-
-	// HeartbeatInterval and HeartbeatTimeout set how often the edge pings
-	// each agent and how long it waits for an answer before it closes the
-	// session. Zero: 10 s and 15 s.
-	HeartbeatInterval time.Duration
-	HeartbeatTimeout  time.Duration
+	// AccessLog, if set, gets one line per public HTTP request: method,
+	// host, path, protocol, status, bytes, duration and client. Nil: none.
+	AccessLog *slog.Logger
 
 	// Logger receives the server's logs. Nil: they are discarded.
 	Logger *slog.Logger
@@ -244,13 +162,15 @@ type Server struct {
 	Observer Observer
 
 	initOnce sync.Once
+	cfg      config
+	cfgErr   error       // what is wrong with the fields; the Serve methods return it
+	proxyLog *log.Logger // ReverseProxy's own messages, at the debug level
 	mem      *router.MemoryRouter
-	proxy    *httpProxy
 	signer   ticketSigner
 	started  time.Time
 	auth     *authGuard
 	shares   shares
-	streams  idleStreams
+	ups      upstreams
 	term     terminating
 	ech      echState
 
@@ -259,6 +179,8 @@ type Server struct {
 
 	mu          sync.Mutex
 	closed      bool
+	httpPort    string // the ports URLs name, from HTTPPort and TLSPort or the listeners
+	tlsPort     string
 	pending     list.List // agent conns waiting for their hello
 	evicted     int       // pending conns closed to make room
 	sessions    map[string]*session
@@ -270,53 +192,93 @@ type Server struct {
 	wg          sync.WaitGroup          // session and listener goroutines
 }
 
+// init resolves the Server's settings, once.
 func (s *Server) init() {
 	s.initOnce.Do(func() {
 		s.started = time.Now()
+		s.cfg, s.cfgErr = s.resolve()
 		s.mem = new(router.MemoryRouter)
-		s.proxy = newHTTPProxy(s)
+		s.proxyLog = slog.NewLogLogger(s.log().Handler(), slog.LevelDebug)
+		s.httpPort, s.tlsPort = s.HTTPPort, s.TLSPort
 		s.signer.key = s.TicketKey
 		if len(s.signer.key) == 0 {
 			s.signer.key = make([]byte, minTicketKey)
 			rand.Read(s.signer.key)
 		}
-		if s.MaxAuthFailures >= 0 {
-			n := s.MaxAuthFailures
-			if n == 0 {
-				n = defaultMaxAuthFailures
-			}
-			s.auth = &authGuard{perMinute: n, log: s.log()}
+		if s.cfg.authFailures > 0 {
+			s.auth = &authGuard{perMinute: s.cfg.authFailures, log: s.log()}
 		}
 	})
 }
 
-func (s *Server) tickets() ticketSigner {
-	s.init()
-	return s.signer
+// Listeners are the listeners Start serves. A nil one is not served.
+type Listeners struct {
+	Agents net.Listener // agent sessions (see ServeAgents)
+	HTTP   net.Listener // public HTTP (see ServeHTTPListener)
+	TLS    net.Listener // public TLS: tls:// passed through, https:// terminated (see ServeSNI)
 }
 
-func (s *Server) ticketLifetime() time.Duration {
-	if s.TicketLifetime > 0 {
-		return s.TicketLifetime
+// Start serves ls, each in a goroutine that Close and Shutdown stop and
+// wait for, and returns once the listeners are registered: the public
+// listeners' ports are then known to every URL the edge hands out, from
+// the first bind on. It returns the error that keeps the Server from
+// starting (an invalid field), having closed the listeners; a listener
+// that fails later is logged at the Error level.
+func (s *Server) Start(ls Listeners) error {
+	s.init()
+	all := []net.Listener{ls.Agents, ls.HTTP, ls.TLS}
+	closeAll := func() {
+		for _, ln := range all {
+			if ln != nil {
+				ln.Close()
+			}
+		}
 	}
-	return time.Hour
+	err := s.cfgErr
+	if err == nil {
+		err = s.initECH()
+	}
+	if err != nil {
+		closeAll()
+		return err
+	}
+	if ls.HTTP != nil {
+		s.notePort(&s.httpPort, ls.HTTP)
+	}
+	if ls.TLS != nil {
+		s.notePort(&s.tlsPort, ls.TLS)
+	}
+	serve := []struct {
+		ln net.Listener
+		f  func(net.Listener) error
+	}{{ls.HTTP, s.ServeHTTPListener}, {ls.TLS, s.ServeSNI}, {ls.Agents, s.ServeAgents}}
+	for _, sv := range serve {
+		if sv.ln == nil {
+			continue
+		}
+		serve := func() {
+			if err := sv.f(sv.ln); !errors.Is(err, ErrServerClosed) {
+				s.log().Error("listener failed", "addr", sv.ln.Addr().String(), "err", err)
+			}
+		}
+		if !s.goTracked(serve) {
+			closeAll()
+			return ErrServerClosed
+		}
+	}
+	return nil
 }
 
-// restarting reports whether the server is within its RestartGrace, and
-// until when.
-func (s *Server) restarting() (time.Time, bool) {
-	g := s.RestartGrace
-	switch {
-	case g < 0:
-		return time.Time{}, false
-	case g == 0 && len(s.TicketKey) > 0 && s.Router == nil:
-		g = s.grace()
-	case g == 0:
-		return time.Time{}, false
+// notePort makes the port of ln the one URLs name in *port, unless one is
+// set already.
+func (s *Server) notePort(port *string, ln net.Listener) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if *port == "" {
+		if _, p, err := net.SplitHostPort(ln.Addr().String()); err == nil {
+			*port = p
+		}
 	}
-	s.init()
-	until := s.started.Add(g)
-	return until, time.Now().Before(until)
 }
 
 func (s *Server) router() router.Router {
@@ -343,59 +305,13 @@ func (s *Server) log() *slog.Logger {
 
 var discard = slog.New(slog.DiscardHandler)
 
-// idleTimeout returns IdleTimeout, or def when it is zero; zero when
-// negative (never).
-func (s *Server) idleTimeout(def time.Duration) time.Duration {
-	switch {
-	case s.IdleTimeout < 0:
-		return 0
-	case s.IdleTimeout == 0:
-		return def
-	}
-	return s.IdleTimeout
-}
-
-func (s *Server) maxSessionsPerIdentity() int {
-	switch {
-	case s.MaxSessionsPerIdentity < 0:
-		return 0
-	case s.MaxSessionsPerIdentity == 0:
-		return 1024
-	}
-	return s.MaxSessionsPerIdentity
-}
-
-func (s *Server) maxStreams() int64 {
-	if s.MaxStreamsPerSession > 0 {
-		return int64(s.MaxStreamsPerSession)
-	}
-	return 4096
-}
-
-func (s *Server) grace() time.Duration {
-	switch {
-	case s.Grace < 0:
-		return 0
-	case s.Grace == 0:
-		return 30 * time.Second
-	}
-	return s.Grace
-}
-
-func (s *Server) handshakeTimeout() time.Duration {
-	if s.HandshakeTimeout > 0 {
-		return s.HandshakeTimeout
-	}
-	return 10 * time.Second
-}
-
 // ServeAgents accepts agent sessions on ln until ln fails or the server is
-// closed, then returns an error (wrapping net.ErrClosed after Close or
-// Shutdown).
+// closed, then returns an error (ErrServerClosed after Close or Shutdown).
 func (s *Server) ServeAgents(ln net.Listener) error {
-	if n := len(s.TicketKey); n > 0 && n < minTicketKey {
+	s.init()
+	if s.cfgErr != nil {
 		ln.Close()
-		return fmt.Errorf("edge: TicketKey has %d bytes, want at least %d", n, minTicketKey)
+		return s.cfgErr
 	}
 	s.watchRoutes()
 	return s.serve(ln, "agents", s.serveSession)
@@ -403,13 +319,13 @@ func (s *Server) ServeAgents(ln net.Listener) error {
 
 // serve accepts conns on ln until ln fails or the server is closed, and
 // runs handle for each in a goroutine that Close waits for. It backs off
-// on temporary errors (out of file descriptors), and returns an error
-// wrapping net.ErrClosed after Close or Shutdown.
+// on temporary errors (out of file descriptors), and returns
+// ErrServerClosed after Close or Shutdown.
 func (s *Server) serve(ln net.Listener, what string, handle func(net.Conn)) error {
 	s.init()
 	if !s.trackListener(ln, true) {
 		ln.Close()
-		return fmt.Errorf("edge: %w", net.ErrClosed)
+		return ErrServerClosed
 	}
 	defer s.trackListener(ln, false)
 	var delay time.Duration
@@ -423,7 +339,7 @@ func (s *Server) serve(ln net.Listener, what string, handle func(net.Conn)) erro
 				continue
 			}
 			if s.isClosed() || errors.Is(err, net.ErrClosed) {
-				return fmt.Errorf("edge: %w", net.ErrClosed)
+				return ErrServerClosed
 			}
 			return err
 		}
@@ -435,9 +351,14 @@ func (s *Server) serve(ln net.Listener, what string, handle func(net.Conn)) erro
 }
 
 // ServeHTTPListener serves public HTTP on ln until the server is shut down.
-// It returns an error wrapping net.ErrClosed after Close or Shutdown.
+// It returns ErrServerClosed after Close or Shutdown.
 func (s *Server) ServeHTTPListener(ln net.Listener) error {
 	s.init()
+	if s.cfgErr != nil {
+		ln.Close()
+		return s.cfgErr
+	}
+	s.notePort(&s.httpPort, ln)
 	hs := s.newHTTPServer(s, "http")
 	// HTTP/2 without TLS, for clients that know the edge speaks it (prior
 	// knowledge), beside HTTP/1.1.
@@ -445,27 +366,21 @@ func (s *Server) ServeHTTPListener(ln net.Listener) error {
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
 	hs.Protocols = p
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.trackServer(hs) {
 		ln.Close()
-		return fmt.Errorf("edge: %w", net.ErrClosed)
+		return ErrServerClosed
 	}
-	if s.HTTPPort == "" {
-		if _, port, err := net.SplitHostPort(ln.Addr().String()); err == nil {
-			s.HTTPPort = port
-		}
-	}
-	if s.servers == nil {
-		s.servers = map[*http.Server]struct{}{}
-	}
-	s.servers[hs] = struct{}{}
-	s.mu.Unlock()
 	err := hs.Serve(s.publicListener(ln))
 	if errors.Is(err, http.ErrServerClosed) {
-		err = fmt.Errorf("edge: %w", net.ErrClosed)
+		err = ErrServerClosed
 	}
 	return err
+}
+
+// trackServer registers hs so that Close and Shutdown stop it, unless the
+// server is closed.
+func (s *Server) trackServer(hs *http.Server) bool {
+	return track(s, &s.servers, hs, true)
 }
 
 // newHTTPServer returns an http.Server for public HTTP connections of
@@ -473,11 +388,11 @@ func (s *Server) ServeHTTPListener(ln net.Listener) error {
 func (s *Server) newHTTPServer(h http.Handler, proto string) *http.Server {
 	hs := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: s.handshakeTimeout(),
-		IdleTimeout:       s.idleTimeout(2 * time.Minute),
-		ErrorLog:          slog.NewLogLogger(s.log().Handler(), slog.LevelDebug),
+		ReadHeaderTimeout: s.cfg.handshake,
+		IdleTimeout:       s.cfg.httpIdle,
+		ErrorLog:          s.proxyLog,
 	}
-	s.trackClients(hs, proto)
+	s.trackPublicConns(hs, proto)
 	return hs
 }
 
@@ -485,6 +400,7 @@ func (s *Server) newHTTPServer(h http.Handler, proto string) *http.Server {
 // once, and waits for the server's goroutines. It is safe to call more than
 // once.
 func (s *Server) Close() error {
+	s.init()
 	s.stopWatching()
 	s.stop()
 	s.mu.Lock()
@@ -504,6 +420,7 @@ func (s *Server) Close() error {
 // for the server's goroutines. It returns ctx's error when in-flight
 // requests were cut short.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.init()
 	s.stopWatching()
 	s.stop()
 	s.goAway()
@@ -513,14 +430,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		servers = append(servers, hs)
 	}
 	s.mu.Unlock()
-	var errs *multierror.Error
+	var errs errorList
 	for _, hs := range servers {
 		if e := hs.Shutdown(ctx); e != nil {
 			hs.Close()
-			errs = multierror.Append(errs, e)
+			errs.add(e)
 		}
 	}
-	err := errs.ErrorOrNil()
+	err := errs.err()
 	// Let public TLS and TCP connections finish until ctx is done.
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
@@ -586,7 +503,7 @@ func (s *Server) connCount() int {
 
 func (s *Server) closeSessions() {
 	for _, ss := range s.sessionList() {
-		ss.close(s.grace())
+		ss.close(s.cfg.grace)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -637,7 +554,7 @@ func (s *Server) publicListener(ln net.Listener) net.Listener {
 	if !s.ProxyProtocol {
 		return ln
 	}
-	return &proxyproto.Listener{Listener: ln, Required: true, ReadTimeout: s.handshakeTimeout(), Logger: s.Logger}
+	return &proxyproto.Listener{Listener: ln, Required: true, ReadTimeout: s.cfg.handshake, Logger: s.Logger}
 }
 
 // goTracked runs f in a goroutine that Close waits for, unless the server is

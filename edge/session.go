@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.ngrok.com/muxado/v2"
-
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
 )
@@ -22,7 +20,7 @@ import (
 type session struct {
 	srv  *Server
 	id   string
-	mux  muxado.Session
+	mux  *wire.Session
 	log  *slog.Logger
 	src  net.Addr // the agent's address
 	conn net.Conn // the transport, closed to evict a session still waiting for its hello
@@ -64,7 +62,8 @@ var errTooManyStreams = errors.New("edge: too many streams on the agent's sessio
 
 // acquire counts one more open stream, unless the session is at its bound.
 func (ss *session) acquire() bool {
-	if ss.open.Add(1) > ss.srv.maxStreams() {
+	n := ss.open.Add(1)
+	if max := int64(ss.srv.cfg.streamsPerSession); max > 0 && n > max {
 		ss.open.Add(-1)
 		return false
 	}
@@ -82,7 +81,7 @@ func (ss *session) release() {
 // routes.
 func (s *Server) serveSession(c net.Conn) {
 	if s.auth.blocked(sourceOf(addrPort(c.RemoteAddr()).Addr())) {
-		s.obs().Refused("auth_throttled")
+		s.obs().Refused(ReasonAuthThrottled)
 		c.Close()
 		return
 	}
@@ -103,7 +102,7 @@ func (s *Server) serveSession(c net.Conn) {
 	ss := &session{
 		srv:       s,
 		id:        newID(),
-		mux:       muxado.Server(c, wire.MuxConfig(window)),
+		mux:       wire.NewSession(c, window, false),
 		src:       c.RemoteAddr(),
 		conn:      raw,
 		helloDone: make(chan struct{}),
@@ -126,12 +125,12 @@ func (s *Server) serveSession(c net.Conn) {
 	s.mu.Unlock()
 
 	// An agent that does not say hello in time is dropped.
-	helloTimer := time.AfterFunc(s.handshakeTimeout(), func() {
+	helloTimer := time.AfterFunc(s.cfg.handshake, func() {
 		select {
 		case <-ss.helloDone:
 		default:
 			ss.log.Debug("agent sent no hello in time")
-			ss.close(s.grace())
+			ss.close(s.cfg.grace)
 		}
 	})
 	defer helloTimer.Stop()
@@ -164,7 +163,7 @@ func (s *Server) serveSession(c net.Conn) {
 			ss.handleStream(st)
 		})
 	}
-	ss.close(s.grace())
+	ss.close(s.cfg.grace)
 	ss.streams.Wait()
 }
 
@@ -176,12 +175,12 @@ func (s *Server) preamble(c net.Conn) (uint32, error) {
 		return 0, ErrServerClosed
 	}
 	defer s.trackConn(c, false)
-	c.SetDeadline(time.Now().Add(s.handshakeTimeout()))
+	c.SetDeadline(time.Now().Add(s.cfg.handshake))
 	want, err := wire.ReadPreamble(c)
 	if err != nil {
 		return 0, err
 	}
-	window := min(want, wire.ClampWindow(s.StreamWindow))
+	window := min(want, s.cfg.window)
 	if err := wire.WritePreamble(c, window); err != nil {
 		return 0, err
 	}
@@ -238,16 +237,16 @@ func (s *Server) unbind(r router.Route, reserve time.Duration) {
 	if err := s.router().Unbind(ctx, r, reserve); err != nil {
 		s.log().Warn("unbind", "name", r.Name, "err", err)
 	}
-	s.closeIdle(r)
+	s.closeUpstreams(r)
 	if r.Proto == wire.ProtoTCP {
 		s.closeTCP(r.Name)
 	}
 }
 
 // handleStream reads a stream's type and serves it.
-func (ss *session) handleStream(st muxado.Stream) {
+func (ss *session) handleStream(st *wire.Stream) {
 	defer st.Close()
-	st.SetReadDeadline(time.Now().Add(ss.srv.handshakeTimeout()))
+	st.SetReadDeadline(time.Now().Add(ss.srv.cfg.handshake))
 	var t [1]byte
 	if _, err := io.ReadFull(st, t[:]); err != nil {
 		return
@@ -263,7 +262,7 @@ func (ss *session) handleStream(st muxado.Stream) {
 		st.SetReadDeadline(time.Time{})
 		wire.Echo(st)
 	default:
-		ss.log.Warn("unexpected stream type from agent", "type", t[0])
+		ss.log.Debug("unexpected stream type from agent", "type", t[0])
 		if ss.helloState() != helloAccepted {
 			ss.close(0)
 		}
@@ -281,11 +280,11 @@ func (ss *session) heartbeat() {
 		return
 	}
 	hb := wire.Heartbeat{
-		Interval: ss.srv.HeartbeatInterval,
-		Timeout:  ss.srv.HeartbeatTimeout,
+		Interval: ss.srv.cfg.heartbeatInterval,
+		Timeout:  ss.srv.cfg.heartbeatTimeout,
 		Dead: func() {
 			ss.log.Warn("agent missed its heartbeat; closing the session")
-			ss.close(ss.srv.grace())
+			ss.close(ss.srv.cfg.grace)
 		},
 	}
 	hb.Run(st)

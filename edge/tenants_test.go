@@ -180,7 +180,7 @@ func TestEdgeRestartGivesNamesBackToOwners(t *testing.T) {
 	agentsLn, pubLn := listen(t), listen(t)
 	agentsAddr := agentsLn.Addr().String()
 	// The first start: no agent can hold a ticket yet.
-	srv1 := &edge.Server{TicketKey: key, Authenticate: tokens, Domain: "example.test", RestartGrace: -1}
+	srv1 := &edge.Server{TicketKey: key, Authenticate: tokens, Domain: "example.test", Timeouts: edge.Timeouts{RestartGrace: -1}}
 	te1 := edgeOn(t, srv1, agentsLn, pubLn)
 
 	var dials atomic.Int32
@@ -203,7 +203,7 @@ func TestEdgeRestartGivesNamesBackToOwners(t *testing.T) {
 
 	// The same key, and an in-memory router: names held before the
 	// restart go back only to their owners for Grace.
-	te2 := te1.restart(t, &edge.Server{TicketKey: key, Authenticate: tokens, Domain: "example.test", Grace: time.Minute})
+	te2 := te1.restart(t, &edge.Server{TicketKey: key, Authenticate: tokens, Domain: "example.test", Timeouts: edge.Timeouts{Grace: time.Minute}})
 	bob := &agent.Client{Addr: agentsAddr, Token: "bob-token"}
 	defer bob.Close()
 	if _, err := bob.Listen(context.Background(), "http://app"); !errors.Is(err, agent.ErrUnavailable) {
@@ -230,7 +230,7 @@ func TestEdgeRestartGivesNamesBackToOwners(t *testing.T) {
 // the edge close the old session, and its endpoints, a pool member and a
 // TCP port among them, come back with the same URLs.
 func TestAgentSideDropTakesOverOldSession(t *testing.T) {
-	te, rt := tenantEdge(t, &edge.Server{TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, HeartbeatInterval: time.Hour})
+	te, rt := tenantEdge(t, &edge.Server{TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, Timeouts: edge.Timeouts{HeartbeatInterval: time.Hour}})
 	r := newRelay(t, te.agentAddr)
 	var connects atomic.Int32
 	a := &agent.Client{Addr: r.ln.Addr().String(), Token: "alice-token", MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
@@ -457,7 +457,7 @@ func (h countHandler) WithGroup(string) slog.Handler      { return h }
 // takes her name; when alice comes back, that refusal ends her listener,
 // and Accept says why.
 func TestLostNameEndsListener(t *testing.T) {
-	te, rt := tenantEdge(t, &edge.Server{Grace: 50 * time.Millisecond})
+	te, rt := tenantEdge(t, &edge.Server{Timeouts: edge.Timeouts{Grace: 50 * time.Millisecond}})
 	var conn atomic.Pointer[net.Conn]
 	gate := make(chan struct{})
 	var dials atomic.Int32
@@ -548,14 +548,14 @@ func TestRenewedTicketsOutliveTheirLifetime(t *testing.T) {
 	key := []byte(strings.Repeat("r", 32))
 	// A lifetime of 3 s: the agent renews every second, so a ticket is
 	// at most a second old, give or take a slow machine.
-	srv1 := &edge.Server{TicketKey: key, TicketLifetime: 3 * time.Second, Authenticate: tokens, Domain: "example.test", RestartGrace: -1}
+	srv1 := &edge.Server{TicketKey: key, Authenticate: tokens, Domain: "example.test", Timeouts: edge.Timeouts{TicketLifetime: 3 * time.Second, RestartGrace: -1}}
 	te1 := edgeOn(t, srv1, listen(t), listen(t))
 	alice := tenant(t, te1, "alice")
 	l := bind(t, alice, "http://app")
 	serve(t, l, "alice")
 	time.Sleep(4 * time.Second) // the first ticket has lapsed; renewed ones have not
 
-	te2 := te1.restart(t, &edge.Server{TicketKey: key, TicketLifetime: 3 * time.Second, Authenticate: tokens, Domain: "example.test", Grace: time.Minute})
+	te2 := te1.restart(t, &edge.Server{TicketKey: key, Authenticate: tokens, Domain: "example.test", Timeouts: edge.Timeouts{TicketLifetime: 3 * time.Second, Grace: time.Minute}})
 	waitFor(t, func() bool {
 		resp, body := get(t, te2, l.URL()+"/", nil)
 		return resp.StatusCode == 200 && body == "alice /"

@@ -542,7 +542,7 @@ func TestCloseAndShutdownLeaveNoGoroutine(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			base := runtime.NumGoroutine()
 			func() {
-				srv := &edge.Server{Domain: "example.test", HeartbeatInterval: 10 * time.Millisecond}
+				srv := &edge.Server{Domain: "example.test", Timeouts: edge.Timeouts{HeartbeatInterval: 10 * time.Millisecond}}
 				agents, pub := listen(t), listen(t)
 				var wg sync.WaitGroup
 				wg.Go(func() { srv.ServeAgents(agents) })

@@ -194,7 +194,7 @@ func TestObserversDoNotAllocate(t *testing.T) {
 		"edge request": func() { edgeRequest(e) },
 		"edge https":   func() { e.Request("https", 503, time.Second) },
 		"edge tcp":     func() { e.Conn("tcp"); e.Bytes("tcp", 100, 200) },
-		"edge refused": func() { e.Refused("no_endpoint") },
+		"edge refused": func() { e.Refused(edge.ReasonNoEndpoint) },
 		"edge session": func() { e.Session(1); e.Endpoint("tls", 1); e.Endpoint("tls", -1); e.Session(-1) },
 		"agent conn":   func() { a.Conn("tcp"); a.Bytes("tcp", 100, 200) },
 		"agent event":  func() { a.Event(agent.Event{Kind: agent.Reconnecting}); a.Event(agent.Event{Kind: agent.Connected}) },

@@ -43,12 +43,8 @@
 //
 // proto is "http" (plain HTTP), "https" (HTTP over TLS the edge
 // terminated), "tls" (TLS passed through to the agent) or "tcp". The
-// reasons are the stable codes edge.Observer lists: "auth",
-// "auth_throttled", "session_limit", "pending_limit", "endpoint_limit",
-// "no_route", "no_endpoint", "client_limit", "agent_busy",
-// "agent_offline", "app_unreachable", "app_error", "app_timeout",
-// "body_timeout", "bad_request", "missing_host", "https_only",
-// "misdirected", "routing_unavailable". Every label has a bounded set of
+// reasons are the stable codes of edge.Reasons ("auth", "no_endpoint",
+// "client_limit", "app_error"...). Every label has a bounded set of
 // values: a protocol, status or reason outside these sets (which the core
 // does not report today) is counted under "other", so no label ever
 // carries a client's address, a name or anything else a stranger chooses.

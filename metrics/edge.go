@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tunnelkit/tunnelkit/edge"
 )
 
 // Edge counts what an edge.Server tells its Observer, as the metrics
@@ -28,7 +29,7 @@ type Edge struct {
 	inBy, outBy [nProtos]prometheus.Counter
 	requestsBy  [nHTTPProtos][len(classes)]prometheus.Counter
 	durationBy  [nHTTPProtos]prometheus.Observer
-	refusedBy   map[string]prometheus.Counter
+	refusedBy   map[edge.Reason]prometheus.Counter
 }
 
 // nHTTPProtos: HTTP requests are "http" or "https", the first two protos.
@@ -80,7 +81,7 @@ func NewEdge() *Edge {
 			Name: "tunnelkit_edge_refused_total",
 			Help: "Agents, connections and requests the edge refused, by reason.",
 		}, []string{"reason"}),
-		refusedBy: make(map[string]prometheus.Counter, len(reasons)),
+		refusedBy: map[edge.Reason]prometheus.Counter{},
 	}
 	for i, p := range protos {
 		m.endpointsBy[i] = m.endpoints.WithLabelValues(p)
@@ -94,8 +95,8 @@ func NewEdge() *Edge {
 		}
 		m.durationBy[i] = m.duration.WithLabelValues(p)
 	}
-	for _, r := range reasons {
-		m.refusedBy[r] = m.refused.WithLabelValues(r)
+	for _, r := range edge.Reasons() {
+		m.refusedBy[r] = m.refused.WithLabelValues(string(r))
 	}
 	return m
 }
@@ -175,7 +176,7 @@ func (m *Edge) Request(proto string, status int, d time.Duration) {
 }
 
 // Refused implements edge.Observer.
-func (m *Edge) Refused(reason string) {
+func (m *Edge) Refused(reason edge.Reason) {
 	if c, ok := m.refusedBy[reason]; ok {
 		c.Inc()
 		return

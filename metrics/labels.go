@@ -37,13 +37,4 @@ func classIndex(status int) int {
 	return status/100 - 1
 }
 
-// reasons are the refusal reasons edge.Observer documents.
-var reasons = [...]string{
-	// Agents.
-	"auth", "auth_throttled", "session_limit", "pending_limit", "endpoint_limit",
-	// Public connections and requests.
-	"no_route", "no_endpoint", "client_limit", "agent_busy", "agent_offline",
-	"app_unreachable", "app_error", "app_timeout", "body_timeout",
-	"bad_request", "missing_host", "https_only", "misdirected",
-	"routing_unavailable",
-}
+

@@ -17,7 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tunnelkit/tunnelkit/edge"
-	"github.com/tunnelkit/tunnelkit/internal/edgecmd"
+	"github.com/tunnelkit/tunnelkit/examples/internal/edgecmd"
 	"github.com/tunnelkit/tunnelkit/metrics"
 	"github.com/tunnelkit/tunnelkit/router/etcdrouter"
 )

@@ -28,6 +28,6 @@
 // -metrics ADDR serves Prometheus metrics at /metrics.
 package main
 
-import "github.com/tunnelkit/tunnelkit/internal/edgecmd"
+import "github.com/tunnelkit/tunnelkit/examples/internal/edgecmd"
 
 func main() { edgecmd.Main("edge", new(cluster).extension()) }

@@ -21,7 +21,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tunnelkit/tunnelkit/internal/edgecmd"
+	"github.com/tunnelkit/tunnelkit/examples/internal/edgecmd"
 )
 
 // childEnv, set to 1 in its environment, makes this program's binary run

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,14 +22,10 @@ import (
 	"github.com/tunnelkit/tunnelkit/sni"
 )
 
-// https:// endpoints: TLS terminated at the edge.
-//
-// ServeSNI peeks at each connection's ClientHello and looks the server name
-// up among https and tls routes. A tls route gets the bytes untouched; an
-// https route makes the edge complete the handshake itself, with the
-// operator's certificate or one from ACME, and serve HTTP/2 or HTTP/1.1 (by
-// ALPN) on the connection, through the same reverse proxy as plain HTTP. So
-// one port serves both, chosen by name.
+// TLS the edge terminates: for https:// endpoints (with the operator's
+// certificates or ones from ACME, serving HTTP/2 or HTTP/1.1 by ALPN on the
+// connection, through the same reverse proxy as plain HTTP), and for the
+// public names of its ECH keys (retry configurations).
 
 // ACME gets certificates for https endpoints from an ACME CA (Let's
 // Encrypt, or any RFC 8555 server) on demand, through
@@ -181,54 +176,12 @@ func (s *Server) acmePolicy(ctx context.Context, host string) error {
 	return fmt.Errorf("edge: no certificate for %q: no https endpoint has that name", host)
 }
 
-// chooseTLS decides whether a TLS connection for hello's server name is
-// terminated here (an https route) or passed through (a tls route), and
-// returns the routes of the one chosen. The more specific pattern wins (an
-// exact name over a wildcard, a longer wildcard over a shorter one); when
-// the same pattern has both, the connection is passed through, but for an
-// ACME challenge, which the edge answers.
-func (s *Server) chooseTLS(ctx context.Context, hello *sni.ClientHello) (proto string, routes []router.Route, err error) {
-	name := hello.ServerName
-	tlsRoutes, err := s.router().Lookup(ctx, wire.ProtoTLS, name)
-	if err != nil {
-		return "", nil, err
-	}
-	var httpsRoutes []router.Route
-	if s.servesHTTPS() {
-		if httpsRoutes, err = s.router().Lookup(ctx, wire.ProtoHTTPS, name); err != nil {
-			return "", nil, err
-		}
-	}
-	switch {
-	case len(httpsRoutes) == 0:
-		return wire.ProtoTLS, tlsRoutes, nil
-	case len(tlsRoutes) == 0:
-		return wire.ProtoHTTPS, httpsRoutes, nil
-	case slices.Contains(hello.ALPN, acme.ALPNProto):
-		return wire.ProtoHTTPS, httpsRoutes, nil
-	case moreSpecific(httpsRoutes[0].Name, tlsRoutes[0].Name):
-		return wire.ProtoHTTPS, httpsRoutes, nil
-	}
-	return wire.ProtoTLS, tlsRoutes, nil
-}
-
-// moreSpecific reports whether pattern a matches fewer names than b, both
-// matching the same host: an exact name beats a wildcard, and a longer
-// wildcard a shorter one.
-func moreSpecific(a, b string) bool {
-	aw, bw := strings.HasPrefix(a, "*."), strings.HasPrefix(b, "*.")
-	if aw != bw {
-		return bw
-	}
-	return len(a) > len(b)
-}
-
 // terminate completes the TLS handshake of a public connection for an
 // https endpoint and hands it to the https HTTP server.
 func (s *Server) terminate(c net.Conn) {
 	t := s.tlsTerm()
 	tc := tls.Server(c, t.config)
-	c.SetDeadline(time.Now().Add(s.handshakeTimeout()))
+	c.SetDeadline(time.Now().Add(s.cfg.handshake))
 	if err := tc.Handshake(); err != nil {
 		s.log().Debug("tls handshake", "client", c.RemoteAddr().String(), "err", err)
 		c.Close()
@@ -306,50 +259,6 @@ type queueAddr struct{}
 func (queueAddr) Network() string { return "tls" }
 func (queueAddr) String() string  { return "terminated-tls" }
 
-// noRoute answers a request whose host has no route for its scheme: a name
-// bound over https only gets redirected there (or told so), an ACME HTTP-01
-// challenge for it is answered, and an HTTP/2 connection reused for a name
-// its TLS was not for gets 421, so that the client opens one of its own.
-func (s *Server) noRoute(w http.ResponseWriter, r *http.Request, host string, terminated bool) {
-	if terminated {
-		if r.TLS != nil && r.TLS.ServerName != "" && !strings.EqualFold(r.TLS.ServerName, host) {
-			s.httpError(w, r, http.StatusMisdirectedRequest, "misdirected", "this connection does not serve "+host+"; open a new one", nil)
-			return
-		}
-		s.httpError(w, r, http.StatusNotFound, "no_endpoint", "tunnel not found: "+host, nil)
-		return
-	}
-	if r.TLS == nil && s.servesHTTPS() {
-		routes, err := s.router().Lookup(r.Context(), wire.ProtoHTTPS, host)
-		if err == nil && len(routes) > 0 {
-			s.httpsOnly(w, r, host)
-			return
-		}
-	}
-	s.httpError(w, r, http.StatusNotFound, "no_endpoint", "tunnel not found: "+host, nil)
-}
-
-// httpsOnly answers a plain-HTTP request for a name bound over https only.
-func (s *Server) httpsOnly(w http.ResponseWriter, r *http.Request, host string) {
-	t := s.tlsTerm()
-	if t.acmeHTTP != nil && strings.HasPrefix(r.URL.Path, "/.well-known/acme-challenge/") {
-		t.acmeHTTP.ServeHTTP(w, r)
-		return
-	}
-	s.mu.Lock()
-	port := s.TLSPort
-	s.mu.Unlock()
-	target := "https://" + withPort(host, port, "443") + r.URL.RequestURI()
-	if !s.RedirectHTTP {
-		s.httpError(w, r, http.StatusNotFound, "https_only", "this tunnel is served over https only: "+target, nil)
-		return
-	}
-	if r.ContentLength != 0 && r.ProtoMajor == 1 {
-		w.Header().Set("Connection", "close")
-	}
-	http.Redirect(w, r, target, http.StatusPermanentRedirect)
-}
-
 // echState is the Server's ECH keys, ready to decrypt hellos.
 type echState struct {
 	once        sync.Once
@@ -379,12 +288,4 @@ func (s *Server) initECH() error {
 		}
 	})
 	return e.err
-}
-
-// answersPublicName reports whether the edge itself answers a hello for
-// the public name of its ECH keys whose ECH it could not decrypt: when no
-// endpoint has that name, so that the client gets retry configurations.
-func (s *Server) answersPublicName(hello *sni.ClientHello) bool {
-	_, routes, err := s.chooseTLS(context.Background(), hello)
-	return err == nil && len(routes) == 0
 }

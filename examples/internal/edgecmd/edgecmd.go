@@ -147,20 +147,22 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 		echKeys = append(echKeys, key)
 	}
 	srv := &edge.Server{
-		ID:                     *id,
-		ECHKeys:                echKeys,
-		Certificates:           certs,
-		ACME:                   acme,
-		RedirectHTTP:           *redirectHTTPS,
-		Domain:                 *domain,
-		Logger:                 log,
-		AllowCatchAll:          *allowCatchAll,
-		MaxPendingSessions:     *maxPending,
-		MaxEndpointsPerSession: *maxEndpoints,
-		MaxAuthFailures:        *maxAuthFailures,
-		ClientShare:            *clientShare,
-		BodyTimeout:            *bodyTimeout,
-		ProxyProtocol:          *proxyProtocol,
+		ID:            *id,
+		ECHKeys:       echKeys,
+		Certificates:  certs,
+		ACME:          acme,
+		RedirectHTTP:  *redirectHTTPS,
+		Domain:        *domain,
+		Logger:        log,
+		AllowCatchAll: *allowCatchAll,
+		ProxyProtocol: *proxyProtocol,
+		Limits: edge.Limits{
+			PendingSessions:     *maxPending,
+			EndpointsPerSession: *maxEndpoints,
+			AuthFailures:        *maxAuthFailures,
+			ClientShare:         *clientShare,
+		},
+		Timeouts: edge.Timeouts{Body: *bodyTimeout},
 	}
 	ids := identities{}
 	if *token != "" {
@@ -184,7 +186,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 		}
 		srv.TicketKey = key
 		if created {
-			srv.RestartGrace = -1 // a first start: no agent holds a ticket yet
+			srv.Timeouts.RestartGrace = -1 // a first start: no agent holds a ticket yet
 		}
 	}
 	if (*agentCert == "") != (*agentKey == "") {
@@ -250,12 +252,12 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 		}
 	}
 	log.Info("edge up", "id", srv.ID, "agents", agentLn.Addr().String(), "http", httpLn.Addr().String(), "tls", *tlsAddr, "relay", *relayAddr, "tcp_ports", *tcpPorts, "domain", *domain, "https", len(certs) > 0 || acme != nil)
-	errc := make(chan error, 4)
-	go func() { errc <- srv.ServeAgents(agentLn) }()
-	go func() { errc <- srv.ServeHTTPListener(httpLn) }()
-	if tlsLn != nil {
-		go func() { errc <- srv.ServeSNI(tlsLn) }()
+	// Start registers every listener before any agent can bind, so that
+	// the first URL handed out names the public ports.
+	if err := srv.Start(edge.Listeners{Agents: agentLn, HTTP: httpLn, TLS: tlsLn}); err != nil {
+		return err
 	}
+	errc := make(chan error, 1)
 	if relay != nil {
 		go func() { errc <- relay.Serve(relayLn) }()
 		defer relay.Close()

@@ -1,0 +1,240 @@
+package edge
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tunnelkit/tunnelkit/internal/wire"
+)
+
+// Limits bound what agents and public clients may hold on an edge. In
+// every field, zero means the default, given on the field, and a negative
+// value means no bound.
+type Limits struct {
+	// SessionsPerIdentity bounds the sessions one identity holds at once:
+	// a hello past it is refused. Zero: 1024.
+	SessionsPerIdentity int
+
+	// PendingSessions bounds the agent connections that have not had their
+	// hello accepted yet: past it, the one waiting longest is closed. Each
+	// costs a goroutine and its buffers, for at most Timeouts.Handshake.
+	// Zero: 1024.
+	PendingSessions int
+
+	// EndpointsPerSession bounds the endpoints one agent session holds at
+	// once: a bind past it is refused as unavailable. Zero: 1024.
+	EndpointsPerSession int
+
+	// StreamsPerSession bounds the streams open at once on one agent
+	// session, public connections and the agent's requests together: past
+	// it, a public connection goes to another agent of the endpoint or is
+	// refused, and a stream the agent opens is closed at once. Each stream
+	// buffers at most a window of unread bytes (see StreamWindow). Zero:
+	// 4096.
+	StreamsPerSession int
+
+	// AuthFailures is how many failed hellos (a refused token) one source
+	// address (an IPv6 /64) may have per minute, with a burst as large.
+	// Past it, the source's agent connections are closed as soon as they
+	// are accepted, until a minute's share has passed. Zero: 10.
+	AuthFailures int
+
+	// ClientShare is the part of one endpoint's streams (StreamsPerSession,
+	// summed over its pool) that the connections and requests of one
+	// public client address (an IPv6 /64) may hold at once: 256 of 4096 by
+	// default. Past it, that client's new connections are closed and its
+	// requests answered 429, while everyone else is served. It bounds what
+	// one address takes; many addresses together can still fill a session
+	// (a flood from many hosts is for the network in front of the edge to
+	// stop). Zero: 1/16; negative, or 1 and more: no bound.
+	ClientShare float64
+
+	// StreamWindow is the most unread bytes each stream of an agent
+	// session buffers, at both ends: an agent asking for more gets this
+	// much. It is not a bound that can be lifted: zero means 256 KiB, and
+	// any value is kept within 64 KiB and 16 MiB.
+	StreamWindow int
+}
+
+// Timeouts bound how long an edge waits. In every field, zero means the
+// default, given on the field, and a negative value means no bound (never).
+type Timeouts struct {
+	// Handshake bounds the time an agent has to send its hello, any peer
+	// to send a stream's header, a public client its TLS hello or HTTP
+	// request header, and a dial to an agent. Zero: 10 s.
+	Handshake time.Duration
+
+	// HeartbeatInterval and HeartbeatTimeout set how often the edge pings
+	// each agent and how long it waits for an answer before it closes the
+	// session. Zero: 10 s and 15 s. They cannot be disabled.
+	HeartbeatInterval time.Duration
+	HeartbeatTimeout  time.Duration
+
+	// ConnIdle closes a public TLS or TCP connection that moved no byte
+	// either way for that long. Zero: 10 minutes.
+	ConnIdle time.Duration
+
+	// HTTPIdle closes a public HTTP keep-alive connection idle for that
+	// long, and ends an HTTP exchange whose bytes stopped moving for that
+	// long while they were due: a request body the agent stopped reading,
+	// a response body or an upgraded connection (a WebSocket) that went
+	// silent, a client that stopped reading its response. Waiting for the
+	// app's answer is ResponseHeader's business. Zero: 2 minutes.
+	HTTPIdle time.Duration
+
+	// ResponseHeader bounds how long the edge waits for an agent's app to
+	// start answering an HTTP request, once the request was sent whole;
+	// past it the client gets 504. Zero: 5 minutes (long polls fit).
+	ResponseHeader time.Duration
+
+	// Body bounds the wait for each read of a public HTTP request's body,
+	// as nginx's client_body_timeout does: a body that stops moving for
+	// that long is cut off and the client gets 408. Zero: 60 s.
+	Body time.Duration
+
+	// Grace is how long the names of an agent session that ended stay
+	// reserved for its identity, so that the agent, reconnecting, gets its
+	// URLs back and nobody else can take them meanwhile. Zero: 30 s;
+	// negative: names are free at once. Names an agent unbinds itself are
+	// free at once.
+	Grace time.Duration
+
+	// RestartGrace is how long after the Server starts a name or port an
+	// agent chooses is granted only with an endpoint ticket showing that
+	// its identity held it before: after a restart, names go back to their
+	// owners, never to whoever asks first. Random names and ports are
+	// granted meanwhile. Zero: Grace when Server.TicketKey is set and
+	// Server.Router is nil (an in-memory router forgets every name on a
+	// restart), else none.
+	RestartGrace time.Duration
+
+	// TicketLifetime is how long an endpoint ticket proves its name;
+	// agents renew theirs at half of it. Zero: 1 hour. It cannot be
+	// disabled.
+	TicketLifetime time.Duration
+}
+
+// Defaults.
+const (
+	DefaultSessionsPerIdentity = 1024
+	DefaultPendingSessions     = 1024
+	DefaultEndpointsPerSession = 1024
+	DefaultStreamsPerSession   = 4096
+	DefaultAuthFailures        = 10
+	DefaultClientShare         = 1.0 / 16
+
+	DefaultHandshakeTimeout      = 10 * time.Second
+	DefaultConnIdleTimeout       = 10 * time.Minute
+	DefaultHTTPIdleTimeout       = 2 * time.Minute
+	DefaultResponseHeaderTimeout = 5 * time.Minute
+	DefaultBodyTimeout           = 60 * time.Second
+	DefaultGrace                 = 30 * time.Second
+	DefaultTicketLifetime        = time.Hour
+)
+
+// config is a Server's settings resolved once: every limit and timeout a
+// number, zero for no bound.
+type config struct {
+	sessionsPerIdentity int
+	pendingSessions     int
+	endpointsPerSession int
+	streamsPerSession   int
+	authFailures        int
+	clientShare         float64
+	window              uint32
+
+	handshake         time.Duration
+	heartbeatInterval time.Duration
+	heartbeatTimeout  time.Duration
+	connIdle          time.Duration
+	httpIdle          time.Duration
+	responseHeader    time.Duration
+	body              time.Duration
+	grace             time.Duration
+	restartGrace      time.Duration
+	ticketLifetime    time.Duration
+}
+
+// limit resolves a limit: def for zero, none (0) for negative.
+func limit(v, def int) int {
+	switch {
+	case v < 0:
+		return 0
+	case v == 0:
+		return def
+	}
+	return v
+}
+
+// timeout resolves a timeout: def for zero, none (0) for negative.
+func timeout(v, def time.Duration) time.Duration {
+	switch {
+	case v < 0:
+		return 0
+	case v == 0:
+		return def
+	}
+	return v
+}
+
+// positive resolves a duration that cannot be disabled: def for zero or
+// negative.
+func positive(v, def time.Duration) time.Duration {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// resolve works out the Server's settings, and says what is wrong with
+// them.
+func (s *Server) resolve() (config, error) {
+	l, t := s.Limits, s.Timeouts
+	c := config{
+		sessionsPerIdentity: limit(l.SessionsPerIdentity, DefaultSessionsPerIdentity),
+		pendingSessions:     limit(l.PendingSessions, DefaultPendingSessions),
+		endpointsPerSession: limit(l.EndpointsPerSession, DefaultEndpointsPerSession),
+		streamsPerSession:   limit(l.StreamsPerSession, DefaultStreamsPerSession),
+		authFailures:        limit(l.AuthFailures, DefaultAuthFailures),
+		clientShare:         l.ClientShare,
+		window:              wire.ClampWindow(l.StreamWindow),
+
+		handshake:         timeout(t.Handshake, DefaultHandshakeTimeout),
+		heartbeatInterval: positive(t.HeartbeatInterval, wire.DefaultHeartbeatInterval),
+		heartbeatTimeout:  positive(t.HeartbeatTimeout, wire.DefaultHeartbeatTimeout),
+		connIdle:          timeout(t.ConnIdle, DefaultConnIdleTimeout),
+		httpIdle:          timeout(t.HTTPIdle, DefaultHTTPIdleTimeout),
+		responseHeader:    timeout(t.ResponseHeader, DefaultResponseHeaderTimeout),
+		body:              timeout(t.Body, DefaultBodyTimeout),
+		grace:             timeout(t.Grace, DefaultGrace),
+		ticketLifetime:    positive(t.TicketLifetime, DefaultTicketLifetime),
+	}
+	switch {
+	case c.clientShare == 0:
+		c.clientShare = DefaultClientShare
+	case c.clientShare < 0 || c.clientShare >= 1:
+		c.clientShare = 0
+	}
+	switch {
+	case t.RestartGrace < 0:
+	case t.RestartGrace > 0:
+		c.restartGrace = t.RestartGrace
+	case len(s.TicketKey) > 0 && s.Router == nil:
+		c.restartGrace = c.grace
+	}
+	var errs errorList
+	if n := len(s.TicketKey); n > 0 && n < minTicketKey {
+		errs.add(fmt.Errorf("TicketKey has %d bytes, want at least %d", n, minTicketKey))
+	}
+	if r := s.TCPPorts; r != (PortRange{}) && !r.valid() {
+		errs.add(fmt.Errorf("TCPPorts %d-%d: want MIN-MAX within 1-65535", r.Min, r.Max))
+	}
+	if c.handshake == 0 {
+		errs.add(errors.New("Timeouts.Handshake cannot be disabled: a peer that never speaks would hold its goroutine for good"))
+	}
+	if err := errs.err(); err != nil {
+		return c, fmt.Errorf("edge: %w", err)
+	}
+	return c, nil
+}

@@ -1,0 +1,103 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+
+	"github.com/tunnelkit/tunnelkit/internal/pipe"
+	"github.com/tunnelkit/tunnelkit/router"
+)
+
+// Public TLS and TCP connections joined to an agent: the first reachable
+// route's stream gets the client's bytes untouched, both ways, half-closes
+// kept, until both sides are done or the connection is idle for
+// Timeouts.ConnIdle.
+
+// serveL4 serves public TLS or TCP conns on ln with handle, tracking each
+// conn so that Close ends it and Shutdown waits for it.
+func (s *Server) serveL4(ln net.Listener, handle func(net.Conn)) error {
+	return s.serve(ln, "public", func(c net.Conn) {
+		if !s.trackConn(c, true) {
+			c.Close()
+			return
+		}
+		defer s.trackConn(c, false)
+		handle(c)
+	})
+}
+
+// proxyL4 routes a public TLS or TCP conn to an agent and copies both ways
+// until both sides are done.
+func (s *Server) proxyL4(c net.Conn, proto, name, host string) {
+	s.obs().Conn(proto)
+	routes, err := s.router().Lookup(context.Background(), proto, name)
+	if err != nil {
+		s.log().Info("routing unavailable", "proto", proto, "name", name, "err", err)
+		s.obs().Refused(ReasonRoutingUnavailable)
+		c.Close()
+		return
+	}
+	s.proxyRoutes(c, proto, name, host, routes)
+}
+
+// proxyRoutes routes a public TLS or TCP conn to the first reachable of
+// routes and copies both ways until both sides are done.
+func (s *Server) proxyRoutes(c net.Conn, proto, name, host string, routes []router.Route) {
+	s.proxyRoutesWrapped(c, proto, name, host, routes, nil)
+}
+
+// proxyRoutesWrapped is proxyRoutes, with both conns wrapped by wrap (when
+// not nil) once the agent's is open.
+func (s *Server) proxyRoutesWrapped(c net.Conn, proto, name, host string, routes []router.Route, wrap func(client, backend net.Conn) (net.Conn, net.Conn)) {
+	defer c.Close()
+	if len(routes) == 0 {
+		s.log().Debug("no route", "proto", proto, "name", name)
+		s.obs().Refused(ReasonNoRoute)
+		return
+	}
+	info := ConnInfo{Client: addrPort(c.RemoteAddr()), Host: host}
+	release, ok := s.acquireShare(routes, info.Client)
+	if !ok {
+		s.log().Debug("client over its share of the endpoint", "proto", proto, "name", name, "client", info.Client.String())
+		s.obs().Refused(ReasonClientLimit)
+		return
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.handshake)
+	up, _, err := s.dialRoutes(ctx, routes, info)
+	cancel()
+	if err != nil {
+		s.log().Info("agent unreachable", "proto", proto, "name", name, "client", info.Client.String(), "err", err)
+		s.obs().Refused(ReasonAgentOffline)
+		return
+	}
+	if !s.trackConn(up, true) {
+		up.Close()
+		return
+	}
+	defer s.trackConn(up, false)
+	if wrap != nil {
+		c, up = wrap(c, up)
+		defer up.Close()
+	}
+	in, out, err := pipe.JoinStreams(c, up, s.cfg.connIdle)
+	s.obs().Bytes(proto, in, out)
+	level := slog.LevelDebug
+	if errors.Is(err, ErrAppUnreachable) || errors.Is(err, ErrNoEndpoint) {
+		level = slog.LevelInfo
+	}
+	s.log().Log(context.Background(), level, "conn", "proto", proto, "name", name, "client", info.Client.String(), "bytes_in", in, "bytes_out", out, "err", err)
+}
+
+// addrPort returns a conn address as a netip.AddrPort, IPv4 unmapped.
+func addrPort(a net.Addr) netip.AddrPort {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		ap := ta.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	ap, _ := netip.ParseAddrPort(a.String())
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}

@@ -1,0 +1,437 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tunnelkit/tunnelkit/forwarded"
+	"github.com/tunnelkit/tunnelkit/internal/pipe"
+	"github.com/tunnelkit/tunnelkit/router"
+)
+
+// An exchange is one public HTTP request on its way to an agent's app and
+// back, through httputil.ReverseProxy over an upstream (see upstream.go).
+//
+// Every exchange ends, whatever its client, its agent or its app stops
+// doing:
+//
+//   - A client that leaves cancels the app's request: the stream to the
+//     agent is reset (for HTTP/2 to the app, the request's HTTP/2 stream),
+//     and the agent cancels the request it forwards. HTTP/2 says when a
+//     client leaves (RST_STREAM, or the connection goes); HTTP/1.1 says only
+//     that the client's side ended, which a client that half-closes after
+//     its request also does, still waiting for the answer: that client
+//     gets the answer if its header comes within halfCloseGrace, and
+//     afterwards as long as writing it succeeds.
+//   - An app that answers before it read the request body gets its answer
+//     to the client; the rest of the body is not read (an HTTP/1.1
+//     client's connection is closed after the response), and the stream is
+//     reset rather than left waiting for the agent to read.
+//   - Bytes that stop moving while they are due (a request body the agent
+//     does not read, a response body or an upgraded connection that goes
+//     silent, a client that stops reading) end the exchange after
+//     Timeouts.HTTPIdle; the app's answer is waited for up to
+//     Timeouts.ResponseHeader, the client's body Timeouts.Body per read.
+//
+// No lock is held across a wait for the agent, the app or the client, and
+// no close waits behind a stalled write.
+type exchange struct {
+	srv    *Server
+	in     *http.Request // the public request
+	routes []router.Route
+	info   ConnInfo
+	pc     *publicConn // nil: a mounted handler's request
+	aw     *accessWriter
+	rc     *http.ResponseController
+
+	up     *upstream
+	reused bool        // up carried a request of pc before
+	body   *bodyReader // nil without a body
+
+	ctx    context.Context // the request to the app's; cancel cuts it
+	cancel context.CancelFunc
+
+	activity atomicTime  // when a byte of a body last moved
+	header   atomic.Bool // the app's response header came
+	idle     *time.Timer
+
+	mu    sync.Mutex // orders abort and the end: no abort after the handler
+	ended bool       // the proxy returned
+	cut   bool       // the edge cut the exchange short
+
+	rp httputil.ReverseProxy
+}
+
+// halfCloseGrace is how long after an HTTP/1.1 client's side ended
+// (it left, or it half-closed after its request) the app's answer is
+// waited for before its request is cancelled.
+const halfCloseGrace = time.Second
+
+// serveExchange proxies r to the first reachable of routes.
+func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, routes []router.Route, info ConnInfo, aw *accessWriter) {
+	// net/http cancels a request's context when its HTTP/1.1 client
+	// half-closes the connection, which looks like leaving: the exchange
+	// runs on a context of its own, cancelled as described on exchange.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	defer cancel()
+	x := &exchange{srv: s, in: r, routes: routes, info: info, pc: publicConnOf(r), aw: aw, rc: http.NewResponseController(w), ctx: ctx, cancel: cancel}
+	up, reused, err := s.upstreamFor(ctx, routes, info, x.pc)
+	switch {
+	case errors.Is(err, errTooManyStreams):
+		s.refuse(w, r, ReasonAgentBusy, "the agent of this tunnel has no stream free; try again", err)
+		return
+	case err != nil:
+		s.refuse(w, r, ReasonAgentOffline, "the agent of this tunnel cannot be reached", err)
+		return
+	}
+	x.up, x.reused = up, reused
+	x.touch()
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		x.body = &bodyReader{ReadCloser: r.Body, rc: x.rc, timeout: s.cfg.body, activity: &x.activity}
+	}
+	stopWatch := context.AfterFunc(r.Context(), x.clientDone)
+	x.armIdle()
+	x.rp = httputil.ReverseProxy{
+		Rewrite:        x.rewrite,
+		Transport:      x,
+		ModifyResponse: x.modifyResponse,
+		ErrorHandler:   x.errorHandler,
+		BufferPool:     pipe.ProxyBuffers,
+		ErrorLog:       s.proxyLog,
+	}
+	out := r.WithContext(ctx)
+	if x.body != nil {
+		out.Body = x.body
+	}
+	x.rp.ServeHTTP(w, out)
+	stopWatch()
+	x.stopIdle()
+	x.mu.Lock()
+	x.ended = true
+	cut := x.cut
+	x.mu.Unlock()
+	s.doneUpstream(x.up, cut || !x.completed())
+}
+
+// completed reports whether the exchange ended cleanly for its upstream:
+// the request sent whole and the response read whole, so that the
+// upstream may carry the connection's next request.
+func (x *exchange) completed() bool {
+	return x.header.Load() && (x.body == nil || x.body.done())
+}
+
+func (x *exchange) touch() { x.activity.store(time.Now()) }
+
+// RoundTrip sends the request on the exchange's upstream: the proxy's
+// Transport.
+func (x *exchange) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := x.up.cc.RoundTrip(req)
+	if err != nil && x.reused && x.body == nil && idempotent(req.Method) && x.ctx.Err() == nil && x.up.conn.refusal() == nil {
+		// The agent closed the connection's idle stream as the request
+		// went out (its app's keep-alive timeout): nothing was answered,
+		// so the request goes again, on a new upstream.
+		if up, derr := x.srv.dialUpstream(x.ctx, x.routes, x.info, x.pc); derr == nil {
+			x.srv.doneUpstream(x.up, true)
+			x.up, x.reused = up, false
+			resp, err = up.cc.RoundTrip(req)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	x.header.Store(true)
+	x.touch()
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
+			resp.Body = &upgradedBody{ReadWriteCloser: rwc, x: x}
+		}
+		return resp, nil
+	}
+	resp.Body = &responseBody{ReadCloser: resp.Body, x: x}
+	return resp, nil
+}
+
+func idempotent(method string) bool {
+	switch method {
+	case "GET", "HEAD", "OPTIONS", "TRACE":
+		return true
+	}
+	return false
+}
+
+// rewrite makes the request the app gets: the client's, with exactly one
+// hop of forwarding headers, the client's own, and the Host kept.
+func (x *exchange) rewrite(pr *httputil.ProxyRequest) {
+	pr.Out.URL.Scheme = "http"
+	pr.Out.URL.Host = x.up.route.TunnelID // names what the upstream reaches; never dialled by name
+	proto := "http"
+	if pr.In.TLS != nil {
+		proto = "https"
+	}
+	forwarded.Rewrite(pr, forwarded.Hop{For: x.info.Client, Proto: proto, Host: pr.In.Host})
+	// The outgoing request shares the incoming one's trailer map, which
+	// net/http fills when the body ends: ReverseProxy's clone would stay
+	// empty, and the app would get the trailers' names without values.
+	pr.Out.Trailer = pr.In.Trailer
+}
+
+// modifyResponse notes what the client gets.
+func (x *exchange) modifyResponse(resp *http.Response) error {
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		if x.aw != nil {
+			x.aw.upgraded()
+		}
+		return nil
+	}
+	if x.body != nil && !x.body.done() && x.in.ProtoMajor == 1 {
+		// The app answered before reading the whole body: close the
+		// client's connection after the response rather than wait for
+		// the rest of a body nobody will read.
+		resp.Header.Set("Connection", "close")
+	}
+	return nil
+}
+
+// errorHandler answers a request whose exchange failed, saying on which
+// side.
+func (x *exchange) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	reason, msg := x.classify(err)
+	if x.clientGone() {
+		// Nobody reads the answer; what went wrong is the client's doing.
+		x.srv.log().Debug("http exchange ended: the client left", "host", r.Host, "client", r.RemoteAddr, "err", err)
+		x.srv.obs().Refused(reason)
+		return
+	}
+	x.srv.refuse(w, r, reason, msg, err)
+}
+
+// clientGone reports whether the exchange was cut because its client left.
+func (x *exchange) clientGone() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.cut && x.in.Context().Err() != nil
+}
+
+// over reports whether the proxy returned.
+func (x *exchange) over() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.ended
+}
+
+// classify returns why an exchange failed.
+func (x *exchange) classify(err error) (Reason, string) {
+	var ne net.Error
+	switch refused := x.up.conn.refusal(); {
+	case errors.Is(refused, ErrNoEndpoint):
+		return ReasonNoEndpoint, "the agent no longer serves this tunnel"
+	case refused != nil:
+		return ReasonAppUnreachable, "the app behind the tunnel cannot be reached: " + strings.TrimPrefix(refused.Error(), ErrAppUnreachable.Error()+": ")
+	case x.body != nil && x.body.failed() != nil:
+		if errors.As(x.body.failed(), &ne) && ne.Timeout() {
+			return ReasonBodyTimeout, "the request body stopped arriving"
+		}
+		if errors.Is(x.body.failed(), io.ErrUnexpectedEOF) {
+			return ReasonBadRequest, "the request body ended early"
+		}
+		return ReasonBadRequest, "malformed request body"
+	case errors.As(err, &ne) && ne.Timeout():
+		return ReasonAppTimeout, "the app did not answer in time"
+	case !x.srv.holdsSession(x.up.route):
+		return ReasonAgentOffline, "the agent of this tunnel went away"
+	}
+	return ReasonAppError, "the app closed the connection without a whole response"
+}
+
+// holdsSession reports whether r's session is still open here; true for a
+// route held by another edge, which this one cannot tell.
+func (s *Server) holdsSession(r router.Route) bool {
+	if r.Edge != "" && r.Edge != s.ID {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions[r.SessionID] != nil
+}
+
+// clientDone runs when the public request's context ends: its client
+// left, or (HTTP/1.1) half-closed, or the handler returned.
+func (x *exchange) clientDone() {
+	if x.over() {
+		return
+	}
+	if x.in.ProtoMajor >= 2 {
+		x.abort() // RST_STREAM, or the connection went
+		return
+	}
+	if x.header.Load() {
+		return // the answer is under way: a client that left fails its writes
+	}
+	time.AfterFunc(halfCloseGrace, func() {
+		if !x.header.Load() {
+			x.abort()
+		}
+	})
+}
+
+// abort cuts the exchange short: the app's request is cancelled (the
+// stream reset for HTTP/1.1, the request's HTTP/2 stream for h2c), and a
+// write to the client that does not move is ended.
+func (x *exchange) abort() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.cut || x.ended {
+		return
+	}
+	x.cut = true
+	if !x.up.h2 {
+		reset(x.up.conn)
+	}
+	x.cancel()
+	x.rc.SetWriteDeadline(time.Now())
+}
+
+// armIdle starts the exchange's watchdog (see Timeouts.HTTPIdle).
+func (x *exchange) armIdle() {
+	d := x.srv.cfg.httpIdle
+	if d <= 0 {
+		return
+	}
+	var mu sync.Mutex
+	var check func()
+	check = func() {
+		if x.over() {
+			return
+		}
+		since := time.Since(x.activity.load())
+		if !x.awaitingAnswer() && since >= d {
+			x.srv.log().Debug("http exchange idle; cutting it", "host", x.in.Host, "client", x.in.RemoteAddr, "idle", since.Round(time.Millisecond))
+			x.abort()
+			return
+		}
+		next := d - since
+		if next <= 0 {
+			next = d
+		}
+		mu.Lock()
+		x.idle.Reset(next)
+		mu.Unlock()
+	}
+	mu.Lock()
+	x.idle = time.AfterFunc(d, check)
+	mu.Unlock()
+}
+
+func (x *exchange) stopIdle() {
+	if x.idle != nil {
+		x.idle.Stop()
+	}
+}
+
+// awaitingAnswer reports whether the request was sent whole and its
+// answer has not begun: the app's time, which Timeouts.ResponseHeader
+// bounds.
+func (x *exchange) awaitingAnswer() bool {
+	return !x.header.Load() && (x.body == nil || x.body.done())
+}
+
+// responseBody is a response body of an exchange: reading it is activity.
+type responseBody struct {
+	io.ReadCloser
+	x *exchange
+}
+
+func (b *responseBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.x.touch()
+	}
+	return n, err
+}
+
+// upgradedBody is the connection of a switched protocol (a WebSocket):
+// bytes either way are activity, and are counted.
+type upgradedBody struct {
+	io.ReadWriteCloser
+	x *exchange
+}
+
+func (u *upgradedBody) Read(p []byte) (int, error) {
+	n, err := u.ReadWriteCloser.Read(p)
+	if n > 0 {
+		u.x.touch()
+		if u.x.aw != nil {
+			u.x.aw.out.Add(int64(n))
+		}
+	}
+	return n, err
+}
+
+func (u *upgradedBody) Write(p []byte) (int, error) {
+	n, err := u.ReadWriteCloser.Write(p)
+	if n > 0 {
+		u.x.touch()
+		if u.x.aw != nil {
+			u.x.aw.in.Add(int64(n))
+		}
+	}
+	return n, err
+}
+
+// bodyReader reads a public request's body with a deadline for each read,
+// and keeps the error of the client's side.
+type bodyReader struct {
+	io.ReadCloser
+	rc       *http.ResponseController
+	timeout  time.Duration
+	activity *atomicTime
+
+	mu  sync.Mutex
+	err error // the client side's error; io.EOF once read whole
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	if b.timeout > 0 {
+		b.rc.SetReadDeadline(time.Now().Add(b.timeout))
+	}
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.activity.store(time.Now())
+	}
+	if err == io.EOF && b.timeout > 0 {
+		b.rc.SetReadDeadline(time.Time{})
+	}
+	if err != nil {
+		b.mu.Lock()
+		if b.err == nil {
+			b.err = err
+		}
+		b.mu.Unlock()
+	}
+	return n, err
+}
+
+// done reports whether the body was read whole.
+func (b *bodyReader) done() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err == io.EOF
+}
+
+// failed returns the error that ended the body early, if one did.
+func (b *bodyReader) failed() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err == io.EOF {
+		return nil
+	}
+	return b.err
+}
