@@ -36,5 +36,3 @@ func classIndex(status int) int {
 	}
 	return status/100 - 1
 }
-
-
