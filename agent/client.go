@@ -15,8 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.ngrok.com/muxado/v2"
-
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 )
 
@@ -128,9 +126,9 @@ type Client struct {
 	binding sync.RWMutex
 
 	mu         sync.Mutex
-	mux        muxado.Session // nil while disconnected
-	edge       string         // the address of mux's edge
-	next       int            // the index in edges() of the edge to try next
+	mux        *wire.Session // nil while disconnected
+	edge       string        // the address of mux's edge
+	next       int           // the index in edges() of the edge to try next
 	sessionID  string
 	ticket     string        // the session ticket, for the next hello
 	renewAfter time.Duration // how often endpoint tickets are renewed
@@ -280,7 +278,7 @@ func (c *Client) ListenEndpoint(ctx context.Context, ep Endpoint) (*Listener, er
 	return l, nil
 }
 
-func (c *Client) bind(ctx context.Context, mux muxado.Session, b wire.Bind) (*wire.BindResp, error) {
+func (c *Client) bind(ctx context.Context, mux *wire.Session, b wire.Bind) (*wire.BindResp, error) {
 	var resp wire.Response
 	if err := c.call(ctx, mux, wire.Request{Op: wire.OpBind, Bind: &b}, &resp); err != nil {
 		return nil, err
@@ -333,7 +331,7 @@ func parseEndpoint(endpoint string) (wire.Bind, error) {
 }
 
 // session returns the open session, opening one first if needed.
-func (c *Client) session(ctx context.Context) (muxado.Session, error) {
+func (c *Client) session(ctx context.Context) (*wire.Session, error) {
 	c.connectMu.Lock()
 	defer c.connectMu.Unlock()
 	c.mu.Lock()
@@ -359,7 +357,7 @@ func (c *Client) initLocked() {
 
 // connect opens a session to the edge at addr, within ctx and
 // edgeTimeout, and logs a failure. The caller holds connectMu.
-func (c *Client) connect(ctx context.Context, addr string) (muxado.Session, error) {
+func (c *Client) connect(ctx context.Context, addr string) (*wire.Session, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, edgeTimeout, errEdgeTimeout)
 	defer cancel()
 	mux, err := c.open(ctx, addr)
@@ -371,7 +369,7 @@ func (c *Client) connect(ctx context.Context, addr string) (muxado.Session, erro
 
 // open opens a session: the transport, the mux, the hello. It installs
 // the session and starts its goroutines.
-func (c *Client) open(ctx context.Context, addr string) (muxado.Session, error) {
+func (c *Client) open(ctx context.Context, addr string) (*wire.Session, error) {
 	dial := c.DialContext
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
@@ -397,12 +395,10 @@ func (c *Client) open(ctx context.Context, addr string) (muxado.Session, error) 
 		}
 		return nil, fmt.Errorf("agent: %w", ctxErr(ctx, err))
 	}
-	cfg := wire.MuxConfig(window)
 	// The edge opens a stream per public connection: a burst of them must
 	// not overflow muxado's accept queue (128 by default), which resets
 	// the streams it cannot queue.
-	cfg.AcceptBacklog = 1024
-	mux := muxado.Client(conn, cfg)
+	mux := wire.NewSession(conn, window, true, 1024)
 	// Serve the edge's streams before the hello, so that its heartbeat is
 	// answered from the start.
 	accepting := make(chan struct{})
@@ -468,7 +464,7 @@ func (c *Client) preamble(ctx context.Context, conn net.Conn) (uint32, error) {
 
 // call sends one control request on its own stream and reads the answer.
 // ctx bounds it: when ctx ends first, the stream is closed.
-func (c *Client) call(ctx context.Context, mux muxado.Session, req wire.Request, resp *wire.Response) error {
+func (c *Client) call(ctx context.Context, mux *wire.Session, req wire.Request, resp *wire.Response) error {
 	st, err := mux.OpenStream()
 	if err != nil {
 		return fmt.Errorf("agent: %s: %w", req.Op, err)
@@ -508,7 +504,7 @@ func ctxErr(ctx context.Context, err error) error {
 // acceptLoop accepts the edge's streams until the session ends, then
 // closes dead. Proxy streams wait for accepting, closed once the session is
 // installed.
-func (c *Client) acceptLoop(mux muxado.Session, addr string, accepting <-chan struct{}, dead chan struct{}) {
+func (c *Client) acceptLoop(mux *wire.Session, addr string, accepting <-chan struct{}, dead chan struct{}) {
 	var wg sync.WaitGroup
 	for {
 		st, err := mux.AcceptStream()
@@ -524,7 +520,7 @@ func (c *Client) acceptLoop(mux muxado.Session, addr string, accepting <-chan st
 
 // sessionEnded forgets a session that died and reconnects when listeners
 // are open.
-func (c *Client) sessionEnded(mux muxado.Session) {
+func (c *Client) sessionEnded(mux *wire.Session) {
 	localErr, _, _ := mux.Wait()
 	c.mu.Lock()
 	if c.mux != mux {
@@ -683,7 +679,7 @@ func (c *Client) rebindAll(ctx context.Context) (up bool, err error) {
 
 // renewLoop renews the endpoint tickets of the listeners bound on mux every
 // interval, until the session ends or the client closes.
-func (c *Client) renewLoop(mux muxado.Session, interval time.Duration, dead <-chan struct{}) {
+func (c *Client) renewLoop(mux *wire.Session, interval time.Duration, dead <-chan struct{}) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -721,7 +717,7 @@ func (c *Client) renewLoop(mux muxado.Session, interval time.Duration, dead <-ch
 // handleStream reads the header of a stream the edge opened and hands it to
 // its listener.
 // A stream waiting for Accept is dropped when dead is closed.
-func (c *Client) handleStream(st muxado.Stream, addr string, accepting, dead <-chan struct{}) {
+func (c *Client) handleStream(st *wire.Stream, addr string, accepting, dead <-chan struct{}) {
 	st.SetReadDeadline(time.Now().Add(10 * time.Second))
 	var t [1]byte
 	if _, err := io.ReadFull(st, t[:]); err != nil {
@@ -781,7 +777,7 @@ func (c *Client) listener(tunnelID string) *Listener {
 }
 
 // heartbeat pings the edge and closes the session when it stops answering.
-func (c *Client) heartbeat(mux muxado.Session, addr string) {
+func (c *Client) heartbeat(mux *wire.Session, addr string) {
 	st, err := mux.OpenStream()
 	if err != nil {
 		return

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"golang.ngrok.com/muxado/v2"
+	"github.com/tunnelkit/tunnelkit/internal/wire"
 )
 
 // edgeTimeout bounds opening a session to one edge (the dial, TLS, the
@@ -69,7 +69,7 @@ func (c *Client) takeEdge(edges []string) string {
 // connectAny opens a session to the first edge that takes it, trying each
 // once in turn from the next one, and stops early when ctx ends or the
 // client closes. The caller holds connectMu.
-func (c *Client) connectAny(ctx context.Context) (muxado.Session, error) {
+func (c *Client) connectAny(ctx context.Context) (*wire.Session, error) {
 	edges, err := c.edges()
 	if err != nil {
 		return nil, err

@@ -114,12 +114,16 @@ func newHTTPProxy(f *Forwarder, proto string) *httpProxy {
 		DisableCompression: true,
 	}
 	p.rp = httputil.ReverseProxy{
-		Rewrite:       p.rewrite,
-		Transport:     p.transport,
-		FlushInterval: -1,
-		BufferPool:    pipe.ProxyBuffers,
-		ErrorLog:      slog.NewLogLogger(p.logger.Handler(), slog.LevelDebug),
-		ErrorHandler:  p.proxyError,
+		Rewrite:   p.rewrite,
+		Transport: p.transport,
+		// Flush what the app flushed, as ReverseProxy does by default (at
+		// once for a body of unknown length, and for SSE): flushing the
+		// header of any response at once would race the handler's end,
+		// and a gRPC error sent as Trailers-Only (a header that ends the
+		// stream) would reach the client as a header and an empty end.
+		BufferPool:   pipe.ProxyBuffers,
+		ErrorLog:     slog.NewLogLogger(p.logger.Handler(), slog.LevelDebug),
+		ErrorHandler: p.proxyError,
 	}
 	return p
 }
@@ -349,10 +353,10 @@ func (w *loggingWriter) Write(b []byte) (int, error) {
 
 // FlushError sends what was written so far, for http.ResponseController.
 //
-// ReverseProxy, with FlushInterval -1, flushes the header at once and then
-// each write. The header of a response with a Content-Length waits for
-// the body's first bytes instead: in one write with them, rather than a
-// write, and a packet, of its own.
+// ReverseProxy flushes the header of a streamed response (one of unknown
+// length) at once and then each write. The header of a response with a
+// Content-Length waits for the body's first bytes instead: in one write
+// with them, rather than a write, and a packet, of its own.
 func (w *loggingWriter) FlushError() error {
 	if w.sized && w.bytes == 0 {
 		return nil

@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.ngrok.com/muxado/v2"
-
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 )
 
@@ -24,11 +22,11 @@ type Listener struct {
 	ownsClient bool
 
 	mu       sync.Mutex
-	tunnelID string         // the endpoint in the current session
-	url      string         // the public URL
-	bind     wire.Bind      // what to ask for when binding again, with the endpoint ticket
-	boundOn  muxado.Session // the session the endpoint is bound on; nil: none yet
-	err      error          // why Accept fails, once done is closed
+	tunnelID string        // the endpoint in the current session
+	url      string        // the public URL
+	bind     wire.Bind     // what to ask for when binding again, with the endpoint ticket
+	boundOn  *wire.Session // the session the endpoint is bound on; nil: none yet
+	err      error         // why Accept fails, once done is closed
 
 	conns     chan net.Conn
 	done      chan struct{}
@@ -114,7 +112,7 @@ func (l *Listener) fail(cause error) {
 // setBound records a granted endpoint on mux, and the request that gets
 // the same one back on another session: the granted name, or port, and the
 // endpoint ticket that proves it was ours.
-func (l *Listener) setBound(mux muxado.Session, b wire.Bind, resp *wire.BindResp) {
+func (l *Listener) setBound(mux *wire.Session, b wire.Bind, resp *wire.BindResp) {
 	if u, err := url.Parse(resp.URL); err == nil {
 		switch b.Proto {
 		case wire.ProtoTCP:
@@ -145,7 +143,7 @@ func (l *Listener) rebindRequest() wire.Bind {
 }
 
 // bound returns the tunnel ID of the endpoint when it is bound on mux.
-func (l *Listener) bound(mux muxado.Session) (string, bool) {
+func (l *Listener) bound(mux *wire.Session) (string, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.tunnelID, l.boundOn == mux && mux != nil
@@ -179,7 +177,7 @@ func (a Addr) String() string { return a.URL }
 // instead that the app could not take it (the edge then answers an HTTP
 // client 502 app_unreachable).
 type Conn struct {
-	st     muxado.Stream
+	st     *wire.Stream
 	header wire.ProxyHeader
 
 	replied atomic.Bool // the reply went out
@@ -192,7 +190,7 @@ type Conn struct {
 
 var _ net.Conn = (*Conn)(nil)
 
-func newConn(st muxado.Stream, h wire.ProxyHeader, obs Observer) *Conn {
+func newConn(st *wire.Stream, h wire.ProxyHeader, obs Observer) *Conn {
 	if obs != nil {
 		obs.Conn(h.Proto)
 	}

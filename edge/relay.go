@@ -61,6 +61,11 @@ type peer struct {
 	sess *wire.Session
 }
 
+// relayBacklog is how many relay streams a peer may have opened and not
+// yet had accepted: each carries a public connection, which come in
+// bursts.
+const relayBacklog = 1024
+
 // ErrRelayClosed is returned by a Relay's methods after Close.
 var ErrRelayClosed = errors.New("edge: relay closed")
 
@@ -144,7 +149,7 @@ func (rl *Relay) session(ctx context.Context, id string) (*wire.Session, error) 
 	if err != nil {
 		return nil, err
 	}
-	sess := wire.NewSession(conn, rl.Server.cfg.window, true)
+	sess := wire.NewSession(conn, rl.Server.cfg.window, true, 0)
 	p.sess = sess
 	rl.log().Info("relay session opened", "edge", id, "addr", addr)
 	if !rl.goTracked(func() {
@@ -237,7 +242,7 @@ func (rl *Relay) serveSession(c net.Conn, cfg *tls.Config) {
 		return
 	}
 	tc.SetDeadline(time.Time{})
-	sess := wire.NewSession(tc, rl.Server.cfg.window, false)
+	sess := wire.NewSession(tc, rl.Server.cfg.window, false, relayBacklog)
 	rl.mu.Lock()
 	if rl.closed {
 		rl.mu.Unlock()

@@ -102,7 +102,7 @@ func (s *Server) serveSession(c net.Conn) {
 	ss := &session{
 		srv:       s,
 		id:        newID(),
-		mux:       wire.NewSession(c, window, false),
+		mux:       wire.NewSession(c, window, false, 0),
 		src:       c.RemoteAddr(),
 		conn:      raw,
 		helloDone: make(chan struct{}),

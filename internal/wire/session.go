@@ -31,11 +31,14 @@ type Session struct {
 }
 
 // NewSession starts a muxado session on conn, as the client (the agent) or
-// the server (the edge), with streams of window bytes.
-func NewSession(conn net.Conn, window uint32, client bool) *Session {
+// the server (the edge), with streams of window bytes, and room for
+// backlog streams the peer opened that wait to be accepted (zero:
+// muxado's 128; a stream past it is reset).
+func NewSession(conn net.Conn, window uint32, client bool, backlog uint32) *Session {
 	s := &Session{}
 	cfg := &muxado.Config{
 		MaxWindowSize: window,
+		AcceptBacklog: backlog,
 		NewFramer: func(r io.Reader, w io.Writer) frame.Framer {
 			s.fr = newFramer(r, w, windowHold)
 			return s.fr

@@ -39,12 +39,12 @@ func sessionPair(t *testing.T, stockServer bool) (*Session, muxado.Session) {
 	if sc == nil {
 		t.Fatal("accept failed")
 	}
-	client := NewSession(cc, MinWindow, true)
+	client := NewSession(cc, MinWindow, true, 0)
 	var server muxado.Session
 	if stockServer {
 		server = muxado.Server(sc, &muxado.Config{MaxWindowSize: MinWindow})
 	} else {
-		server = NewSession(sc, MinWindow, false).Session
+		server = NewSession(sc, MinWindow, false, 0).Session
 	}
 	t.Cleanup(func() {
 		client.Close()
