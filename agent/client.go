@@ -86,12 +86,36 @@ type Client struct {
 	// network.
 	Plaintext bool
 
-	// DialContext opens the TCP connection to the edge. Nil: a net.Dialer.
+	// DialContext opens the TCP connection to the edge, or to the proxy
+	// when there is one (see Proxy). Nil: a net.Dialer.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	// Proxy returns the proxy to reach the edge at edgeAddr ("host:port")
+	// through, or nil to dial the edge directly; it is called at each
+	// attempt to connect. http:// and https:// proxies open a tunnel with
+	// CONNECT, with Basic credentials from the URL's user and password (an
+	// https proxy's certificate is checked as ProxyTLSConfig says);
+	// socks5:// and socks5h:// proxies take a username and password from
+	// the URL, and resolve the edge's name either way. DialContext dials
+	// the proxy; TLS to the edge runs inside the tunnel. A failure of the
+	// proxy wraps ErrProxy and names it, never its password. Nil:
+	// ProxyFromEnvironment (HTTPS_PROXY, ALL_PROXY, NO_PROXY; never for an
+	// edge on loopback). ProxyURL(u) sends every edge through u whatever
+	// the environment says; ProxyURL(nil) never uses a proxy.
+	Proxy func(edgeAddr string) (*url.URL, error)
+
+	// ProxyTLSConfig is the configuration for TLS to an https:// proxy. An
+	// empty ServerName stands for the host of the proxy's URL. Nil: the
+	// system's roots.
+	ProxyTLSConfig *tls.Config
 
 	// HeartbeatInterval and HeartbeatTimeout set how often the agent pings
 	// the edge and how long it waits for an answer before it closes the
-	// session. Zero: 10 s and 15 s.
+	// session. Zero: 10 s and 15 s. The pings also keep an idle session's
+	// connection busy: proxies, NATs and firewalls on the way drop
+	// connections idle for longer than their own timeout (often 60 s,
+	// some 30 s), so keep the interval well below it. The edge's own
+	// pings (edge.Server.HeartbeatInterval) do the same from its side.
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
 
@@ -370,13 +394,10 @@ func (c *Client) connect(ctx context.Context, addr string) (*wire.Session, error
 // open opens a session: the transport, the mux, the hello. It installs
 // the session and starts its goroutines.
 func (c *Client) open(ctx context.Context, addr string) (*wire.Session, error) {
-	dial := c.DialContext
-	if dial == nil {
-		dial = (&net.Dialer{}).DialContext
-	}
-	conn, err := dial(ctx, "tcp", addr)
+	// Proxy hook (dial.go): the edge directly, or through Client.Proxy.
+	conn, err := c.dialEdge(ctx, addr)
 	if err != nil {
-		return nil, fmt.Errorf("agent: dial edge: %w", err)
+		return nil, err
 	}
 	tlsCfg := c.tlsConfig(addr)
 	if tlsCfg != nil {

@@ -15,4 +15,10 @@
 // a [Forwarder] with HTTP set forwards an http or https endpoint request by
 // request, logging a line for each, and shows them on an [Inspector]'s
 // page, which replays them.
+//
+// Behind a proxy, a Client opens its session through it: the one
+// [Client].Proxy names (see [ProxyURL]), or by default the one HTTPS_PROXY,
+// ALL_PROXY and NO_PROXY name ([ProxyFromEnvironment]); HTTP CONNECT or
+// SOCKS5, with TLS to the edge inside the tunnel. Its failures wrap
+// [ErrProxy].
 package agent

@@ -379,6 +379,9 @@ func TestBadFlags(t *testing.T) {
 		{"edge", "-tokens", badTokens},
 		{"edge", "-ticket-key", shortKey},
 		{"agent", "-to", "127.0.0.1:1", "-edge-ca", "/nonexistent"},
+		{"agent", "-to", "127.0.0.1:1", "-proxy", "ftp://proxy:21"},
+		{"agent", "-to", "127.0.0.1:1", "-proxy", "http://user:pw@proxy:bad"},
+		{"agent", "-to", "127.0.0.1:1", "-proxy-ca", "/nonexistent"},
 	} {
 		out, err := exec.Command(filepath.Join(bin, c[0]), c[1:]...).CombinedOutput()
 		if err == nil {

@@ -12,6 +12,11 @@
 //	agent -edge 127.0.0.1:7000 -url tls://app.example.test -to 127.0.0.1:9443
 //	agent -edge 127.0.0.1:7000 -url tcp://:20001 -proxy-proto 2 -pool -to 127.0.0.1:22
 //	agent -edge edge1.example.com:7000,edge2.example.com:7000 -url https://abc.example.com -to 127.0.0.1:3001
+//	agent -edge edge.example.com:7000 -proxy http://user:password@proxy.corp:3128 -url https://abc.example.com -to 127.0.0.1:3001
+//	HTTPS_PROXY=socks5://proxy.corp:1080 agent -edge edge.example.com:7000 -url https://abc.example.com -to 127.0.0.1:3001
+//
+// Without -proxy, the agent takes its proxy from HTTPS_PROXY, else
+// ALL_PROXY, unless NO_PROXY lists the edge (agent.ProxyFromEnvironment).
 package main
 
 import (
@@ -25,6 +30,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -67,6 +73,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	token := fs.String("token", "", "token to present to the edge")
 	edgeCA := fs.String("edge-ca", "", "PEM file of the CA that signed the edges' certificates, each checked against its -edge host name (default: the system's roots)")
 	plaintext := fs.Bool("plaintext", false, "connect to the edges without TLS (the default for a loopback edge)")
+	proxyFlag := fs.String("proxy", "", "reach the edges through this proxy: http://[user:password@]host:port or https://... (CONNECT), socks5://[user:password@]host:port or socks5h://... (default: HTTPS_PROXY, else ALL_PROXY, from the environment, except for edges NO_PROXY lists and loopback edges)")
+	proxyCA := fs.String("proxy-ca", "", "PEM file of the CA that signed an https:// proxy's certificate (default: the system's roots)")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (empty: none)")
 	inspect := fs.String("inspect", "", "serve the request inspector (the last requests, live, with replay) on this loopback address, e.g. 127.0.0.1:4040; http and https URLs with -log-requests (empty: none)")
 	if err := fs.Parse(args); err != nil {
@@ -114,14 +122,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	c := &agent.Client{Addrs: edges, Token: *token, Plaintext: *plaintext, Logger: log}
+	if *proxyFlag != "" {
+		u, err := parseProxy(*proxyFlag)
+		if err != nil {
+			return err
+		}
+		c.Proxy = agent.ProxyURL(u) // the environment's proxy variables no longer count
+	}
+	if *proxyCA != "" {
+		roots, err := readCA(*proxyCA)
+		if err != nil {
+			return fmt.Errorf("-proxy-ca: %w", err)
+		}
+		c.ProxyTLSConfig = &tls.Config{RootCAs: roots}
+	}
 	if *edgeCA != "" {
-		pem, err := os.ReadFile(*edgeCA)
+		roots, err := readCA(*edgeCA)
 		if err != nil {
 			return fmt.Errorf("-edge-ca: %w", err)
-		}
-		roots := x509.NewCertPool()
-		if !roots.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("-edge-ca %s: no PEM certificate", *edgeCA)
 		}
 		// Each edge's certificate is checked against its own host name.
 		c.TLSConfig = &tls.Config{RootCAs: roots}
@@ -176,6 +194,44 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return errors.New("session to the edge ended")
 	}
 	return nil
+}
+
+// parseProxy parses -proxy's URL; without a scheme it is an http:// proxy,
+// as in HTTPS_PROXY.
+func parseProxy(s string) (*url.URL, error) {
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the URL itself may hold a password
+		}
+		return nil, fmt.Errorf("-proxy: %v", err)
+	}
+	switch u.Scheme {
+	case "http", "https", "socks5", "socks5h":
+	default:
+		return nil, fmt.Errorf("-proxy %s: want an http://, https://, socks5:// or socks5h:// URL", u.Redacted())
+	}
+	if u.Hostname() == "" {
+		return nil, fmt.Errorf("-proxy %s: no host", u.Redacted())
+	}
+	return u, nil
+}
+
+// readCA reads a PEM file of CA certificates.
+func readCA(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no PEM certificate", file)
+	}
+	return roots, nil
 }
 
 // parseEdges splits -edge's comma-separated list of host:port addresses.

@@ -1,5 +1,6 @@
 // Package testtools lets tests depend on outside commands: they skip where a
-// command is missing, or fail in CI, where every tool must be installed.
+// command is missing, or fail in CI, where every tool must be installed
+// (Need, Missing); Start runs one for the length of a test.
 package testtools
 
 import (
@@ -27,9 +28,16 @@ func Need(t testing.TB, commands ...string) {
 	if len(missing) == 0 {
 		return
 	}
-	msg := "missing command(s) in $PATH: " + strings.Join(missing, ", ")
+	Missing(t, "missing command(s) in $PATH: "+strings.Join(missing, ", "))
+}
+
+// Missing reports a missing prerequisite of a test other than a command (a
+// system user, a network address), described by what: it skips the test,
+// or fails it when TUNNELKIT_REQUIRE_TOOLS=1, as Need does.
+func Missing(t testing.TB, what string) {
+	t.Helper()
 	if os.Getenv(RequireEnv) == "1" {
-		t.Fatal(msg + " (" + RequireEnv + "=1)")
+		t.Fatal(what + " (" + RequireEnv + "=1)")
 	}
-	t.Skip(msg)
+	t.Skip(what)
 }
