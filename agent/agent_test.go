@@ -1,9 +1,7 @@
 package agent_test
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"io"
 	"net"
@@ -15,7 +13,6 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
-	"github.com/tunnelkit/tunnelkit/internal/testnet"
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
@@ -79,53 +76,6 @@ func TestConnRemoteAddrAndHost(t *testing.T) {
 	buf := make([]byte, 11)
 	if _, err := io.ReadFull(pc, buf); err != nil || string(buf) != "220 hello\r\n" {
 		t.Fatalf("greeting: %q, %v", buf, err)
-	}
-}
-
-// TestForwardHalfClose sends a payload, half-closes, and checks that every
-// byte the upstream sends after the half-close still arrives.
-func TestForwardHalfClose(t *testing.T) {
-	srv, rt, addr := startEdge(t)
-	// Upstream: reads to EOF, then answers with the payload's hash and a
-	// trailer, then closes.
-	up, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	upAddr := testnet.Serve(t, up, func(c net.Conn) {
-		h := sha256.New()
-		io.Copy(h, c)
-		c.Write(h.Sum(nil))
-		c.Write(bytes.Repeat([]byte("after-half-close "), 20000))
-	})
-	c := &agent.Client{Addr: addr}
-	defer c.Close()
-	l, err := c.Listen(context.Background(), "echo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fwd := make(chan error, 1)
-	go func() { fwd <- agent.Forward(l, upAddr, nil) }()
-
-	pc := dialEndpoint(t, srv, rt, "echo.example.test", netip.MustParseAddrPort("192.0.2.1:1234"))
-	defer pc.Close()
-	payload := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
-	go func() {
-		pc.Write(payload)
-		pc.(interface{ CloseWrite() error }).CloseWrite()
-	}()
-	got, err := io.ReadAll(pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(payload)
-	want := append(sum[:], bytes.Repeat([]byte("after-half-close "), 20000)...)
-	if !bytes.Equal(got, want) {
-		t.Fatalf("got %d bytes back, want %d (hash ok: %v)", len(got), len(want), len(got) >= 32 && bytes.Equal(got[:32], sum[:]))
-	}
-	l.Close()
-	if err := <-fwd; err != nil {
-		t.Fatalf("Forward: %v", err)
 	}
 }
 

@@ -10,11 +10,13 @@
 //	fmt.Println("public URL:", l.URL())
 //	return http.Serve(l, handler) // r.RemoteAddr is the real client
 //
-// A [Client] carries several listeners over one session; [Forward] copies a
-// listener's connections to a local address ("expose localhost:3000"), and
-// a [Forwarder] with HTTP set forwards an http or https endpoint request by
-// request, logging a line for each, and shows them on an [Inspector]'s
-// page, which replays them.
+// A [Client] carries several listeners over one session. Package
+// [github.com/tunnelkit/tunnelkit/agent/forward] connects a listener to a
+// local address instead ("expose localhost:3000"): byte for byte, or
+// request by request with a log line for each; package
+// [github.com/tunnelkit/tunnelkit/agent/inspect] shows those requests on a
+// page, and replays them. An app that serves its listener itself imports
+// neither.
 //
 // Behind a proxy, a Client opens its session through it: the one
 // [Client].Proxy names (see [ProxyURL]), or by default the one HTTPS_PROXY,

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"net/url"
 	"strconv"
 	"sync"
@@ -327,12 +326,3 @@ func (c *Conn) Host() string { return c.header.Host }
 
 // Proto returns the endpoint's protocol: "http", "https", "tls" or "tcp".
 func (c *Conn) Proto() string { return c.header.Proto }
-
-// addrPortOf returns a TCP address as a netip.AddrPort; the zero value when
-// it is not one.
-func addrPortOf(a net.Addr) netip.AddrPort {
-	if ta, ok := a.(*net.TCPAddr); ok {
-		return ta.AddrPort()
-	}
-	return netip.AddrPort{}
-}

@@ -59,7 +59,7 @@ func startProxyEdge(t *testing.T, cfg proxyEdgeConfig) *proxyEdge {
 		t.Fatal(err)
 	}
 	agents := &peerListener{Listener: ln, from: cfg.onlyFrom}
-	httpLn, tlsLn := listenLoopback(t), listenLoopback(t)
+	httpLn, tlsLn := testnet.Listen(t), testnet.Listen(t)
 	_, httpPort, _ := net.SplitHostPort(httpLn.Addr().String())
 	_, tlsPort, _ := net.SplitHostPort(tlsLn.Addr().String())
 	srv := &edge.Server{
@@ -255,7 +255,7 @@ func lineRoundTrip(t *testing.T, c net.Conn, s string) string {
 func tlsFront(t *testing.T, to string) (string, *testpki.CA) {
 	t.Helper()
 	ca := testpki.New(t)
-	ln := tls.NewListener(listenLoopback(t), &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, "127.0.0.1")}})
+	ln := tls.NewListener(testnet.Listen(t), &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, "127.0.0.1")}})
 	addr := testnet.Serve(t, ln, func(c net.Conn) {
 		up, err := net.Dial("tcp", to)
 		if err != nil {

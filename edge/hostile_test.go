@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/agent/forward"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
@@ -206,7 +207,7 @@ func TestNoKeepAliveFloodKeepsTunnelUp(t *testing.T) {
 	c := &agent.Client{Addr: te.agentAddr}
 	defer c.Close()
 	l := bind(t, c, "app")
-	go agent.Forward(l, app.Listener.Addr().String(), nil)
+	go forward.Bytes{To: app.Listener.Addr().String()}.Serve(l)
 	n := 2000
 	if testing.Short() {
 		n = 300
@@ -366,7 +367,7 @@ func TestIdleConnsHoldOnlyTheirShare(t *testing.T) {
 	c := &agent.Client{Addr: e.agentAddr}
 	defer c.Close()
 	tcpL := bind(t, c, "tcp://")
-	go agent.Forward(tcpL, startEchoUpstream(t), nil)
+	go forward.Bytes{To: startEchoUpstream(t)}.Serve(tcpL)
 	tlsL := bind(t, c, "tls://app.example.test")
 	tlsApp := &http.Server{Handler: nameHandler("tls"), ErrorLog: log.New(io.Discard, "", 0)}
 	go tlsApp.Serve(tls.NewListener(tlsL, &tls.Config{Certificates: []tls.Certificate{pki.Issue(t, "app.example.test")}}))
@@ -560,7 +561,7 @@ func TestEdgeErrorsSayWhy(t *testing.T) {
 	defer c.Close()
 	// An app that is not running: the agent's dial is refused.
 	down := bind(t, c, "down")
-	go agent.Forward(down, deadAddr(t), nil)
+	go forward.Bytes{To: deadAddr(t)}.Serve(down)
 	up := bind(t, c, "up")
 	serve(t, up, "up")
 	slow := bind(t, c, "slow")
@@ -685,7 +686,7 @@ func TestStreamClosedByAppIsNotReused(t *testing.T) {
 	c := &agent.Client{Addr: te.agentAddr}
 	defer c.Close()
 	l := bind(t, c, "app")
-	go agent.Forward(l, app.Listener.Addr().String(), nil)
+	go forward.Bytes{To: app.Listener.Addr().String()}.Serve(l)
 	for i := range 6 {
 		if i > 0 {
 			time.Sleep(100 * time.Millisecond) // the app closes its idle conn meanwhile

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/agent/forward"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
 	"github.com/tunnelkit/tunnelkit/internal/testnet"
@@ -174,7 +175,7 @@ func (e *l4Edge) forwardTCP(t testing.TB, ep agent.Endpoint, to string, proxyPro
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		(&agent.Forwarder{To: to, ProxyProtocol: proxyProto}).Serve(l)
+		forward.Bytes{To: to, ProxyProtocol: proxyProto}.Serve(l)
 	}()
 	t.Cleanup(func() { c.Close(); <-done })
 	return l, c

@@ -42,6 +42,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/agent/forward"
+	"github.com/tunnelkit/tunnelkit/agent/inspect"
 	"github.com/tunnelkit/tunnelkit/metrics"
 )
 
@@ -76,7 +78,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	proxyFlag := fs.String("proxy", "", "reach the edges through this proxy: http://[user:password@]host:port or https://... (CONNECT), socks5://[user:password@]host:port or socks5h://... (default: HTTPS_PROXY, else ALL_PROXY, from the environment, except for edges NO_PROXY lists and loopback edges)")
 	proxyCA := fs.String("proxy-ca", "", "PEM file of the CA that signed an https:// proxy's certificate (default: the system's roots)")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (empty: none)")
-	inspect := fs.String("inspect", "", "serve the request inspector (the last requests, live, with replay) on this loopback address, e.g. 127.0.0.1:4040; http and https URLs with -log-requests (empty: none)")
+	inspectAddr := fs.String("inspect", "", "serve the request inspector (the last requests, live, with replay) on this loopback address, e.g. 127.0.0.1:4040; http and https URLs with -log-requests (empty: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -110,15 +112,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if httpMode && *proxyProto != 0 {
 		return fmt.Errorf("-proxy-proto %d: for an http or https URL the agent forwards request by request (-log-requests) over connections to -to that clients share, so no PROXY header could name the client (-to gets X-Forwarded-For instead); pass -log-requests=false to forward each connection's bytes after a PROXY header", *proxyProto)
 	}
-	var insp *agent.Inspector
-	if *inspect != "" {
+	var insp *inspect.Inspector
+	if *inspectAddr != "" {
 		if !httpMode {
 			return errors.New("-inspect: for an http or https URL with -log-requests")
 		}
-		if err := loopback(*inspect); err != nil {
-			return fmt.Errorf("-inspect %q: %v", *inspect, err)
+		if err := loopback(*inspectAddr); err != nil {
+			return fmt.Errorf("-inspect %q: %v", *inspectAddr, err)
 		}
-		insp = new(agent.Inspector)
+		insp = new(inspect.Inspector)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	c := &agent.Client{Addrs: edges, Token: *token, Plaintext: *plaintext, Logger: log}
@@ -170,7 +172,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout, l.URL())
 	if insp != nil {
-		ln, err := net.Listen("tcp", *inspect)
+		ln, err := net.Listen("tcp", *inspectAddr)
 		if err != nil {
 			return fmt.Errorf("-inspect: %w", err)
 		}
@@ -185,8 +187,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		log.Info("forwarding", "url", l.URL(), "to", *to)
 	}
 	go func() { <-ctx.Done(); l.Close() }()
-	// The forwarder takes the app protocol from l.
-	fwd := &agent.Forwarder{To: *to, HTTP: httpMode, ProxyProtocol: *proxyProto, Logger: log, Inspector: insp}
+	var fwd interface{ Serve(net.Listener) error } = forward.Bytes{To: *to, ProxyProtocol: *proxyProto, Logger: log}
+	if httpMode {
+		// The app protocol is l's.
+		fwd = forward.HTTP{To: *to, Logger: log, Inspector: insp}
+	}
 	if err := fwd.Serve(l); err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/agent/forward"
 )
 
 // appHost is the public name of the app.
@@ -75,8 +76,8 @@ func startBackend(ctx context.Context, agentAddr string) (*backend, error) {
 		return fail(fmt.Errorf("agent: tcp endpoint %q: %w", tcpL.URL(), err))
 	}
 	b.tcpAddr = u.Host
-	b.forwardWG.Go(func() { agent.Forward(httpL, b.appLn.Addr().String(), nil) })
-	b.forwardWG.Go(func() { agent.Forward(tcpL, b.echoLn.Addr().String(), nil) })
+	b.forwardWG.Go(func() { forward.Bytes{To: b.appLn.Addr().String()}.Serve(httpL) })
+	b.forwardWG.Go(func() { forward.Bytes{To: b.echoLn.Addr().String()}.Serve(tcpL) })
 	return b, nil
 }
 
