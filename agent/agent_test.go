@@ -49,7 +49,7 @@ func dialEndpoint(t *testing.T, srv *edge.Server, rt *router.MemoryRouter, name 
 
 func TestConnRemoteAddrAndHost(t *testing.T) {
 	srv, rt, addr := startEdge(t)
-	c := &agent.Client{Addr: addr}
+	c := &agent.Client{Addrs: []string{addr}}
 	defer c.Close()
 	l, err := c.Listen(context.Background(), "app")
 	if err != nil {
@@ -81,7 +81,7 @@ func TestConnRemoteAddrAndHost(t *testing.T) {
 
 func TestCloseEndsListeners(t *testing.T) {
 	_, rt, addr := startEdge(t)
-	c := &agent.Client{Addr: addr}
+	c := &agent.Client{Addrs: []string{addr}}
 	l1, err := c.Listen(context.Background(), "one")
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +128,7 @@ func waitNoRoute(t *testing.T, rt *router.MemoryRouter, name string) {
 func TestEdgeGoneListenerStaysUntilClose(t *testing.T) {
 	srv, _, addr := startEdge(t)
 	var events sync.Map
-	c := &agent.Client{Addr: addr, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
+	c := &agent.Client{Addrs: []string{addr}, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
 		OnEvent: func(e agent.Event) { events.Store(e.Kind, true) }}
 	l, err := c.Listen(context.Background(), "app")
 	if err != nil {
@@ -207,7 +207,7 @@ func TestReconnectWhileStreamsWait(t *testing.T) {
 	srv, rt, addr := startEdge(t)
 	var conn atomic.Pointer[net.Conn]
 	connected := make(chan struct{}, 4)
-	c := &agent.Client{Addr: addr, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
+	c := &agent.Client{Addrs: []string{addr}, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
 		OnEvent: func(e agent.Event) {
 			if e.Kind == agent.Connected {
 				connected <- struct{}{}

@@ -35,39 +35,36 @@ var (
 )
 
 // Client is one session to an edge, carrying any number of listeners. Its
-// zero value with Addr (or Addrs) set is ready to use: the session is
-// opened by the first Listen. Given several edges, it holds a session to
-// one of them at a time (see Addrs). When the session ends while listeners
-// are open, the client reconnects on its own, with exponential backoff and
-// jitter, forever until closed, and binds every listener's endpoint again
-// with the same name: the listeners stay open across the gap. The edge's
-// session ticket makes the new session take over the old one's endpoints
-// at once, even when the edge has not yet noticed that the old one died;
-// endpoint tickets get the names back after the edge restarted. A bind the
-// edge cannot grant for now is tried again with backoff; only a name lost
-// for good (ErrNameTaken, ErrRefused) ends a listener, whose Accept then
+// zero value with Addrs set is ready to use: the session is opened by the
+// first Listen. Given several edges, it holds a session to one of them at
+// a time (see Addrs). When the session ends while listeners are open, the
+// client reconnects on its own, with exponential backoff and jitter,
+// forever until closed, and binds every listener's endpoint again with the
+// same name: the listeners stay open across the gap. The edge's session
+// ticket makes the new session take over the old one's endpoints at once,
+// even when the edge has not yet noticed that the old one died; endpoint
+// tickets get the names back after the edge restarted. A bind the edge
+// cannot grant for now is tried again with backoff; only a name lost for
+// good (ErrNameTaken, ErrRefused) ends a listener, whose Accept then
 // returns that error. Opening a session to one edge (the dial, TLS, the
 // hello) takes at most 10 s, within the context given to Listen. A Client
 // must not be copied, nor its fields changed, after first use.
 type Client struct {
-	// Addr is the edge's agent address, "host:port". With Addrs, it is the
-	// first edge tried. Empty: Addrs alone.
-	Addr string
-
-	// Addrs are the agent addresses of more edges, "host:port" each, tried
-	// after Addr, in order: edges that share their names (a cluster behind
-	// DNS), so that an endpoint comes back with the same name on any of
-	// them. The client holds a session to one edge at a time. The first
-	// goes to the first edge that takes it: when an attempt fails (the
-	// dial, TLS, the hello, or no answer within 10 s), the next edge is
-	// tried at once. When a session ends, the client reconnects to the
+	// Addrs are the agent addresses of the edges, "host:port" each, tried
+	// in order: one edge, or edges that share their names (a cluster
+	// behind DNS), so that an endpoint comes back with the same name on
+	// any of them. The client holds a session to one edge at a time. The
+	// first goes to the first edge that takes it: when an attempt fails
+	// (the dial, TLS, the hello, or no answer within 10 s), the next edge
+	// is tried at once. When a session ends, the client reconnects to the
 	// edge after the one it was on (that one may be the edge that died),
-	// and so on through the list, wrapping around. Each round of attempts,
-	// one per edge, starts after the backoff wait (see MinBackoff); within
-	// a round, a failed attempt moves on to the next edge at once. A
-	// listener's URL is then the one the new edge answered (Listener.URL).
-	// An address listed twice is tried once per round; empty ones are left
-	// out. Nil: Addr alone.
+	// and so on through the list, wrapping around. Each round of
+	// attempts, one per edge, starts after the backoff wait (see
+	// MinBackoff); within a round, a failed attempt moves on to the next
+	// edge at once. A listener's URL is then the one the new edge answered
+	// (Listener.URL). An address listed twice is tried once per round;
+	// empty ones are left out. Listen fails when none is left. For one
+	// edge, the package-level Listen takes its address alone.
 	Addrs []string
 
 	// Token is presented to the edge in the hello. Empty: none.
@@ -132,11 +129,15 @@ type Client struct {
 	MaxBackoff time.Duration
 
 	// OnEvent, if not nil, is called for each change of the session's
-	// state, from the client's goroutines; it must not block.
+	// state, from the client's goroutines; it must not block. It is the
+	// one place events go: an app that reacts to its session writes a
+	// func, and metrics take theirs the same way (metrics.Agent's Event).
+	// Nil: events are only logged.
 	OnEvent func(Event)
 
-	// Observer, if set, hears what happens on the client, to count it
-	// (see Observer). Nil: nothing is counted.
+	// Observer, if set, counts the public connections that reach the
+	// client's listeners and their bytes (see Observer); the session's
+	// events go to OnEvent. Nil: nothing is counted.
 	Observer Observer
 
 	// Logger receives the client's logs. Nil: they are discarded.
@@ -206,10 +207,11 @@ type Event struct {
 
 // Listen opens a session to the edge at edgeAddr and binds one endpoint
 // there; see Endpoint.URL for endpoint. The session belongs to the
-// listener: closing the listener closes it. For several edges, use a
-// Client with Addrs.
+// listener: closing the listener closes it. It is a Client with Addrs
+// holding edgeAddr alone; for several edges, or any other setting, use a
+// Client.
 func Listen(ctx context.Context, edgeAddr, endpoint string) (*Listener, error) {
-	c := &Client{Addr: edgeAddr}
+	c := &Client{Addrs: []string{edgeAddr}}
 	l, err := c.Listen(ctx, endpoint)
 	if err != nil {
 		c.Close()
@@ -873,21 +875,17 @@ func (c *Client) Close() error {
 }
 
 func (c *Client) emit(e Event) {
-	if c.Observer != nil {
-		c.Observer.Event(e)
-	}
 	if c.OnEvent != nil {
 		c.OnEvent(e)
 	}
 }
 
-// Observer hears what happens on a Client, to count it: package
-// github.com/tunnelkit/tunnelkit/metrics turns it into Prometheus
-// metrics. Its methods are called from many goroutines at once: they must
-// be cheap and safe for concurrent use, and must not block.
+// Observer counts the public connections that reach a Client's
+// listeners: package github.com/tunnelkit/tunnelkit/metrics turns them
+// into Prometheus metrics. Its methods are called from many goroutines at
+// once: they must be cheap and safe for concurrent use, and must not
+// block. The session's events go to Client.OnEvent, not here.
 type Observer interface {
-	// Event is called for each change of the session's state, as OnEvent.
-	Event(Event)
 	// Conn is called when a public connection reaches one of the client's
 	// listeners, with its endpoint's protocol (http, https, tls, tcp).
 	Conn(proto string)

@@ -30,11 +30,11 @@ func (edgeTimeoutError) Temporary() bool { return true }
 
 var _ net.Error = edgeTimeoutError{}
 
-// edges returns the edges' addresses in the order they are tried: Addr,
-// then Addrs, each once, empty ones left out.
+// edges returns the edges' addresses in the order they are tried: Addrs,
+// each once, empty ones left out.
 func (c *Client) edges() ([]string, error) {
-	list := make([]string, 0, 1+len(c.Addrs))
-	for _, a := range append([]string{c.Addr}, c.Addrs...) {
+	list := make([]string, 0, len(c.Addrs))
+	for _, a := range c.Addrs {
 		if strings.Contains(a, ",") {
 			return nil, fmt.Errorf("agent: edge address %q holds a comma: give each edge its own entry in Client.Addrs", a)
 		}
@@ -43,7 +43,7 @@ func (c *Client) edges() ([]string, error) {
 		}
 	}
 	if len(list) == 0 {
-		return nil, errors.New("agent: no edge address: Client.Addr and Client.Addrs are empty")
+		return nil, errors.New("agent: no edge address: Client.Addrs holds none")
 	}
 	return list, nil
 }

@@ -161,13 +161,13 @@ func urlPort(u string) string {
 	return pu.Port()
 }
 
-// TestEdgesFirstDead: Addr is a closed port; the client goes on to the
-// first edge of Addrs that takes the session, and logs both.
+// TestEdgesFirstDead: the first edge, listed twice, is a closed port; the
+// client goes on to the first edge that takes the session, and logs both.
 func TestEdgesFirstDead(t *testing.T) {
 	dead := closedAddr(t)
 	e := startHTTPEdge(t, nil)
 	var logs testtools.Buffer
-	c := &agent.Client{Addr: dead, Addrs: []string{dead, e.agents}, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	c := &agent.Client{Addrs: []string{dead, dead, e.agents}, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	l, err := c.Listen(context.Background(), "app")
 	if err != nil {
 		t.Fatal(err)
@@ -200,9 +200,9 @@ func TestEdgesNoneAnswers(t *testing.T) {
 	if !strings.Contains(err.Error(), a+": ") || !strings.Contains(err.Error(), b+": ") || !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("err = %v, want both edges named and ECONNREFUSED", err)
 	}
-	for _, bad := range []*agent.Client{{}, {Addr: a + "," + b}, {Addrs: []string{"", ""}}} {
+	for _, bad := range []*agent.Client{{}, {Addrs: []string{a + "," + b}}, {Addrs: []string{"", ""}}} {
 		if _, err := bad.Listen(context.Background(), "app"); err == nil || errors.Is(err, syscall.ECONNREFUSED) {
-			t.Errorf("Client{Addr: %q, Addrs: %q}: Listen: %v, want an error about the addresses", bad.Addr, bad.Addrs, err)
+			t.Errorf("Client{Addrs: %q}: Listen: %v, want an error about the addresses", bad.Addrs, err)
 		}
 		bad.Close()
 	}
@@ -222,7 +222,7 @@ func TestEdgesFailover(t *testing.T) {
 			t.Logf("the client's logs:\n%s", logs.String())
 		}
 	})
-	cl := &agent.Client{Addr: a.agents, Addrs: []string{b.agents, c.agents}, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	cl := &agent.Client{Addrs: []string{a.agents, b.agents, c.agents}, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, OnEvent: ev.record,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)

@@ -72,7 +72,7 @@ func (p *connectPeer) checkRequest(t *testing.T) {
 // ErrProxy, the proxy named as want's prefix, each of wants, no password.
 func proxyFailure(t *testing.T, ctx context.Context, u *url.URL, tlsCfg *tls.Config, wants ...string) error {
 	t.Helper()
-	c := &agent.Client{Addr: hostileEdge, Proxy: agent.ProxyURL(u), ProxyTLSConfig: tlsCfg}
+	c := &agent.Client{Addrs: []string{hostileEdge}, Proxy: agent.ProxyURL(u), ProxyTLSConfig: tlsCfg}
 	defer c.Close()
 	_, err := c.Listen(ctx, "http://app")
 	if err == nil {
@@ -161,7 +161,7 @@ func TestHostileConnectProxy(t *testing.T) {
 		proxyFailure(t, ctx, proxyURL("https", addr), &tls.Config{RootCAs: ca.Pool}, "no answer in time")
 	})
 	t.Run("unsupported scheme", func(t *testing.T) {
-		c := &agent.Client{Addr: hostileEdge, Proxy: agent.ProxyURL(proxyURL("ftp", "127.0.0.1:21"))}
+		c := &agent.Client{Addrs: []string{hostileEdge}, Proxy: agent.ProxyURL(proxyURL("ftp", "127.0.0.1:21"))}
 		defer c.Close()
 		_, err := c.Listen(t.Context(), "http://app")
 		if !errors.Is(err, agent.ErrProxy) || !strings.HasPrefix(err.Error(), "agent: proxy ftp://127.0.0.1:21: unsupported scheme") || strings.Contains(err.Error(), hostilePassword) {

@@ -277,7 +277,7 @@ func tlsFront(t *testing.T, to string) (string, *testpki.CA) {
 func TestProxyIsTheOnlyWayOut(t *testing.T) {
 	t.Run("direct is refused", func(t *testing.T) {
 		e := startProxyEdge(t, proxyEdgeConfig{onlyFrom: testproxy.Out})
-		c := &agent.Client{Addr: e.agentAddr, Proxy: agent.ProxyURL(nil)}
+		c := &agent.Client{Addrs: []string{e.agentAddr}, Proxy: agent.ProxyURL(nil)}
 		defer c.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -321,7 +321,7 @@ func TestProxyIsTheOnlyWayOut(t *testing.T) {
 			e := startProxyEdge(t, proxyEdgeConfig{onlyFrom: testproxy.Out})
 			u, tlsCfg := tc.proxy(t, e.agentPort)
 			dials := &dialRecorder{}
-			c := &agent.Client{Addr: e.agentAddr, Proxy: agent.ProxyURL(u), ProxyTLSConfig: tlsCfg, DialContext: dials.DialContext}
+			c := &agent.Client{Addrs: []string{e.agentAddr}, Proxy: agent.ProxyURL(u), ProxyTLSConfig: tlsCfg, DialContext: dials.DialContext}
 			defer c.Close()
 			e.serveAll(t, c)
 
@@ -366,7 +366,7 @@ func TestProxyRefusesCredentials(t *testing.T) {
 			"password authentication failed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &agent.Client{Addr: e.agentAddr, Proxy: agent.ProxyURL(tc.proxy)}
+			c := &agent.Client{Addrs: []string{e.agentAddr}, Proxy: agent.ProxyURL(tc.proxy)}
 			defer c.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -453,14 +453,14 @@ func TestProxyFromEnvironment(t *testing.T) {
 		e := startProxyEdge(t, proxyEdgeConfig{host: host, onlyFrom: testproxy.Out})
 		p := testproxy.Tinyproxy(t, testproxy.TinyproxyConfig{User: "agent", Password: "pr0xy-pass", ConnectPorts: tcpPorts(e)})
 		t.Setenv("HTTPS_PROXY", p.URL.String())
-		through(t, e, &agent.Client{Addr: e.agentAddr})
+		through(t, e, &agent.Client{Addrs: []string{e.agentAddr}})
 	})
 	t.Run("ALL_PROXY", func(t *testing.T) {
 		clearProxyEnv(t)
 		e := startProxyEdge(t, proxyEdgeConfig{host: host, onlyFrom: testproxy.Out})
 		p := testproxy.Dante(t, testproxy.DanteConfig{})
 		t.Setenv("ALL_PROXY", p.URL.String())
-		through(t, e, &agent.Client{Addr: e.agentAddr})
+		through(t, e, &agent.Client{Addrs: []string{e.agentAddr}})
 	})
 	t.Run("explicit proxy wins over HTTPS_PROXY", func(t *testing.T) {
 		clearProxyEnv(t)
@@ -468,14 +468,14 @@ func TestProxyFromEnvironment(t *testing.T) {
 		p := testproxy.Tinyproxy(t, testproxy.TinyproxyConfig{ConnectPorts: tcpPorts(e)})
 		t.Setenv("HTTPS_PROXY", "http://127.0.0.1:1") // nobody there
 		t.Setenv("NO_PROXY", host)                    // nor does this count
-		through(t, e, &agent.Client{Addr: e.agentAddr, Proxy: agent.ProxyURL(p.URL)})
+		through(t, e, &agent.Client{Addrs: []string{e.agentAddr}, Proxy: agent.ProxyURL(p.URL)})
 	})
 
 	direct := func(t *testing.T, c *agent.Client, p *testproxy.Proxy) {
 		t.Helper()
 		defer c.Close()
 		e := startProxyEdge(t, proxyEdgeConfig{host: host})
-		c.Addr, c.Plaintext = e.agentAddr, true
+		c.Addrs, c.Plaintext = []string{e.agentAddr}, true
 		e.serveAll(t, c)
 		peers, _ := e.agents.seen()
 		if len(peers) != 1 || peers[0].Addr() == testproxy.Out {

@@ -81,7 +81,7 @@ func TestChromiumHTTPSAndTLSOnOnePort(t *testing.T) {
 
 	appCA := testpki.New(t)
 	appCert := appCA.Issue(t, "pass.example.test")
-	c := &agent.Client{Addr: e.agentAddr}
+	c := &agent.Client{Addrs: []string{e.agentAddr}}
 	tl, err := c.Listen(context.Background(), "tls://pass.example.test")
 	if err != nil {
 		t.Fatal(err)

@@ -75,7 +75,7 @@ func TestRelayAcrossEdges(t *testing.T) {
 	edges := startCluster(t, rt, "127.0.0.1", "::1", "127.0.0.1")
 	a, b, c := edges[0], edges[1], edges[2]
 
-	ag := &agent.Client{Addr: a.agentAddr}
+	ag := &agent.Client{Addrs: []string{a.agentAddr}}
 	defer ag.Close()
 	hl, err := ag.Listen(context.Background(), "http://app")
 	if err != nil {
@@ -197,7 +197,7 @@ func TestRelayRefusesUnknownEdges(t *testing.T) {
 func BenchmarkRelayHTTPRatio(b *testing.B) {
 	edges := startCluster(b, &router.MemoryRouter{}, "127.0.0.1", "127.0.0.1")
 	a, relayed := edges[0], edges[1]
-	ag := &agent.Client{Addr: a.agentAddr}
+	ag := &agent.Client{Addrs: []string{a.agentAddr}}
 	b.Cleanup(func() { ag.Close() })
 	l, err := ag.Listen(context.Background(), "http://bench")
 	if err != nil {

@@ -50,7 +50,7 @@ type appHello struct {
 // answers "name: " and what it read.
 func tlsApp(t testing.TB, e *httpsEdge, url, name string, ca *testpki.CA, configure func(*tls.Config), seen chan<- appHello) *atomic.Int32 {
 	t.Helper()
-	c := &agent.Client{Addr: e.agentAddr}
+	c := &agent.Client{Addrs: []string{e.agentAddr}}
 	l, err := c.Listen(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +217,7 @@ func TestECHEdgeStillRoutesGREASEAndPlainClients(t *testing.T) {
 	_, tlsPort, _ := net.SplitHostPort(e.tlsAddr)
 	appCA := testpki.New(t)
 	appCert := appCA.Issue(t, "pass.example.test")
-	c := &agent.Client{Addr: e.agentAddr}
+	c := &agent.Client{Addrs: []string{e.agentAddr}}
 	tl, err := c.Listen(context.Background(), "tls://pass.example.test")
 	if err != nil {
 		t.Fatal(err)

@@ -56,7 +56,7 @@ func BenchmarkH2LoadHTTPSRatio(b *testing.B) {
 	}
 	urls := map[string]string{}
 	for i, m := range modes {
-		c := &agent.Client{Addr: e.agentAddr}
+		c := &agent.Client{Addrs: []string{e.agentAddr}}
 		l, err := c.ListenEndpoint(context.Background(), agent.Endpoint{URL: fmt.Sprintf("https://bench%d", i)})
 		if err != nil {
 			b.Fatal(err)

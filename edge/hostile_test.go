@@ -77,7 +77,7 @@ func TestConcurrentHellosNeverPanic(t *testing.T) {
 				t.Fatalf("auth %s: both hellos of one session were accepted", auth)
 			}
 		}
-		c := &agent.Client{Addr: te.agentAddr, Token: token}
+		c := &agent.Client{Addrs: []string{te.agentAddr}, Token: token}
 		l, err := c.Listen(context.Background(), "app")
 		if err != nil {
 			t.Fatalf("auth %s: a real agent after the hellos: %v", auth, err)
@@ -121,7 +121,7 @@ func TestStreamsBeforeHelloRefused(t *testing.T) {
 		})
 	}
 	// A real agent gets through while the attack runs.
-	c := &agent.Client{Addr: te.agentAddr}
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
 	l := bind(t, c, "app")
 	serve(t, l, "app")
@@ -179,7 +179,7 @@ func TestPendingSessionsBounded(t *testing.T) {
 			}
 		}
 	}
-	a := &agent.Client{Addr: te.agentAddr}
+	a := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer a.Close()
 	if _, err := a.Listen(context.Background(), "app"); err != nil {
 		t.Fatalf("a real agent beside 120 silent connections: %v", err)
@@ -204,7 +204,7 @@ func TestNoKeepAliveFloodKeepsTunnelUp(t *testing.T) {
 	}
 	app.Start()
 	defer app.Close()
-	c := &agent.Client{Addr: te.agentAddr}
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
 	l := bind(t, c, "app")
 	go forward.Bytes{To: app.Listener.Addr().String()}.Serve(l)
@@ -296,7 +296,7 @@ func TestSlowBodiesCutAndOthersServed(t *testing.T) {
 	// on a loaded machine: a slow request cut off before the last ones
 	// arrived would free its place in the share for one more.
 	e := startProxiedEdge(t, &edge.Server{Domain: "example.test", Limits: edge.Limits{StreamsPerSession: 64, ClientShare: 0.25}, Timeouts: edge.Timeouts{Body: 3 * time.Second}})
-	c := &agent.Client{Addr: e.agentAddr}
+	c := &agent.Client{Addrs: []string{e.agentAddr}}
 	defer c.Close()
 	l := bind(t, c, "app")
 	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -364,7 +364,7 @@ func TestSlowBodiesCutAndOthersServed(t *testing.T) {
 func TestIdleConnsHoldOnlyTheirShare(t *testing.T) {
 	e := startProxiedEdge(t, &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, Limits: edge.Limits{StreamsPerSession: 64, ClientShare: 0.25}})
 	pki := testpki.New(t)
-	c := &agent.Client{Addr: e.agentAddr}
+	c := &agent.Client{Addrs: []string{e.agentAddr}}
 	defer c.Close()
 	tcpL := bind(t, c, "tcp://")
 	go forward.Bytes{To: startEchoUpstream(t)}.Serve(tcpL)
@@ -467,7 +467,7 @@ func TestWrongTokensThrottled(t *testing.T) {
 	unauthorized, cut := 0, 0
 	start := time.Now()
 	for range 100 {
-		c := &agent.Client{Addr: te.agentAddr, Token: "wrong"}
+		c := &agent.Client{Addrs: []string{te.agentAddr}, Token: "wrong"}
 		_, err := c.Listen(context.Background(), "x")
 		c.Close()
 		switch {
@@ -484,7 +484,7 @@ func TestWrongTokensThrottled(t *testing.T) {
 	if unauthorized > allowed || unauthorized+cut != 100 {
 		t.Fatalf("%d refused with a reason, %d cut at accept; want at most %d (the burst of 5 and its refills) and the rest cut", unauthorized, cut, allowed)
 	}
-	good := &agent.Client{Addr: ln6.Addr().String(), Token: "alice-token"}
+	good := &agent.Client{Addrs: []string{ln6.Addr().String()}, Token: "alice-token"}
 	defer good.Close()
 	if _, err := good.Listen(context.Background(), "app"); err != nil {
 		t.Fatalf("an agent at another address: %v", err)
@@ -531,7 +531,7 @@ func rawHTTP(t testing.TB, addr, req string) (*http.Response, string) {
 func TestHalfCloseGetsTheAppsResponse(t *testing.T) {
 	te := startEdge(t)
 	var posts atomic.Int32
-	c := &agent.Client{Addr: te.agentAddr}
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
 	l := bind(t, c, "app")
 	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -557,7 +557,7 @@ func TestHalfCloseGetsTheAppsResponse(t *testing.T) {
 // status and a stable code.
 func TestEdgeErrorsSayWhy(t *testing.T) {
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Timeouts: edge.Timeouts{ResponseHeader: 200 * time.Millisecond}}, listen(t), listen(t))
-	c := &agent.Client{Addr: te.agentAddr}
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
 	// An app that is not running: the agent's dial is refused.
 	down := bind(t, c, "down")
@@ -618,7 +618,7 @@ func deadAddr(t testing.TB) string {
 // anything is closed after IdleTimeout, like any other public connection.
 func TestUpgradedConnIdleTimeout(t *testing.T) {
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Timeouts: edge.Timeouts{HTTPIdle: 200 * time.Millisecond}}, listen(t), listen(t))
-	c := &agent.Client{Addr: te.agentAddr}
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
 	l := bind(t, c, "ws")
 	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -652,7 +652,7 @@ func TestUpgradedConnIdleTimeout(t *testing.T) {
 // MaxEndpointsPerSession endpoints.
 func TestEndpointsPerSessionBounded(t *testing.T) {
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Limits: edge.Limits{EndpointsPerSession: 20}}, listen(t), listen(t))
-	c := &agent.Client{Addr: te.agentAddr}
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
 	for i := range 20 {
 		if _, err := c.Listen(context.Background(), fmt.Sprintf("n%d", i)); err != nil {
@@ -683,7 +683,7 @@ func TestStreamClosedByAppIsNotReused(t *testing.T) {
 	}
 	app.Start()
 	defer app.Close()
-	c := &agent.Client{Addr: te.agentAddr}
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
 	l := bind(t, c, "app")
 	go forward.Bytes{To: app.Listener.Addr().String()}.Serve(l)
@@ -715,7 +715,7 @@ func TestStreamClosedByAppIsNotReused(t *testing.T) {
 // request takes an idle stream's place rather than fail.
 func TestIdleStreamsYieldToLiveRequests(t *testing.T) {
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Limits: edge.Limits{StreamsPerSession: 8, ClientShare: -1}}, listen(t), listen(t))
-	c := &agent.Client{Addr: te.agentAddr}
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
 	l := bind(t, c, "app")
 	serve(t, l, "app")

@@ -62,7 +62,7 @@ func TestForwardHalfClose(t *testing.T) {
 		c.Write(h.Sum(nil))
 		c.Write(bytes.Repeat([]byte("after-half-close "), 20000))
 	})
-	c := &agent.Client{Addr: addr}
+	c := &agent.Client{Addrs: []string{addr}}
 	defer c.Close()
 	l, err := c.Listen(context.Background(), "echo")
 	if err != nil {
@@ -105,7 +105,7 @@ func TestHTTPForwardThroughEdge(t *testing.T) {
 		got <- r
 		io.WriteString(w, "through")
 	})
-	c := &agent.Client{Addr: agents}
+	c := &agent.Client{Addrs: []string{agents}}
 	t.Cleanup(func() { c.Close() })
 	l, err := c.Listen(context.Background(), "app")
 	if err != nil {

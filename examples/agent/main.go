@@ -160,7 +160,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go hs.Serve(ln)
 		defer hs.Close()
-		c.Observer = m
+		c.Observer, c.OnEvent = m, m.Event
 		log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 	}
 	// Time for each edge to be tried, one that does not answer too.

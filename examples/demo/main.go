@@ -109,7 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}()
 
 	// The app: an HTTP server whose listener is the tunnel.
-	c := &agent.Client{Addr: agentLn.Addr().String(), Logger: logger.With("side", "agent")}
+	c := &agent.Client{Addrs: []string{agentLn.Addr().String()}, Logger: logger.With("side", "agent")}
 	defer c.Close()
 	l, err := c.Listen(ctx, "http://"+*name)
 	if err != nil {

@@ -44,7 +44,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	setup, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	c := &agent.Client{Addr: *edgeAddr, Logger: log}
+	c := &agent.Client{Addrs: []string{*edgeAddr}, Logger: log}
 	defer c.Close()
 	l, err := c.Listen(setup, *url)
 	if err != nil {

@@ -58,7 +58,7 @@ func startBackend(ctx context.Context, agentAddr string) (*backend, error) {
 	b.wg.Go(func() { b.app.Serve(b.appLn) })
 	b.wg.Go(b.serveEcho)
 
-	b.agent = &agent.Client{Addr: agentAddr, Token: "alice-token", OnEvent: b.onEvent}
+	b.agent = &agent.Client{Addrs: []string{agentAddr}, Token: "alice-token", OnEvent: b.onEvent}
 	fail := func(err error) (*backend, error) {
 		b.close()
 		return nil, err
