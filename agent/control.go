@@ -38,16 +38,19 @@ func (c *Client) call(ctx context.Context, mux *wire.Session, req wire.Request, 
 		return fmt.Errorf("agent: %s: %w", req.Op, ctxErr(ctx, err))
 	}
 	if e := resp.Error; e != nil {
-		sentinel := ErrRefused
+		r := &refusal{kind: ErrRefused, msg: wire.Printable(e.Message, 300)}
 		switch e.Code {
 		case wire.CodeUnauthorized:
-			sentinel = ErrUnauthorized
+			r.kind = ErrUnauthorized
+			if req.Hello != nil && req.Hello.Token == "" {
+				r.also = ErrNoToken
+			}
 		case wire.CodeNameTaken:
-			sentinel = ErrNameTaken
+			r.kind = ErrNameTaken
 		case wire.CodeUnavailable:
-			sentinel = ErrUnavailable
+			r.kind = ErrUnavailable
 		}
-		return fmt.Errorf("%w: %s", sentinel, wire.Printable(e.Message, 200))
+		return r
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -38,43 +39,73 @@ type Endpoint struct {
 	Pool bool
 }
 
-// parseEndpoint turns an endpoint URL into a bind request.
+// parseEndpoint turns an endpoint URL into a bind request. Its errors
+// quote the URL as given and say what is wrong in it.
 func parseEndpoint(endpoint string) (wire.Bind, error) {
 	b := wire.Bind{Proto: wire.ProtoHTTP}
 	if endpoint == "" {
 		return b, nil
 	}
+	bad := func(format string, args ...any) (wire.Bind, error) {
+		return b, fmt.Errorf("agent: endpoint %q: %s", endpoint, fmt.Sprintf(format, args...))
+	}
+	full := endpoint
 	if !strings.Contains(endpoint, "://") {
-		endpoint = "http://" + endpoint
+		// "http:/x", "https:abc", "tcp//:20001": a scheme short of "://".
+		lower := strings.ToLower(endpoint)
+		for _, s := range [...]string{wire.ProtoHTTP, wire.ProtoHTTPS, wire.ProtoTLS, wire.ProtoTCP} {
+			if !strings.HasPrefix(lower, s) {
+				continue
+			}
+			rest := endpoint[len(s):]
+			if r, ok := strings.CutPrefix(rest, ":"); ok {
+				return bad("a scheme takes \"://\" after it: %s://%s", s, strings.TrimLeft(r, "/"))
+			}
+			if r, ok := strings.CutPrefix(rest, "//"); ok {
+				return bad("a scheme takes \"://\" after it: %s://%s", s, r)
+			}
+		}
+		full = "http://" + endpoint
 	}
-	u, err := url.Parse(endpoint)
+	u, err := url.Parse(full)
 	if err != nil {
-		return b, fmt.Errorf("agent: endpoint %q: %w", endpoint, err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the URL is quoted already
+		}
+		return bad("%v", err)
 	}
-	if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.User != nil || u.Fragment != "" {
-		return b, fmt.Errorf("agent: endpoint %q: want scheme://name only", endpoint)
+	switch {
+	case u.User != nil:
+		return bad("credentials (%q) have no place in an endpoint: want scheme://name", u.User.String()+"@")
+	case u.Path != "" && u.Path != "/":
+		return bad("a path (%q) has no place in an endpoint: want scheme://name", u.Path)
+	case u.RawQuery != "" || u.ForceQuery:
+		return bad("a query (%q) has no place in an endpoint: want scheme://name", "?"+u.RawQuery)
+	case u.Fragment != "":
+		return bad("a fragment (%q) has no place in an endpoint: want scheme://name", "#"+u.Fragment)
 	}
 	switch u.Scheme {
 	case wire.ProtoHTTP, wire.ProtoHTTPS, wire.ProtoTLS:
 		b.Proto = u.Scheme
 		b.Name = u.Hostname()
 		if b.Proto == wire.ProtoTLS && b.Name == "" {
-			return b, fmt.Errorf("agent: endpoint %q: a tls endpoint needs a name", endpoint)
+			return bad("a tls endpoint needs a name: tls://app.example.com")
 		}
 	case wire.ProtoTCP:
 		b.Proto = wire.ProtoTCP
-		if u.Hostname() != "" && u.Port() == "" {
-			return b, fmt.Errorf("agent: endpoint %q: want tcp:// or tcp://:PORT", endpoint)
+		if h := u.Hostname(); h != "" && u.Port() == "" {
+			return bad("a tcp endpoint takes a port, not a host (%q): want tcp:// (any port) or tcp://:PORT", h)
 		}
 		if p := u.Port(); p != "" {
 			port, err := strconv.Atoi(p)
 			if err != nil || port < 1 || port > 65535 {
-				return b, fmt.Errorf("agent: endpoint %q: bad port", endpoint)
+				return bad("port %q: want 1 to 65535", p)
 			}
 			b.Port = port
 		}
 	default:
-		return b, fmt.Errorf("agent: endpoint %q: unsupported scheme %q (want http, https, tls or tcp)", endpoint, u.Scheme)
+		return bad("unsupported scheme %q: want http, https, tls or tcp", u.Scheme)
 	}
 	return b, nil
 }

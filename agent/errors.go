@@ -8,8 +8,14 @@ import (
 // Errors of the agent. Errors from the edge wrap one of these, so callers
 // can tell them apart with errors.Is.
 var (
-	// ErrUnauthorized: the edge refused the token.
-	ErrUnauthorized = errors.New("agent: edge refused the token")
+	// ErrUnauthorized: the edge refused the hello: it refused the token,
+	// or it wants one and the client has none (ErrNoToken too). The
+	// error says which, in the edge's words.
+	ErrUnauthorized = errors.New("agent: unauthorized")
+	// ErrNoToken: the edge wants a token and the client sent none
+	// (Client.Token is empty). An error that wraps it wraps
+	// ErrUnauthorized too.
+	ErrNoToken = errors.New("agent: no token")
 	// ErrNameTaken: the name belongs to another identity, or is bound
 	// already by this one without a pool (see Endpoint.Pool).
 	ErrNameTaken = errors.New("agent: name taken")
@@ -35,4 +41,22 @@ func ctxErr(ctx context.Context, err error) error {
 		return context.Cause(ctx)
 	}
 	return err
+}
+
+// refusal is a request the edge refused: it reads as the sentinel of its
+// code and the edge's message ("agent: name taken: abc.example.test is
+// held by another owner"), and wraps the sentinel, and also when set.
+type refusal struct {
+	kind error  // the sentinel of the code
+	also error  // another sentinel, or nil
+	msg  string // the edge's message, printable
+}
+
+func (e *refusal) Error() string { return e.kind.Error() + ": " + e.msg }
+
+func (e *refusal) Unwrap() []error {
+	if e.also != nil {
+		return []error{e.kind, e.also}
+	}
+	return []error{e.kind}
 }

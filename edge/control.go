@@ -209,7 +209,10 @@ func (ss *session) decideHello(ctx context.Context, h *wire.Hello) (wire.Respons
 			s.auth.failed(sourceOf(addrPort(ss.src).Addr()))
 			s.obs().Refused(ReasonAuth)
 			ss.log.Debug("agent refused", "err", err)
-			return fail(wire.CodeUnauthorized, "authentication failed"), ""
+			if h.Token == "" {
+				return fail(wire.CodeUnauthorized, "no token was sent, and this edge admits only agents that present one"), ""
+			}
+			return fail(wire.CodeUnauthorized, "this edge refused the token"), ""
 		}
 		identity = id
 	} else if prev != nil && strings.HasPrefix(prev.identity, anonymousPrefix) {
@@ -348,7 +351,7 @@ func (ss *session) bindFirst(ctx context.Context, r router.Route, names iter.Seq
 		if chosen {
 			if until, ok := s.restarting(); ok && !s.heldBefore(ticket, r) {
 				if s.heldByOther(ctx, r) {
-					return r, failure(wire.CodeNameTaken, "%s is held by another owner", name)
+					return r, failure(wire.CodeNameTaken, "%s is held by another owner%s", name, s.anonymousHint(ctx, r))
 				}
 				return r, failure(wire.CodeUnavailable, "the edge restarted: names held before are kept for their owners until %s; try again then", until.UTC().Format(time.TimeOnly))
 			}
@@ -362,7 +365,7 @@ func (ss *session) bindFirst(ctx context.Context, r router.Route, names iter.Seq
 		case errors.Is(err, errPortUnavailable):
 			return r, failure(wire.CodeUnavailable, "port unavailable: %s", name)
 		case errors.Is(err, router.ErrNameTaken):
-			return r, failure(wire.CodeNameTaken, "%s", strings.TrimPrefix(err.Error(), router.ErrNameTaken.Error()+": "))
+			return r, failure(wire.CodeNameTaken, "%s%s", strings.TrimPrefix(err.Error(), router.ErrNameTaken.Error()+": "), s.anonymousHint(ctx, r))
 		default:
 			ss.log.Warn("bind", "err", err)
 			return r, failure(wire.CodeUnavailable, "bind failed")
@@ -479,6 +482,23 @@ func (s *Server) heldBefore(tk string, r router.Route) bool {
 	return t.identity == r.Identity && t.name == r.Name &&
 		(t.proto == wire.ProtoTCP) == (r.Proto == wire.ProtoTCP) &&
 		age > -time.Minute && age < s.cfg.ticketLifetime
+}
+
+// anonymousHint explains a name taken between two agents without a
+// token, which people take for one owner: for an anonymous r whose exact
+// name another anonymous identity holds, it returns the hint to append
+// to the refusal; "" otherwise.
+func (s *Server) anonymousHint(ctx context.Context, r router.Route) string {
+	if !strings.HasPrefix(r.Identity, anonymousPrefix) {
+		return ""
+	}
+	routes, _ := s.router().Lookup(ctx, r.Proto, strings.TrimPrefix(r.Name, "*."))
+	for _, o := range routes {
+		if o.Name == r.Name && o.Identity != r.Identity && strings.HasPrefix(o.Identity, anonymousPrefix) {
+			return "; agents without a token are each an identity of their own: to share a pool, give them the same token"
+		}
+	}
+	return ""
 }
 
 // heldByOther reports whether r's exact name has routes of another
