@@ -63,7 +63,10 @@ type Client struct {
 	Plaintext bool
 
 	// DialContext opens the TCP connection to the edge, or to the proxy
-	// when there is one (see Proxy). Nil: a net.Dialer.
+	// when there is one (see Proxy); also those of the probes that tell
+	// what answers at an edge's address when it is not an edge's agent
+	// port (ErrNotAgentPort, ErrTLSExpected, ErrPlaintextExpected). Nil: a
+	// net.Dialer.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	// Proxy returns the proxy to reach the edge at edgeAddr ("host:port")

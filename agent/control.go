@@ -38,7 +38,7 @@ func (c *Client) call(ctx context.Context, mux *wire.Session, req wire.Request, 
 		return fmt.Errorf("agent: %s: %w", req.Op, ctxErr(ctx, err))
 	}
 	if e := resp.Error; e != nil {
-		r := &refusal{kind: ErrRefused, msg: wire.Printable(e.Message, 300)}
+		r := &sentinelError{kind: ErrRefused, msg: wire.Printable(e.Message, 300)}
 		switch e.Code {
 		case wire.CodeUnauthorized:
 			r.kind = ErrUnauthorized

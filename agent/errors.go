@@ -26,6 +26,19 @@ var (
 	// name, an unsupported version); trying again will not help.
 	ErrRefused = errors.New("agent: edge refused the request")
 
+	// ErrNotAgentPort: the edge's address answered in another protocol
+	// than the agent's: an HTTP server (most often the edge's public HTTP
+	// or TLS port, where its agent port was meant), or bytes that start no
+	// session. The error says what answered.
+	ErrNotAgentPort = errors.New("agent: not an edge's agent port")
+	// ErrTLSExpected: the edge speaks TLS on its agent port, and the
+	// client spoke plaintext to it (Client.Plaintext, or an edge on
+	// loopback without Client.TLSConfig).
+	ErrTLSExpected = errors.New("agent: the edge expects TLS")
+	// ErrPlaintextExpected: the edge speaks plaintext on its agent port,
+	// and the client spoke TLS to it.
+	ErrPlaintextExpected = errors.New("agent: the edge expects plaintext")
+
 	// ErrProxy: the proxy on the way to the edge failed: it could not be
 	// reached, refused the tunnel, asked for credentials, closed the
 	// connection, answered something other than its protocol, or did not
@@ -43,18 +56,19 @@ func ctxErr(ctx context.Context, err error) error {
 	return err
 }
 
-// refusal is a request the edge refused: it reads as the sentinel of its
-// code and the edge's message ("agent: name taken: abc.example.test is
-// held by another owner"), and wraps the sentinel, and also when set.
-type refusal struct {
-	kind error  // the sentinel of the code
+// sentinelError is an error of a kind that a sentinel names: it reads as
+// the sentinel and a message ("agent: name taken: abc.example.test is held
+// by another owner", the edge's words for a request it refused), and wraps
+// the sentinel, and also when set.
+type sentinelError struct {
+	kind error  // the sentinel
 	also error  // another sentinel, or nil
-	msg  string // the edge's message, printable
+	msg  string // what happened, printable
 }
 
-func (e *refusal) Error() string { return e.kind.Error() + ": " + e.msg }
+func (e *sentinelError) Error() string { return e.kind.Error() + ": " + e.msg }
 
-func (e *refusal) Unwrap() []error {
+func (e *sentinelError) Unwrap() []error {
 	if e.also != nil {
 		return []error{e.kind, e.also}
 	}

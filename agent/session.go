@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -53,21 +52,30 @@ func (c *Client) open(ctx context.Context, addr string) (*wire.Session, error) {
 		return nil, err
 	}
 	tlsCfg := c.tlsConfig(addr)
+	// Until the preamble is read, a probe may tell what answers at addr
+	// when it is not an edge (diagnose.go).
+	w := c.watch(ctx, conn, addr, tlsCfg)
+	fail := func(handshake bool, err error) (*wire.Session, error) {
+		conn.Close()
+		if found := w.stop(); found != nil {
+			return nil, found
+		}
+		return nil, c.diagnose(ctx, addr, tlsCfg, handshake, err)
+	}
 	if tlsCfg != nil {
 		tc := tls.Client(conn, tlsCfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
-			conn.Close()
-			return nil, fmt.Errorf("agent: TLS to edge: %w", ctxErr(ctx, err))
+			return fail(true, fmt.Errorf("agent: TLS to edge: %w", ctxErr(ctx, err)))
 		}
 		conn = tc
 	}
 	window, err := c.preamble(ctx, conn)
 	if err != nil {
+		return fail(false, ctxErr(ctx, err))
+	}
+	if found := w.stop(); found != nil {
 		conn.Close()
-		if tlsCfg == nil && ctx.Err() == nil {
-			err = fmt.Errorf("%w (over plaintext: does the edge expect TLS?)", err)
-		}
-		return nil, fmt.Errorf("agent: %w", ctxErr(ctx, err))
+		return nil, found
 	}
 	// The edge opens a stream per public connection: a burst of them must
 	// not overflow muxado's accept queue (128 by default), which resets
@@ -86,9 +94,6 @@ func (c *Client) open(ctx context.Context, addr string) (*wire.Session, error) {
 	err = c.call(ctx, mux, hello, &resp)
 	if err == nil && resp.HelloResp == nil {
 		err = fmt.Errorf("%w: hello answered without a session", ErrRefused)
-	}
-	if err != nil && tlsCfg == nil && ctx.Err() == nil && !errors.Is(err, ErrUnauthorized) && !errors.Is(err, ErrRefused) {
-		err = fmt.Errorf("%w (over plaintext: does the edge expect TLS?)", err)
 	}
 	c.mu.Lock()
 	if err == nil && c.closed {
