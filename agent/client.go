@@ -15,8 +15,9 @@ import (
 
 // Client is one session to an edge, carrying any number of listeners. Its
 // zero value with Addrs set is ready to use: the session is opened by the
-// first Listen. Given several edges, it holds a session to one of them at
-// a time (see Addrs). When the session ends while listeners are open, the
+// first Listen, which waits for its edge (see ListenEndpoint). Given
+// several edges, it holds a session to one of them at a time (see Addrs).
+// When the session ends while listeners are open, the
 // client reconnects on its own, with exponential backoff and jitter,
 // forever until closed, and binds every listener's endpoint again with the
 // same name: the listeners stay open across the gap. The edge's session
@@ -104,9 +105,10 @@ type Client struct {
 	StreamWindow int
 
 	// MinBackoff and MaxBackoff bound the wait before each round of
-	// reconnection attempts (one attempt per edge, see Addrs): it starts at
-	// MinBackoff and doubles up to MaxBackoff, each wait drawn at random
-	// between half and all of it. Zero: 250 ms and 30 s.
+	// attempts (one attempt per edge, see Addrs), to reconnect or, within
+	// Listen, to wait for the edge: it starts at MinBackoff and doubles up
+	// to MaxBackoff, each wait drawn at random between half and all of
+	// it. Zero: 250 ms and 30 s.
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
 
@@ -149,10 +151,10 @@ type Client struct {
 }
 
 // Listen opens a session to the edge at edgeAddr and binds one endpoint
-// there; see Endpoint.URL for endpoint. The session belongs to the
-// listener: closing the listener closes it. It is a Client with Addrs
-// holding edgeAddr alone; for several edges, or any other setting, use a
-// Client.
+// there; see Endpoint.URL for endpoint. It waits for the edge within ctx,
+// as Client.ListenEndpoint does. The session belongs to the listener:
+// closing the listener closes it. It is a Client with Addrs holding
+// edgeAddr alone; for several edges, or any other setting, use a Client.
 func Listen(ctx context.Context, edgeAddr, endpoint string) (*Listener, error) {
 	c := &Client{Addrs: []string{edgeAddr}}
 	l, err := c.Listen(ctx, endpoint)
@@ -165,14 +167,29 @@ func Listen(ctx context.Context, edgeAddr, endpoint string) (*Listener, error) {
 }
 
 // Listen binds the public endpoint named by url on the edge (see
-// Endpoint.URL) and returns the listener its connections arrive on. ctx
-// bounds the setup only.
+// Endpoint.URL) and returns the listener its connections arrive on. It is
+// ListenEndpoint with Endpoint{URL: url}.
 func (c *Client) Listen(ctx context.Context, url string) (*Listener, error) {
 	return c.ListenEndpoint(ctx, Endpoint{URL: url})
 }
 
 // ListenEndpoint binds ep on the edge and returns the listener its
-// connections arrive on. ctx bounds the setup only.
+// connections arrive on, opening the session first if none is open.
+//
+// It waits for its edge, within ctx, which bounds the setup only: while
+// the attempts fail for reasons that may pass (nothing listens at the
+// edge's address yet, the connection is refused, reset or closed, the
+// edge does not answer, or answers ErrUnavailable: a restart under way, a
+// limit reached), it tries again with the backoff of reconnections
+// (MinBackoff, MaxBackoff; each edge of Addrs once a round), logging each
+// failed attempt and telling it as a Reconnecting event. It fails at once
+// on an endpoint URL or address list that is wrong, and after a round
+// whose failures include one that waiting would not cure: ErrUnauthorized
+// (and ErrNoToken), ErrNameTaken, ErrRefused, ErrNotAgentPort,
+// ErrTLSExpected, ErrPlaintextExpected, the edge's certificate refused,
+// ErrProxy. When ctx ends first, the error wraps its cause and the latest
+// failure of each edge. A context without a deadline waits for good, or
+// until Close, after which it fails with an error wrapping net.ErrClosed.
 func (c *Client) ListenEndpoint(ctx context.Context, ep Endpoint) (*Listener, error) {
 	bind, err := parseEndpoint(ep.URL)
 	if err != nil {
@@ -189,33 +206,11 @@ func (c *Client) ListenEndpoint(ctx context.Context, ep Endpoint) (*Listener, er
 	default:
 		return nil, fmt.Errorf("agent: app protocol %q: want http1 or h2c", ep.AppProtocol)
 	}
-	mux, err := c.session(ctx)
+	edges, err := c.edges()
 	if err != nil {
 		return nil, err
 	}
-	c.binding.RLock()
-	defer c.binding.RUnlock()
-	resp, err := c.bind(ctx, mux, bind)
-	if err != nil {
-		return nil, err
-	}
-	l := &Listener{
-		c:     c,
-		conns: make(chan net.Conn),
-		done:  make(chan struct{}),
-	}
-	l.setBound(mux, bind, resp)
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil, fmt.Errorf("agent: %w", net.ErrClosed)
-	}
-	c.listeners[l] = struct{}{}
-	c.byTunnel[resp.TunnelID] = l
-	edge := c.edge
-	c.mu.Unlock()
-	c.log().Info("listening", "url", resp.URL, "edge", edge)
-	return l, nil
+	return c.setup(ctx, bind, edges)
 }
 
 // initLocked makes the maps and the context of a client at its first use.

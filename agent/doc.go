@@ -10,6 +10,12 @@
 //	fmt.Println("public URL:", l.URL())
 //	return http.Serve(l, handler) // r.RemoteAddr is the real client
 //
+// Listen waits for the edge, within ctx: an edge not up yet, restarting,
+// or refusing an endpoint for now is tried again with backoff, and only a
+// failure that waiting would not cure (a token refused, a name taken, an
+// address that is not an edge's agent port) ends it at once, with an error
+// that says so. Once listening, the client reconnects by itself.
+//
 // A [Client] carries several listeners over one session. Package
 // [github.com/tunnelkit/tunnelkit/agent/forward] connects a listener to a
 // local address instead ("expose localhost:3000"): byte for byte, or

@@ -187,18 +187,21 @@ func TestEdgesFirstDead(t *testing.T) {
 	}
 }
 
-// TestEdgesNoneAnswers: a round over edges that all fail returns an error
-// naming each, which errors.Is sees through.
+// TestEdgesNoneAnswers: rounds over edges that all fail, until the
+// setup's context ends, return an error naming each, which errors.Is sees
+// through.
 func TestEdgesNoneAnswers(t *testing.T) {
 	a, b := closedAddr(t), closedAddr(t)
-	c := &agent.Client{Addrs: []string{a, b}}
+	c := &agent.Client{Addrs: []string{a, b}, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
 	defer c.Close()
-	_, err := c.Listen(context.Background(), "app")
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := c.Listen(ctx, "app")
 	if err == nil {
 		t.Fatal("Listen succeeded with no edge up")
 	}
-	if !strings.Contains(err.Error(), a+": ") || !strings.Contains(err.Error(), b+": ") || !errors.Is(err, syscall.ECONNREFUSED) {
-		t.Fatalf("err = %v, want both edges named and ECONNREFUSED", err)
+	if !strings.Contains(err.Error(), a+": ") || !strings.Contains(err.Error(), b+": ") || !errors.Is(err, syscall.ECONNREFUSED) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want both edges named, ECONNREFUSED and context.DeadlineExceeded", err)
 	}
 	for _, bad := range []*agent.Client{{}, {Addrs: []string{a + "," + b}}, {Addrs: []string{"", ""}}} {
 		if _, err := bad.Listen(context.Background(), "app"); err == nil || errors.Is(err, syscall.ECONNREFUSED) {

@@ -14,9 +14,11 @@ const (
 	Connected EventKind = iota + 1
 	// Disconnected: the session ended; Err says why.
 	Disconnected
-	// Reconnecting: an attempt starts after Delay; Err is why the previous
-	// attempt failed, if one did. With several edges, Delay is the backoff
-	// for the first attempt of a round and zero for the others.
+	// Reconnecting: an attempt starts after Delay: to open a session again
+	// after one ended, or, within Listen, to open the first one or bind
+	// an endpoint the edge could not grant yet. Err is why the previous
+	// attempt failed, if one did. With several edges, Delay is the
+	// backoff for the first attempt of a round and zero for the others.
 	Reconnecting
 )
 

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 )
 
@@ -18,19 +17,11 @@ func (c *Client) reconnectLoop() {
 		c.redialing = false
 		c.mu.Unlock()
 	}()
-	minB, maxB := c.MinBackoff, c.MaxBackoff
-	if minB <= 0 {
-		minB = 250 * time.Millisecond
-	}
-	if maxB <= 0 {
-		maxB = 30 * time.Second
-	}
-	backoff := minB
+	bo := c.newBackoff()
 	var lastErr error
 	attempt := 0
 	for {
-		delay := backoff/2 + rand.N(backoff/2+1)
-		backoff = min(2*backoff, maxB)
+		delay := bo.next()
 		edges, err := c.edges()
 		if err != nil {
 			edges = []string{""} // rebindAll fails with err, once a round
@@ -64,7 +55,7 @@ func (c *Client) reconnectLoop() {
 				c.log().Warn("reconnect failed", "edge", addr, "attempt", attempt, "err", err)
 				break
 			}
-			// connect logged the failure; on to the next edge.
+			// rebindAll logged the failure; on to the next edge.
 		}
 	}
 }
@@ -92,6 +83,9 @@ func (c *Client) rebindAll(ctx context.Context) (up bool, err error) {
 		}
 		edge = c.takeEdge(edges)
 		if mux, err = c.connect(ctx, edge); err != nil {
+			if c.ctx.Err() == nil {
+				c.log().Warn("connecting to edge failed", "edge", edge, "err", err)
+			}
 			return false, err
 		}
 	}

@@ -14,33 +14,12 @@ import (
 // A session to one edge: opening it (the transport, the preamble, the
 // hello), its heartbeat, the streams it accepts, its end.
 
-// session returns the open session, opening one first if needed.
-func (c *Client) session(ctx context.Context) (*wire.Session, error) {
-	c.connectMu.Lock()
-	defer c.connectMu.Unlock()
-	c.mu.Lock()
-	c.initLocked()
-	closed, mux := c.closed, c.mux
-	c.mu.Unlock()
-	if closed {
-		return nil, fmt.Errorf("agent: %w", net.ErrClosed)
-	}
-	if mux != nil {
-		return mux, nil
-	}
-	return c.connectAny(ctx)
-}
-
 // connect opens a session to the edge at addr, within ctx and
-// edgeTimeout, and logs a failure. The caller holds connectMu.
+// edgeTimeout. The caller holds connectMu.
 func (c *Client) connect(ctx context.Context, addr string) (*wire.Session, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, edgeTimeout, errEdgeTimeout)
 	defer cancel()
-	mux, err := c.open(ctx, addr)
-	if err != nil && c.ctx.Err() == nil {
-		c.log().Warn("connecting to edge failed", "edge", addr, "err", err)
-	}
-	return mux, err
+	return c.open(ctx, addr)
 }
 
 // open opens a session: the transport, the mux, the hello. It installs

@@ -468,7 +468,11 @@ func TestWrongTokensThrottled(t *testing.T) {
 	start := time.Now()
 	for range 100 {
 		c := &agent.Client{Addrs: []string{te.agentAddr}, Token: "wrong"}
-		_, err := c.Listen(context.Background(), "x")
+		// A connection cut at accept may be an edge that restarts: the
+		// agent would wait for it; 100 ms at most.
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		_, err := c.Listen(ctx, "x")
+		cancel()
 		c.Close()
 		switch {
 		case errors.Is(err, agent.ErrUnauthorized):
@@ -659,7 +663,10 @@ func TestEndpointsPerSessionBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.Listen(context.Background(), "one-too-many"); !errors.Is(err, agent.ErrUnavailable) {
+	// The agent waits for an edge that answers unavailable: 2 s at most.
+	wait, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := c.Listen(wait, "one-too-many"); !errors.Is(err, agent.ErrUnavailable) {
 		t.Fatalf("bind past the bound: %v, want ErrUnavailable", err)
 	}
 }

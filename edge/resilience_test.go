@@ -577,10 +577,13 @@ func TestSessionsPerIdentityAndStreamLimits(t *testing.T) {
 			c.Close()
 		}
 	}()
+	// The agent waits for an edge that answers unavailable: 2 s at most.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
 	for i := range 3 {
 		c := &agent.Client{Addrs: []string{te.agentAddr}}
 		clients = append(clients, c)
-		_, err := c.Listen(context.Background(), fmt.Sprintf("n%d", i))
+		_, err := c.Listen(ctx, fmt.Sprintf("n%d", i))
 		if i < 2 && err != nil {
 			t.Fatalf("session %d: %v", i, err)
 		}

@@ -206,7 +206,10 @@ func TestEdgeRestartGivesNamesBackToOwners(t *testing.T) {
 	te2 := te1.restart(t, &edge.Server{TicketKey: key, Authenticate: tokens, Domain: "example.test", Timeouts: edge.Timeouts{Grace: time.Minute}})
 	bob := &agent.Client{Addrs: []string{agentsAddr}, Token: "bob-token"}
 	defer bob.Close()
-	if _, err := bob.Listen(context.Background(), "http://app"); !errors.Is(err, agent.ErrUnavailable) {
+	// The agent waits for an edge that answers unavailable: 2 s at most.
+	wait, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := bob.Listen(wait, "http://app"); !errors.Is(err, agent.ErrUnavailable) {
 		t.Fatalf("bob asking for alice's name right after the restart: %v, want ErrUnavailable", err)
 	}
 	if _, err := bob.Listen(context.Background(), ""); err != nil {
