@@ -93,8 +93,11 @@ func (c *Client) diagnose(ctx context.Context, addr string, tlsCfg *tls.Config, 
 		return found
 	}
 	var pe *wire.PreambleError
-	if errors.As(err, &pe) && pe.Err != nil {
-		return fmt.Errorf("agent: no session preamble from the edge: %w", pe.Err)
+	switch {
+	case errors.As(err, &pe) && len(pe.Got) == 0 && closedEarly(pe.Err):
+		return fmt.Errorf("agent: the connection closed before the edge's session preamble (an edge that restarts, or limits this address, closes it so; so does a port that is not an edge's agent port): %w", pe.Err)
+	case errors.As(err, &pe) && pe.Err != nil:
+		return fmt.Errorf("agent: the edge's session preamble: %w", pe.Err)
 	}
 	return err
 }
@@ -130,7 +133,7 @@ func (c *Client) recognise(ctx context.Context, addr string, tlsCfg *tls.Config,
 		// Closed during the handshake: a plaintext edge does that, having
 		// read a ClientHello for a preamble.
 		if c.probePlaintext(ctx, addr) {
-			return &sentinelError{kind: ErrPlaintextExpected, msg: addr + " answered a plaintext session preamble, and the agent spoke TLS to it (set Client.Plaintext only when the way to the edge is private: the token travels in the clear)"}
+			return &sentinelError{kind: ErrPlaintextExpected, msg: addr + " answered a plaintext session preamble, and the agent spoke TLS to it (Client.Plaintext speaks plaintext, for a private network only)"}
 		}
 	}
 	return nil

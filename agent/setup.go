@@ -54,10 +54,7 @@ func (c *Client) setup(ctx context.Context, b wire.Bind, edges []string) (*Liste
 		var delay time.Duration
 		if bound || len(round) == len(edges) {
 			if err := roundError(edges, round); err != nil {
-				if !bound {
-					c.log().Warn("connecting to edge failed", "edge", addr, "err", err, "attempt", attempts)
-				}
-				return nil, err
+				return nil, err // the caller tells it
 			}
 			clear(round)
 			delay = bo.next()

@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -41,7 +42,10 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			return // -h: the usage is printed
 		}
-		fmt.Fprintln(os.Stderr, "demo:", err)
+		// The agent's and the edge's errors carry their package's name,
+		// which the demo's would double.
+		msg := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "agent: "), "edge: ")
+		fmt.Fprintln(os.Stderr, "demo:", msg)
 		os.Exit(2)
 	}
 }

@@ -54,7 +54,9 @@ func Main(name string, ext *Extension) {
 		if errors.Is(err, flag.ErrHelp) {
 			return // -h: the usage is printed
 		}
-		fmt.Fprintln(os.Stderr, name+":", err)
+		// The edge package's errors carry "edge: ", which the name would
+		// double.
+		fmt.Fprintln(os.Stderr, name+":", strings.TrimPrefix(err.Error(), "edge: "))
 		os.Exit(2)
 	}
 }
