@@ -20,7 +20,8 @@ var (
 	// already by this one without a pool (see Endpoint.Pool).
 	ErrNameTaken = errors.New("agent: name taken")
 	// ErrUnavailable: the edge cannot grant the request now (no free port,
-	// a limit reached, a restart under way); trying again later may work.
+	// a limit reached, a restart under way); trying again later may work,
+	// and Listen does, within its context.
 	ErrUnavailable = errors.New("agent: edge unavailable")
 	// ErrRefused: the edge refused the request for another reason (a bad
 	// name, an unsupported version); trying again will not help.

@@ -15,6 +15,7 @@ require (
 	github.com/tunnelkit/tunnelkit/router/etcdrouter v0.0.0
 	go.etcd.io/etcd/client/v3 v3.7.3
 	golang.ngrok.com/muxado/v2 v2.0.2
+	golang.org/x/crypto v0.59.0
 )
 
 require (
@@ -64,7 +65,6 @@ require (
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.27.1 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
-	golang.org/x/crypto v0.59.0 // indirect
 	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.44.0 // indirect

@@ -38,7 +38,7 @@ func NewAgent() *Agent {
 		}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tunnelkit_agent_reconnects_total",
-			Help: "Reconnection attempts: to open a session to an edge again after one ended, or to bind endpoints the edge could not grant yet.",
+			Help: "Reconnection attempts: to open a session to an edge again after one ended, to bind endpoints the edge could not grant yet, or, while Listen waits for its edge, to open the first session.",
 		}),
 		conns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tunnelkit_agent_connections_total",

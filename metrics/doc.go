@@ -52,7 +52,7 @@
 // # Metrics of an Agent
 //
 //	tunnelkit_agent_connected                       gauge    1 while the client holds a session to an edge, else 0
-//	tunnelkit_agent_reconnects_total                counter  reconnection attempts (agent.Reconnecting events): to open a session again, or to bind endpoints not granted yet
+//	tunnelkit_agent_reconnects_total                counter  reconnection attempts (agent.Reconnecting events): to open a session again, to bind endpoints not granted yet, or to open the first while Listen waits for the edge
 //	tunnelkit_agent_connections_total{proto}        counter  public connections that reached the client's listeners
 //	tunnelkit_agent_bytes_total{proto,direction}    counter  bytes of those connections, counted when each closes; direction "in" (from the client) or "out"
 //
