@@ -26,6 +26,13 @@ import (
 // permanent one (see permanent) ends it when its round has no edge left
 // to try. When ctx ends, its error says so, and why the attempts failed.
 func (c *Client) setup(ctx context.Context, b wire.Bind, edges []string) (*Listener, error) {
+	// Close ends the wait, and an attempt under way.
+	c.mu.Lock()
+	c.initLocked()
+	c.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.ctx, cancel)()
 	var (
 		bo       = c.newBackoff()
 		attempts int
@@ -39,8 +46,11 @@ func (c *Client) setup(ctx context.Context, b wire.Bind, edges []string) (*Liste
 		if err == nil {
 			return l, nil
 		}
-		if c.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-			return nil, err
+		if c.ctx.Err() != nil {
+			return nil, fmt.Errorf("agent: %w", net.ErrClosed)
+		}
+		if bound && permanent(err) {
+			return nil, err // the endpoint is refused for good
 		}
 		if _, ok := latest[addr]; !ok {
 			order = append(order, addr)
@@ -49,8 +59,8 @@ func (c *Client) setup(ctx context.Context, b wire.Bind, edges []string) (*Liste
 		if ctx.Err() != nil {
 			return nil, c.gaveUp(ctx, attempts, order, latest)
 		}
-		// A round ends with a failed bind (the session is fine: the
-		// endpoint waits), or once each edge failed.
+		// A round ends with a bind not granted yet (the session is fine:
+		// the endpoint waits), or once each edge failed.
 		var delay time.Duration
 		if bound || len(round) == len(edges) {
 			if err := roundError(edges, round); err != nil {
@@ -75,10 +85,10 @@ func (c *Client) setup(ctx context.Context, b wire.Bind, edges []string) (*Liste
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
+				if c.ctx.Err() != nil {
+					return nil, fmt.Errorf("agent: %w", net.ErrClosed)
+				}
 				return nil, c.gaveUp(ctx, attempts, order, latest)
-			case <-c.ctx.Done():
-				t.Stop()
-				return nil, fmt.Errorf("agent: %w", net.ErrClosed)
 			}
 		}
 	}
