@@ -22,6 +22,8 @@ const (
 	Reconnecting
 )
 
+// String returns the kind's name: "connected", "disconnected",
+// "reconnecting".
 func (k EventKind) String() string {
 	switch k {
 	case Connected:

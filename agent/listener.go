@@ -163,4 +163,5 @@ type Addr struct{ URL string }
 // Network returns "tunnel".
 func (Addr) Network() string { return "tunnel" }
 
+// String returns the URL.
 func (a Addr) String() string { return a.URL }

@@ -65,15 +65,15 @@ func startBackend(ctx context.Context, agentAddr string) (*backend, error) {
 	}
 	httpL, err := b.agent.Listen(ctx, "http://app")
 	if err != nil {
-		return fail(fmt.Errorf("agent: bind http://app: %w", err))
+		return fail(fmt.Errorf("bind http://app: %w", err))
 	}
 	tcpL, err := b.agent.Listen(ctx, "tcp://")
 	if err != nil {
-		return fail(fmt.Errorf("agent: bind tcp://: %w", err))
+		return fail(fmt.Errorf("bind tcp://: %w", err))
 	}
 	u, err := url.Parse(tcpL.URL())
 	if err != nil {
-		return fail(fmt.Errorf("agent: tcp endpoint %q: %w", tcpL.URL(), err))
+		return fail(fmt.Errorf("tcp endpoint %q: %w", tcpL.URL(), err))
 	}
 	b.tcpAddr = u.Host
 	b.forwardWG.Go(func() { forward.Bytes{To: b.appLn.Addr().String()}.Serve(httpL) })
