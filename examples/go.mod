@@ -14,6 +14,7 @@ require (
 	github.com/tunnelkit/tunnelkit/metrics v0.0.0
 	github.com/tunnelkit/tunnelkit/router/etcdrouter v0.0.0
 	go.etcd.io/etcd/client/v3 v3.7.3
+	google.golang.org/grpc v1.83.2
 )
 
 require (
@@ -71,7 +72,6 @@ require (
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect
-	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 	k8s.io/utils v0.0.0-20260108192941-914a6e750570 // indirect
