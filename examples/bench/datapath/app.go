@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // The app behind every path, and the baselines' hops: a plain

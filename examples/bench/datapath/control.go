@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // The child's side of the processes: every process the program starts is

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // A gRPC service without protoc: a hand-written grpc.ServiceDesc whose

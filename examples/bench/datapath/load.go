@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // The Go load generators: each run is a process of its own ("-role load

@@ -1,3 +1,5 @@
+//go:build unix
+
 // Command datapath measures tunnelkit's data path against plain
 // baselines in one run and prints a table of tunnel/baseline ratios:
 // small HTTP and HTTPS responses (HTTP/1.1 and HTTP/2), a large HTTPS

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // The parent's side of the processes (see control.go for the child's).

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // The rows of the table: what each one starts, measures and reports.

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // wrk (HTTP/1.1) and h2load (HTTP/2) as load generators, and the Go

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // The tunnel's processes: the edge, composed by the example edge's own
