@@ -47,7 +47,19 @@ func (f *Forwarder) serveHTTP(l net.Listener) error {
 		Handler:     p,
 		Protocols:   &protos,
 		BaseContext: func(net.Listener) context.Context { return ctx },
-		ErrorLog:    slog.NewLogLogger(p.logger.Handler(), slog.LevelDebug),
+		// A connection the edge cuts short (its client left) cancels its
+		// requests, and with them the app's: net/http would notice only
+		// when it next reads the connection.
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			rn, ok := c.(interface{ AfterReset(func()) func() bool })
+			if !ok {
+				return ctx
+			}
+			ctx, cancel := context.WithCancel(ctx)
+			rn.AfterReset(cancel)
+			return ctx
+		},
+		ErrorLog: slog.NewLogLogger(p.logger.Handler(), slog.LevelDebug),
 	}
 	err := srv.Serve(l)
 	// Every request's context is done: the proxy closes the app's side of

@@ -78,6 +78,12 @@ func newFramer(r io.Reader, w io.Writer, hold uint32) *framer {
 type framer struct {
 	mu sync.Mutex // held by writes: muxado's writer goroutine, and inject
 
+	// onReset, if set, is called from the reader with the stream ID of
+	// each RST frame read; onEnd once reading fails (the session is
+	// over). Both must not block.
+	onReset func(id uint32)
+	onEnd   func()
+
 	// stock reads every frame (through the buffer) and writes the frames
 	// this framer does not encode itself (GOAWAY).
 	stock frame.Framer
@@ -97,7 +103,18 @@ type heldInc struct {
 	inc uint32
 }
 
-func (f *framer) ReadFrame() (frame.Frame, error) { return f.stock.ReadFrame() }
+func (f *framer) ReadFrame() (frame.Frame, error) {
+	fr, err := f.stock.ReadFrame()
+	switch {
+	case err != nil:
+		if f.onEnd != nil {
+			f.onEnd()
+		}
+	case f.onReset != nil && fr.Type() == frame.TypeRst:
+		f.onReset(uint32(fr.StreamId()))
+	}
+	return fr, err
+}
 
 func (f *framer) WriteFrame(fr frame.Frame) error {
 	f.mu.Lock()

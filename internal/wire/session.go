@@ -27,7 +27,11 @@ import (
 type Session struct {
 	muxado.Session
 	fr *framer
-	wg sync.WaitGroup // resets under way
+	wg sync.WaitGroup // resets under way, and AfterReset funcs running
+
+	wmu     sync.Mutex
+	watched map[uint32]*Stream // streams with AfterReset funcs
+	over    bool               // the session ended: every func ran
 }
 
 // NewSession starts a muxado session on conn, as the client (the agent) or
@@ -41,6 +45,8 @@ func NewSession(conn net.Conn, window uint32, client bool, backlog uint32) *Sess
 		AcceptBacklog: backlog,
 		NewFramer: func(r io.Reader, w io.Writer) frame.Framer {
 			s.fr = newFramer(r, w, windowHold)
+			s.fr.onReset = s.peerReset
+			s.fr.onEnd = s.ended
 			return s.fr
 		},
 	}
@@ -101,6 +107,50 @@ func (s *Session) reset(st muxado.Stream) {
 	})
 }
 
+// peerReset runs the AfterReset funcs of stream id: the peer reset it
+// (or muxado did, for a frame that broke its rules).
+func (s *Session) peerReset(id uint32) {
+	s.wmu.Lock()
+	st := s.watched[id]
+	var fs []*resetWatch
+	if st != nil {
+		fs = st.watches
+		st.watches = nil
+		delete(s.watched, id)
+	}
+	s.wmu.Unlock()
+	s.run(fs)
+}
+
+// ended runs every AfterReset func: the session is over.
+func (s *Session) ended() {
+	s.wmu.Lock()
+	s.over = true
+	var fs []*resetWatch
+	for _, st := range s.watched {
+		fs = append(fs, st.watches...)
+		st.watches = nil
+	}
+	s.watched = nil
+	s.wmu.Unlock()
+	s.run(fs)
+}
+
+// run starts the funcs of watches, each in a goroutine of its own (the
+// reader must not wait for them), which Close waits for.
+func (s *Session) run(ws []*resetWatch) {
+	for _, w := range ws {
+		w.fired = true
+		s.wg.Go(w.f)
+	}
+}
+
+// resetWatch is a func registered with AfterReset.
+type resetWatch struct {
+	f     func()
+	fired bool // guarded by Session.wmu
+}
+
 // Stream is a stream of a Session: a muxado stream whose Close never waits
 // behind a write stalled for window (it resets the stream instead), and
 // which can be reset.
@@ -111,6 +161,65 @@ type Stream struct {
 	mu      sync.Mutex
 	writers int  // Write and CloseWrite calls under way
 	closed  bool // Close or Reset was called
+
+	watches []*resetWatch // guarded by sess.wmu
+}
+
+// AfterReset arranges for f to run, in a goroutine of its own, when the
+// peer resets the stream (it cut the connection short) or the session
+// ends, which a goroutine blocked elsewhere (writing to an app that reads
+// nothing, say) would otherwise not see. f does not run once the stream
+// was closed or reset here. stop unregisters f, and reports whether it
+// stopped f from running, as context.AfterFunc's stop does.
+func (st *Stream) AfterReset(f func()) (stop func() bool) {
+	s := st.sess
+	w := &resetWatch{f: f}
+	s.wmu.Lock()
+	if s.over {
+		s.wmu.Unlock()
+		s.run([]*resetWatch{w})
+		return func() bool { return false }
+	}
+	if len(st.watches) == 0 {
+		if s.watched == nil {
+			s.watched = map[uint32]*Stream{}
+		}
+		s.watched[st.Id()] = st
+	}
+	st.watches = append(st.watches, w)
+	s.wmu.Unlock()
+	return func() bool {
+		s.wmu.Lock()
+		defer s.wmu.Unlock()
+		if w.fired {
+			return false
+		}
+		st.unwatchLocked(w)
+		return true
+	}
+}
+
+// unwatchLocked removes w (every watch, for nil) from st.
+func (st *Stream) unwatchLocked(w *resetWatch) {
+	kept := st.watches[:0]
+	for _, o := range st.watches {
+		if w != nil && o != w {
+			kept = append(kept, o)
+		}
+	}
+	st.watches = kept
+	if len(kept) == 0 && st.sess.watched[st.Id()] == st {
+		delete(st.sess.watched, st.Id())
+	}
+}
+
+// unwatch forgets the AfterReset funcs of a stream closed here.
+func (st *Stream) unwatch() {
+	st.sess.wmu.Lock()
+	defer st.sess.wmu.Unlock()
+	if len(st.watches) > 0 {
+		st.unwatchLocked(nil)
+	}
 }
 
 var _ net.Conn = (*Stream)(nil)
@@ -186,6 +295,7 @@ func (st *Stream) Close() error {
 	st.closed = true
 	busy := st.writers > 0
 	st.mu.Unlock()
+	st.unwatch()
 	if busy {
 		st.sess.reset(st.Stream)
 		return nil
@@ -204,5 +314,6 @@ func (st *Stream) Reset() {
 	}
 	st.closed = true
 	st.mu.Unlock()
+	st.unwatch()
 	st.sess.reset(st.Stream)
 }
