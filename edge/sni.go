@@ -43,7 +43,7 @@ func (s *Server) ServeSNI(ln net.Listener) error {
 	if s.servesHTTPS() || len(s.ECHKeys) > 0 {
 		s.serveTerminated()
 	}
-	return s.serveL4(s.publicListener(ln), s.handleSNI)
+	return s.serveL4(s.clientFirstListener(ln), s.handleSNI)
 }
 
 func (s *Server) handleSNI(c net.Conn) {
