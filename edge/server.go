@@ -80,15 +80,22 @@ type Server struct {
 	// hello, then the client's bytes untouched, to the agent, whose TLS
 	// server (any crypto/tls server since Go 1.24) completes the
 	// handshake without a key of its own. https endpoints accept ECH too,
-	// through crypto/tls, with the same keys. The public names of the
-	// keys' configurations belong to the operator: no agent may bind them
-	// (nor a wildcard over them). A connection whose ECH does not decrypt
-	// (a stale configuration, or GREASE) goes by its outer name; for a
-	// public name, the edge completes the handshake itself with its own
-	// certificate (Certificates, GetCertificate) and sends the keys marked
-	// SendAsRetry as retry configurations, so the client tries again with
-	// them. Make keys with sni.NewECHKey (sni.MarshalECHKeyPEM and
-	// sni.ParseECHKeyPEM for files).
+	// through crypto/tls, with the same keys.
+	//
+	// The public names of the keys' configurations belong to the
+	// operator, with their trees (see router.Router, rule 2): a bind of a
+	// public name, of a name above it (a wildcard over it, or a catch-all,
+	// see AllowCatchAll) or of a name under it is refused as taken
+	// (name_taken), whoever asks; the Server refuses to start with a
+	// public name that is Domain or above it. A connection whose ECH does
+	// not decrypt (a stale configuration, or GREASE) goes by its outer
+	// name. For a public name (with such ECH or none), the edge always
+	// completes the handshake itself, whatever routes the Router holds,
+	// with its own certificate (Certificates, GetCertificate), and sends
+	// the keys marked SendAsRetry as retry configurations to a client
+	// whose ECH did not decrypt, so that it tries again with them. Make
+	// keys with sni.NewECHKey (sni.MarshalECHKeyPEM and sni.ParseECHKeyPEM
+	// for files).
 	ECHKeys []tls.EncryptedClientHelloKey
 
 	// RedirectHTTP answers a plain-HTTP request for a name bound over
@@ -99,6 +106,9 @@ type Server struct {
 	// AllowCatchAll lets agents bind "*" and "*.<Domain>": a wildcard
 	// over every name under the domain, which makes its owner the owner of
 	// every name (see router.Router). Leave it off on a multi-tenant edge.
+	// Even so, a catch-all is refused while a public name of ECHKeys is
+	// under Domain: it would own that name, which is the operator's; give
+	// the keys a public name outside Domain to have both.
 	AllowCatchAll bool
 
 	// Router decides where public traffic goes. Nil: a router.MemoryRouter.
