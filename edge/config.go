@@ -3,6 +3,7 @@ package edge
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/internal/wire"
@@ -154,6 +155,8 @@ type config struct {
 	grace             time.Duration
 	restartGrace      time.Duration
 	ticketLifetime    time.Duration
+
+	proxyFrom []netip.Prefix // the load balancers' addresses, IPv4 unmapped
 }
 
 // limit resolves a limit: def for zero, none (0) for negative.
@@ -229,6 +232,16 @@ func (s *Server) resolve() (config, error) {
 	}
 	if r := s.TCPPorts; r != (PortRange{}) && !r.valid() {
 		errs.add(fmt.Errorf("TCPPorts %d-%d: want MIN-MAX within 1-65535", r.Min, r.Max))
+	}
+	for _, p := range s.ProxyProtocolFrom {
+		if !p.IsValid() {
+			errs.add(fmt.Errorf("ProxyProtocolFrom: %q is not a valid prefix", p))
+			continue
+		}
+		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96) // peers are matched unmapped
+		}
+		c.proxyFrom = append(c.proxyFrom, p.Masked())
 	}
 	if c.handshake == 0 {
 		errs.add(errors.New("Timeouts.Handshake cannot be disabled: a peer that never speaks would hold its goroutine for good"))

@@ -345,6 +345,14 @@ func (ss *session) bindFirst(ctx context.Context, r router.Route, names iter.Seq
 	s := ss.srv
 	for name := range names {
 		r.Name, r.TunnelID = name, newID()
+		if r.Proto != wire.ProtoTCP {
+			if err := s.operatorName(name); err != nil {
+				if !chosen {
+					continue // a random name: the next
+				}
+				return r, failure(wire.CodeNameTaken, "%s", err)
+			}
+		}
 		if chosen {
 			if until, ok := s.restarting(); ok && !s.heldBefore(ticket, r) {
 				if s.heldByOther(ctx, r) {

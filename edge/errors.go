@@ -60,6 +60,12 @@ const (
 	ReasonPendingLimit  Reason = "pending_limit"  // a conn evicted for Limits.PendingSessions
 	ReasonEndpointLimit Reason = "endpoint_limit" // a bind past Limits.EndpointsPerSession
 	ReasonNoRoute       Reason = "no_route"       // a TLS or TCP connection for a name or port no agent serves
+
+	// ReasonProxyUntrusted: a connection to the HTTP or TLS port from an
+	// address outside Server.ProxyProtocolFrom started with a PROXY
+	// protocol header, a client trying to choose its address (or a load
+	// balancer missing from the list); it was closed.
+	ReasonProxyUntrusted Reason = "proxy_untrusted"
 )
 
 // Reasons returns every Reason the edge reports, in a fixed order: the
@@ -70,7 +76,7 @@ func Reasons() []Reason {
 		ReasonNoRoute, ReasonNoEndpoint, ReasonClientLimit, ReasonAgentBusy, ReasonAgentOffline,
 		ReasonAppUnreachable, ReasonAppError, ReasonAppTimeout, ReasonBodyTimeout,
 		ReasonBadRequest, ReasonMissingHost, ReasonHTTPSOnly, ReasonMisdirected,
-		ReasonRoutingUnavailable,
+		ReasonRoutingUnavailable, ReasonProxyUntrusted,
 	}
 }
 

@@ -250,7 +250,8 @@ func TestNoKeepAliveFloodKeepsTunnelUp(t *testing.T) {
 
 // proxiedEdge runs an edge behind a "load balancer": every public
 // connection starts with a PROXY header naming its client, so tests can
-// play clients at many addresses while dialling from loopback.
+// play clients at many addresses while dialling from loopback (127.0.0.1,
+// unless srv.ProxyProtocolFrom says otherwise).
 type proxiedEdge struct {
 	*testEdge
 	tlsAddr string
@@ -258,7 +259,9 @@ type proxiedEdge struct {
 
 func startProxiedEdge(t testing.TB, srv *edge.Server) *proxiedEdge {
 	t.Helper()
-	srv.ProxyProtocol = true
+	if srv.ProxyProtocolFrom == nil {
+		srv.ProxyProtocolFrom = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")} // the tests' address
+	}
 	te := edgeOn(t, srv, listen(t), listen(t))
 	tlsLn := listen(t)
 	done := make(chan struct{})

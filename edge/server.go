@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -79,15 +80,22 @@ type Server struct {
 	// hello, then the client's bytes untouched, to the agent, whose TLS
 	// server (any crypto/tls server since Go 1.24) completes the
 	// handshake without a key of its own. https endpoints accept ECH too,
-	// through crypto/tls, with the same keys. The public names of the
-	// keys' configurations belong to the operator: no agent may bind them
-	// (nor a wildcard over them). A connection whose ECH does not decrypt
-	// (a stale configuration, or GREASE) goes by its outer name; for a
-	// public name, the edge completes the handshake itself with its own
-	// certificate (Certificates, GetCertificate) and sends the keys marked
-	// SendAsRetry as retry configurations, so the client tries again with
-	// them. Make keys with sni.NewECHKey (sni.MarshalECHKeyPEM and
-	// sni.ParseECHKeyPEM for files).
+	// through crypto/tls, with the same keys.
+	//
+	// The public names of the keys' configurations belong to the
+	// operator, with their trees (see router.Router, rule 2): a bind of a
+	// public name, of a name above it (a wildcard over it, or a catch-all,
+	// see AllowCatchAll) or of a name under it is refused as taken
+	// (name_taken), whoever asks; the Server refuses to start with a
+	// public name that is Domain or above it. A connection whose ECH does
+	// not decrypt (a stale configuration, or GREASE) goes by its outer
+	// name. For a public name (with such ECH or none), the edge always
+	// completes the handshake itself, whatever routes the Router holds,
+	// with its own certificate (Certificates, GetCertificate), and sends
+	// the keys marked SendAsRetry as retry configurations to a client
+	// whose ECH did not decrypt, so that it tries again with them. Make
+	// keys with sni.NewECHKey (sni.MarshalECHKeyPEM and sni.ParseECHKeyPEM
+	// for files).
 	ECHKeys []tls.EncryptedClientHelloKey
 
 	// RedirectHTTP answers a plain-HTTP request for a name bound over
@@ -98,6 +106,9 @@ type Server struct {
 	// AllowCatchAll lets agents bind "*" and "*.<Domain>": a wildcard
 	// over every name under the domain, which makes its owner the owner of
 	// every name (see router.Router). Leave it off on a multi-tenant edge.
+	// Even so, a catch-all is refused while a public name of ECHKeys is
+	// under Domain: it would own that name, which is the operator's; give
+	// the keys a public name outside Domain to have both.
 	AllowCatchAll bool
 
 	// Router decides where public traffic goes. Nil: a router.MemoryRouter.
@@ -130,12 +141,32 @@ type Server struct {
 	// they are (plaintext, or TLS the caller set up).
 	AgentTLS *tls.Config
 
-	// ProxyProtocol makes the public listeners (ServeHTTPListener, ServeSNI
-	// and TCP endpoints) expect a PROXY protocol header, version 1 or 2, at
-	// the start of every connection, as a load balancer in front of the
-	// edge sends: the header's source is then the client's address. A
-	// connection without a valid header is closed.
-	ProxyProtocol bool
+	// ProxyProtocolFrom are the addresses of the load balancers in front
+	// of the edge that send a PROXY protocol header (version 1 or 2) at the
+	// start of each connection to the public listeners (ServeHTTPListener,
+	// ServeSNI and TCP endpoints). Empty: no PROXY protocol; every
+	// connection is a client's, at its own address.
+	//
+	// A connection from these prefixes must start with a valid header,
+	// whose source is then the client's address: the one its share of an
+	// endpoint (Limits.ClientShare) is counted by, written in
+	// X-Forwarded-For and handed to the agent. One without (or with a
+	// malformed one, or none within Timeouts.Handshake) is closed. A
+	// header with the LOCAL command (a health check) leaves the
+	// connection at the load balancer's own address.
+	//
+	// A connection from any other address is a client reaching the edge
+	// directly: it is served at its own address and never read for a
+	// header, so that no client can choose the address it appears to come
+	// from. On ServeHTTPListener and ServeSNI, whose clients speak first,
+	// one whose first bytes are a PROXY signature (version 1's "PROXY " or
+	// version 2's 12 bytes) is closed, as ReasonProxyUntrusted, and logged
+	// at the Debug level only; on TCP endpoints its bytes go to the agent
+	// untouched, whatever they are (a server that speaks first must not
+	// wait for the client). IPv4 peers, IPv4-mapped ones included, match
+	// IPv4 prefixes (or IPv4-mapped ones); the Server refuses to start
+	// with an invalid prefix.
+	ProxyProtocolFrom []netip.Prefix
 
 	// NotTLS receives the connections on ServeSNI listeners that are not
 	// TLS, with every byte read so far replayed, and owns them. Nil: they
@@ -370,7 +401,7 @@ func (s *Server) ServeHTTPListener(ln net.Listener) error {
 		ln.Close()
 		return ErrServerClosed
 	}
-	err := hs.Serve(s.publicListener(ln))
+	err := hs.Serve(s.clientFirstListener(ln))
 	if errors.Is(err, http.ErrServerClosed) {
 		err = ErrServerClosed
 	}
@@ -548,13 +579,41 @@ func track[T comparable](s *Server, m *map[T]struct{}, v T, add bool) bool {
 	return true
 }
 
-// publicListener wraps a public listener to read PROXY protocol headers
-// when the server expects them.
+// publicListener wraps the public listener of a TCP endpoint to read the
+// PROXY protocol headers of the load balancers (see ProxyProtocolFrom);
+// other peers' connections pass through unread.
 func (s *Server) publicListener(ln net.Listener) net.Listener {
-	if !s.ProxyProtocol {
+	return s.proxyListener(ln, false)
+}
+
+// clientFirstListener wraps a public listener whose clients speak first
+// (HTTP, TLS) as publicListener does, and closes the connections of other
+// peers that start with a PROXY signature.
+func (s *Server) clientFirstListener(ln net.Listener) net.Listener {
+	return s.proxyListener(ln, true)
+}
+
+// proxyListener wraps ln to read the PROXY protocol headers of the load
+// balancers, when the server has some; vet closes other peers' connections
+// that start with a header of their own.
+func (s *Server) proxyListener(ln net.Listener, vet bool) net.Listener {
+	if len(s.cfg.proxyFrom) == 0 {
 		return ln
 	}
-	return &proxyproto.Listener{Listener: ln, Required: true, ReadTimeout: s.cfg.handshake, Logger: s.Logger}
+	return &proxyproto.Listener{
+		Listener:               ln,
+		Trusted:                proxyproto.TrustPrefixes(s.cfg.proxyFrom...),
+		Required:               true,
+		PassUntrusted:          true,
+		RejectUntrustedHeaders: vet,
+		ReadTimeout:            s.cfg.handshake,
+		Logger:                 s.Logger,
+		Rejected: func(remote net.Addr, err error) {
+			if errors.Is(err, proxyproto.ErrUntrustedHeader) {
+				s.obs().Refused(ReasonProxyUntrusted)
+			}
+		},
+	}
 }
 
 // goTracked runs f in a goroutine that Close waits for, unless the server is

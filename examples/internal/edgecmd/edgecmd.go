@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/signal"
@@ -82,7 +83,8 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	maxAuthFailures := fs.Int("max-auth-failures", 0, "failed agent authentications per source address per minute before its connections are closed at once (0: 10, negative: no limit)")
 	clientShare := fs.Float64("client-share", 0, "part of an endpoint's streams one client address may hold (0: 1/16, negative: no bound)")
 	bodyTimeout := fs.Duration("body-timeout", 0, "cut off an HTTP request body that stops moving this long (0: 60s, negative: never)")
-	proxyProtocol := fs.Bool("proxy-protocol", false, "expect a PROXY protocol header (v1 or v2) from a load balancer at the start of every public connection (-http, -tls, TCP endpoints)")
+	var proxyFrom prefixList
+	fs.Var(&proxyFrom, "proxy-protocol-from", "the load balancers' addresses, as `CIDR,...` (prefixes or single addresses; the flag repeats): their connections to -http, -tls and TCP endpoints must start with a PROXY protocol header (v1 or v2) naming the client; other peers are clients at their own address, never read for a header (empty: no PROXY protocol)")
 	agentCert := fs.String("agent-cert", "", "PEM certificate for TLS on -agents (with -agent-key; empty: plaintext)")
 	agentKey := fs.String("agent-key", "", "PEM private key of -agent-cert")
 	certFile := fs.String("cert", "", "PEM certificate (chain) for https endpoints on -tls, e.g. a wildcard for *.DOMAIN (with -key)")
@@ -147,15 +149,15 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 		echKeys = append(echKeys, key)
 	}
 	srv := &edge.Server{
-		ID:            *id,
-		ECHKeys:       echKeys,
-		Certificates:  certs,
-		ACME:          acme,
-		RedirectHTTP:  *redirectHTTPS,
-		Domain:        *domain,
-		Logger:        log,
-		AllowCatchAll: *allowCatchAll,
-		ProxyProtocol: *proxyProtocol,
+		ID:                *id,
+		ECHKeys:           echKeys,
+		Certificates:      certs,
+		ACME:              acme,
+		RedirectHTTP:      *redirectHTTPS,
+		Domain:            *domain,
+		Logger:            log,
+		AllowCatchAll:     *allowCatchAll,
+		ProxyProtocolFrom: proxyFrom,
 		Limits: edge.Limits{
 			PendingSessions:     *maxPending,
 			EndpointsPerSession: *maxEndpoints,
@@ -274,6 +276,37 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 		err = nil
 	}
 	return err
+}
+
+// prefixList is the value of -proxy-protocol-from: CIDR prefixes or single
+// addresses, comma separated, the flag repeatable.
+type prefixList []netip.Prefix
+
+func (l *prefixList) String() string {
+	if l == nil {
+		return ""
+	}
+	s := make([]string, len(*l))
+	for i, p := range *l {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *prefixList) Set(v string) error {
+	for f := range strings.SplitSeq(v, ",") {
+		f = strings.TrimSpace(f)
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			if a, aerr := netip.ParseAddr(f); aerr == nil {
+				p = netip.PrefixFrom(a, a.BitLen()) // one address
+			} else {
+				return fmt.Errorf("%q is not a CIDR prefix such as 10.0.0.0/8 or 2001:db8::/32, nor an IP address", f)
+			}
+		}
+		*l = append(*l, p)
+	}
+	return nil
 }
 
 // identities maps the SHA-256 of each token to its identity: looking up a
