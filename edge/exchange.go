@@ -308,9 +308,8 @@ func (x *exchange) armIdle() {
 	if d <= 0 {
 		return
 	}
-	var mu sync.Mutex
-	var check func()
-	check = func() {
+	var mu sync.Mutex // orders the timer's assignment with its Reset
+	check := func() {
 		if x.over() {
 			return
 		}
