@@ -125,6 +125,23 @@ func (f *Forwarder) Serve(l net.Listener) error {
 	}
 }
 
+// appReadBuffer is the socket receive buffer of the agent's connections
+// to its app: the stream's window (256 KiB) is all a connection may have
+// in flight toward the edge anyway, and a small buffer keeps the kernel
+// from pinning megabytes per connection (the app's and the agent's socket
+// buffers) when public clients stop reading their responses: thousands of
+// them could otherwise exhaust the host's TCP memory, which stalls every
+// connection on it, the agent's session to the edge too. The kernel
+// doubles it for its bookkeeping.
+const appReadBuffer = 128 << 10
+
+// limitAppBuffers sizes the socket buffers of a connection to the app.
+func limitAppBuffers(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetReadBuffer(appReadBuffer)
+	}
+}
+
 // forwardConn dials f.To for one public conn and copies until both are
 // done; track registers the upstream conn so that Serve can close it.
 func (f *Forwarder) forwardConn(c net.Conn, track func(net.Conn, bool)) {
@@ -139,6 +156,9 @@ func (f *Forwarder) forwardConn(c net.Conn, track func(net.Conn, bool)) {
 	}
 	client := c.RemoteAddr().String()
 	up, err := net.DialTimeout("tcp", f.To, timeout)
+	if err == nil {
+		limitAppBuffers(up)
+	}
 	if err != nil {
 		logger.Warn("forward", "client", client, "to", f.To, "err", err)
 		// Tell the edge why, so that its client hears that the app, not

@@ -112,6 +112,7 @@ func newHTTPProxy(f *Forwarder, proto string) *httpProxy {
 			if err != nil {
 				return nil, &dialError{err}
 			}
+			limitAppBuffers(c)
 			return p.track(c)
 		},
 		Protocols:           &protos,

@@ -35,6 +35,18 @@ type Limits struct {
 	// 4096.
 	StreamsPerSession int
 
+	// SessionUnread bounds what one agent session may hold for peers that
+	// stopped reading: the bytes the agent sent that public clients have
+	// not taken yet, together, and as many streams whose sends have
+	// waited a second for the agent's window as there are stream windows
+	// in it. Past it, the stream stalled the longest is cut (its client
+	// gets its stream reset, or its connection closed), so that clients
+	// that stop reading hold this much memory at the edge however many of
+	// them there are. (The agent bounds its own side likewise: streams
+	// whose clients stopped reading pin the app's bytes in its host's
+	// socket buffers.) Zero: 32 MiB (128 streams with the default window).
+	SessionUnread int
+
 	// AuthFailures is how many failed hellos (a refused token) one source
 	// address (an IPv6 /64) may have per minute, with a burst as large.
 	// Past it, the source's agent connections are closed as soon as they
@@ -122,6 +134,7 @@ const (
 	DefaultPendingSessions     = 1024
 	DefaultEndpointsPerSession = 1024
 	DefaultStreamsPerSession   = 4096
+	DefaultSessionUnread       = 32 << 20
 	DefaultAuthFailures        = 10
 	DefaultClientShare         = 1.0 / 16
 
@@ -141,6 +154,7 @@ type config struct {
 	pendingSessions     int
 	endpointsPerSession int
 	streamsPerSession   int
+	sessionUnread       int
 	authFailures        int
 	clientShare         float64
 	window              uint32
@@ -199,6 +213,7 @@ func (s *Server) resolve() (config, error) {
 		pendingSessions:     limit(l.PendingSessions, DefaultPendingSessions),
 		endpointsPerSession: limit(l.EndpointsPerSession, DefaultEndpointsPerSession),
 		streamsPerSession:   limit(l.StreamsPerSession, DefaultStreamsPerSession),
+		sessionUnread:       limit(l.SessionUnread, DefaultSessionUnread),
 		authFailures:        limit(l.AuthFailures, DefaultAuthFailures),
 		clientShare:         l.ClientShare,
 		window:              wire.ClampWindow(l.StreamWindow),

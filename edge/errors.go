@@ -60,6 +60,7 @@ const (
 	ReasonPendingLimit  Reason = "pending_limit"  // a conn evicted for Limits.PendingSessions
 	ReasonEndpointLimit Reason = "endpoint_limit" // a bind past Limits.EndpointsPerSession
 	ReasonNoRoute       Reason = "no_route"       // a TLS or TCP connection for a name or port no agent serves
+	ReasonStalled       Reason = "stalled"        // a stream cut because its client stopped reading and its session held Limits.SessionUnread
 
 	// ReasonProxyUntrusted: a connection to the HTTP or TLS port from an
 	// address outside Server.ProxyProtocolFrom started with a PROXY
@@ -72,7 +73,7 @@ const (
 // bounded set a metric may use as label values.
 func Reasons() []Reason {
 	return []Reason{
-		ReasonAuth, ReasonAuthThrottled, ReasonSessionLimit, ReasonPendingLimit, ReasonEndpointLimit,
+		ReasonAuth, ReasonAuthThrottled, ReasonSessionLimit, ReasonPendingLimit, ReasonEndpointLimit, ReasonStalled,
 		ReasonNoRoute, ReasonNoEndpoint, ReasonClientLimit, ReasonAgentBusy, ReasonAgentOffline,
 		ReasonAppUnreachable, ReasonAppError, ReasonAppTimeout, ReasonBodyTimeout,
 		ReasonBadRequest, ReasonMissingHost, ReasonHTTPSOnly, ReasonMisdirected,
