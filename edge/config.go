@@ -101,18 +101,17 @@ type Timeouts struct {
 	// free at once.
 	Grace time.Duration
 
-	// RestartGrace is how long after the Server starts a name or port an
-	// agent chooses is granted only with an endpoint ticket showing that
-	// its identity held it before: after a restart, names go back to their
-	// owners, never to whoever asks first. Random names and ports are
-	// granted meanwhile. Zero: Grace when Server.TicketKey is set and
-	// Server.Router is nil (an in-memory router forgets every name on a
-	// restart), else none.
+	// RestartGrace is how long after a restart the names that the edge's
+	// record (Server.StateDir) says were held when it stopped stay
+	// reserved for the identities that held them: nobody else binds them,
+	// or a name in their trees, meanwhile, whatever ticket they show.
+	// Other names are served at once. Zero: Grace; negative: the names are
+	// not kept. Without a record (StateDir empty, or a Router of your own,
+	// which keeps its names itself) a restart has nothing to keep.
 	RestartGrace time.Duration
 
-	// TicketLifetime is how long an endpoint ticket proves its name;
-	// agents renew theirs at half of it. Zero: 1 hour. It cannot be
-	// disabled.
+	// TicketLifetime is how long an endpoint ticket is good for; agents
+	// renew theirs at half of it. Zero: 1 hour. It cannot be disabled.
 	TicketLifetime time.Duration
 }
 
@@ -219,12 +218,8 @@ func (s *Server) resolve() (config, error) {
 	case c.clientShare < 0 || c.clientShare >= 1:
 		c.clientShare = 0
 	}
-	switch {
-	case t.RestartGrace < 0:
-	case t.RestartGrace > 0:
-		c.restartGrace = t.RestartGrace
-	case len(s.TicketKey) > 0 && s.Router == nil:
-		c.restartGrace = c.grace
+	if s.StateDir != "" && s.Router == nil {
+		c.restartGrace = timeout(t.RestartGrace, c.grace)
 	}
 	var errs errorList
 	if n := len(s.TicketKey); n > 0 && n < minTicketKey {

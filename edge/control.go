@@ -279,7 +279,7 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	if b.Proto == wire.ProtoTCP {
 		r.Pool = r.Pool && chosen // "any port" never joins a pool
 	}
-	r, e := ss.bindFirst(ctx, r, names, chosen, b.Ticket, previous)
+	r, e := ss.bindFirst(ctx, r, names, chosen, previous)
 	if e != nil {
 		return wire.Response{Error: e}
 	}
@@ -341,7 +341,7 @@ func (s *Server) bindNames(b *wire.Bind) (names iter.Seq[string], chosen bool, e
 
 // bindFirst binds r under the first of names that is free (the only one,
 // when the agent chose it), and returns it, or why it could not.
-func (ss *session) bindFirst(ctx context.Context, r router.Route, names iter.Seq[string], chosen bool, ticket, previous string) (router.Route, *wire.Error) {
+func (ss *session) bindFirst(ctx context.Context, r router.Route, names iter.Seq[string], chosen bool, previous string) (router.Route, *wire.Error) {
 	s := ss.srv
 	for name := range names {
 		r.Name, r.TunnelID = name, newID()
@@ -351,14 +351,6 @@ func (ss *session) bindFirst(ctx context.Context, r router.Route, names iter.Seq
 					continue // a random name: the next
 				}
 				return r, failure(wire.CodeNameTaken, "%s", err)
-			}
-		}
-		if chosen {
-			if until, ok := s.restarting(); ok && !s.heldBefore(ticket, r) {
-				if s.heldByOther(ctx, r) {
-					return r, failure(wire.CodeNameTaken, "%s is held by another owner", name)
-				}
-				return r, failure(wire.CodeUnavailable, "the edge restarted: names held before are kept for their owners until %s; try again then", until.UTC().Format(time.TimeOnly))
 			}
 		}
 		err := ss.bindRoute(ctx, r, previous)
@@ -461,42 +453,4 @@ func (s *Server) endpointOptions(r *router.Route, opts map[string]string) error 
 // name.
 func (s *Server) endpointTicket(r router.Route) (string, error) {
 	return s.signer.sign(ticket{kind: ticketEndpoint, issued: time.Now(), identity: r.Identity, proto: r.Proto, name: r.Name})
-}
-
-// restarting reports whether the server is within its restart grace (see
-// Timeouts.RestartGrace), and until when.
-func (s *Server) restarting() (time.Time, bool) {
-	if s.cfg.restartGrace == 0 {
-		return time.Time{}, false
-	}
-	until := s.started.Add(s.cfg.restartGrace)
-	return until, time.Now().Before(until)
-}
-
-// heldBefore reports whether an endpoint ticket proves that r's identity
-// held r's name (over any protocol of its namespace) recently enough.
-func (s *Server) heldBefore(tk string, r router.Route) bool {
-	if tk == "" {
-		return false
-	}
-	t, err := s.signer.open(tk)
-	if err != nil || t.kind != ticketEndpoint {
-		return false
-	}
-	age := time.Since(t.issued)
-	return t.identity == r.Identity && t.name == r.Name &&
-		(t.proto == wire.ProtoTCP) == (r.Proto == wire.ProtoTCP) &&
-		age > -time.Minute && age < s.cfg.ticketLifetime
-}
-
-// heldByOther reports whether r's exact name has routes of another
-// identity now, which makes a refusal final rather than for the time being.
-func (s *Server) heldByOther(ctx context.Context, r router.Route) bool {
-	routes, _ := s.router().Lookup(ctx, r.Proto, strings.TrimPrefix(r.Name, "*."))
-	for _, o := range routes {
-		if o.Name == r.Name && o.Identity != r.Identity {
-			return true
-		}
-	}
-	return false
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log"
 	"log/slog"
 	"net"
@@ -129,12 +130,32 @@ type Server struct {
 	// TicketKey signs the tickets the edge gives agents (at least 32
 	// bytes; the Server refuses to start with a shorter one). A session
 	// ticket lets a reconnecting agent take over its previous session's
-	// endpoints at once; endpoint tickets prove, after a restart, which
-	// identity held a name (see Timeouts.RestartGrace). Keep the key
-	// secret, and the same across restarts of an edge and across the edges
-	// of a cluster: a ticket signed under another key is ignored. Nil: a
-	// random key per Server, so that tickets do not survive a restart.
+	// endpoints at once, and gives an anonymous agent (Authenticate nil)
+	// its identity back, and so its names, after a restart (see StateDir).
+	// Keep the key secret, and the same across restarts of an edge and
+	// across the edges of a cluster: a ticket signed under another key is
+	// ignored. Nil: a random key per Server, so that tickets do not
+	// survive a restart.
 	TicketKey []byte
+
+	// StateDir, if set, is a directory where the edge keeps a record of
+	// who holds which name (the file names.jsonl), written as agents bind
+	// and release them, so that a restart gives each name back to the
+	// identity that held it when the edge stopped, and to no one else:
+	// the names of the record stay reserved for those identities for
+	// Timeouts.RestartGrace, as a session's names do when it ends (see
+	// router.Router, rule 4). Every other name is served at once. No
+	// record in the directory is a first start: every name is served at
+	// once. An authenticated identity gets its names back with its token;
+	// an anonymous agent with its session ticket, which needs TicketKey
+	// kept too. Keep one Server per directory; the Server refuses to start
+	// when it cannot read or write the record.
+	//
+	// Empty: no record, and every start is a first start; names held
+	// before a restart go to whoever asks first. StateDir is used with the
+	// in-memory router only (Router nil): a Router of your own keeps who
+	// holds which name itself.
+	StateDir string
 
 	// AgentTLS, if set, makes ServeAgents speak TLS with this
 	// configuration to every agent. Nil: the listener's conns are used as
@@ -198,7 +219,7 @@ type Server struct {
 	proxyLog *log.Logger // ReverseProxy's own messages, at the debug level
 	mem      *router.MemoryRouter
 	signer   ticketSigner
-	started  time.Time
+	names    *nameRecord // the in-memory router, recorded in StateDir; nil without
 	auth     *authGuard
 	shares   shares
 	ups      upstreams
@@ -226,9 +247,14 @@ type Server struct {
 // init resolves the Server's settings, once.
 func (s *Server) init() {
 	s.initOnce.Do(func() {
-		s.started = time.Now()
 		s.cfg, s.cfgErr = s.resolve()
 		s.mem = new(router.MemoryRouter)
+		if s.cfgErr == nil && s.StateDir != "" && s.Router == nil {
+			var err error
+			if s.names, err = openRecord(s.StateDir, s.mem, s.cfg.restartGrace, s.log()); err != nil {
+				s.cfgErr = fmt.Errorf("edge: StateDir: %w", err)
+			}
+		}
 		s.proxyLog = slog.NewLogLogger(s.log().Handler(), slog.LevelDebug)
 		s.httpPort, s.tlsPort = s.HTTPPort, s.TLSPort
 		s.signer.key = s.TicketKey
@@ -317,6 +343,9 @@ func (s *Server) router() router.Router {
 		return s.Router
 	}
 	s.init()
+	if s.names != nil {
+		return s.names
+	}
 	return s.mem
 }
 
@@ -443,6 +472,7 @@ func (s *Server) Close() error {
 	s.closeConns()
 	s.wg.Wait()
 	s.auth.flush()
+	s.names.stop()
 	return nil
 }
 
@@ -483,6 +513,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.closeConns()
 	s.wg.Wait()
 	s.auth.flush()
+	s.names.stop()
 	return err
 }
 
