@@ -27,6 +27,25 @@ type Limits struct {
 	// once: a bind past it is refused as unavailable. Zero: 1024.
 	EndpointsPerSession int
 
+	// EndpointsPerIdentity bounds the endpoints one identity holds on
+	// this edge at once, over all its sessions: a bind past it is refused
+	// as unavailable (ReasonIdentityEndpointLimit). Zero: 4096.
+	EndpointsPerIdentity int
+
+	// EndpointsPerSource bounds the endpoints that the anonymous agents
+	// (Server.Authenticate nil) of one source address, an IPv4 address or
+	// an IPv6 /64, hold on this edge at once: each anonymous agent is an
+	// identity of its own, so EndpointsPerIdentity alone would not bound a
+	// host that starts many. A bind past it is refused as unavailable
+	// (ReasonSourceEndpointLimit). Authenticated agents are not counted.
+	// Zero: 1024.
+	EndpointsPerSource int
+
+	// Endpoints bounds the endpoints on this edge, every agent's
+	// together: past it, every bind is refused as unavailable
+	// (ReasonEdgeEndpointLimit) until some go. Zero: 65536.
+	Endpoints int
+
 	// StreamsPerSession bounds the streams open at once on one agent
 	// session, public connections and the agent's requests together: past
 	// it, a public connection goes to another agent of the endpoint or is
@@ -117,12 +136,15 @@ type Timeouts struct {
 
 // Defaults.
 const (
-	DefaultSessionsPerIdentity = 1024
-	DefaultPendingSessions     = 1024
-	DefaultEndpointsPerSession = 1024
-	DefaultStreamsPerSession   = 4096
-	DefaultAuthFailures        = 10
-	DefaultClientShare         = 1.0 / 16
+	DefaultSessionsPerIdentity  = 1024
+	DefaultPendingSessions      = 1024
+	DefaultEndpointsPerSession  = 1024
+	DefaultEndpointsPerIdentity = 4096
+	DefaultEndpointsPerSource   = 1024
+	DefaultEndpoints            = 65536
+	DefaultStreamsPerSession    = 4096
+	DefaultAuthFailures         = 10
+	DefaultClientShare          = 1.0 / 16
 
 	DefaultHandshakeTimeout      = 10 * time.Second
 	DefaultConnIdleTimeout       = 10 * time.Minute
@@ -139,6 +161,9 @@ type config struct {
 	sessionsPerIdentity int
 	pendingSessions     int
 	endpointsPerSession int
+	endpointsPerID      int
+	endpointsPerSource  int
+	endpoints           int
 	streamsPerSession   int
 	authFailures        int
 	clientShare         float64
@@ -197,6 +222,9 @@ func (s *Server) resolve() (config, error) {
 		sessionsPerIdentity: limit(l.SessionsPerIdentity, DefaultSessionsPerIdentity),
 		pendingSessions:     limit(l.PendingSessions, DefaultPendingSessions),
 		endpointsPerSession: limit(l.EndpointsPerSession, DefaultEndpointsPerSession),
+		endpointsPerID:      limit(l.EndpointsPerIdentity, DefaultEndpointsPerIdentity),
+		endpointsPerSource:  limit(l.EndpointsPerSource, DefaultEndpointsPerSource),
+		endpoints:           limit(l.Endpoints, DefaultEndpoints),
 		streamsPerSession:   limit(l.StreamsPerSession, DefaultStreamsPerSession),
 		authFailures:        limit(l.AuthFailures, DefaultAuthFailures),
 		clientShare:         l.ClientShare,

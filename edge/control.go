@@ -100,6 +100,7 @@ func (ss *session) serveUnbind(tunnelID string) wire.Response {
 	if !ok {
 		return fail(wire.CodeNotFound, "no such tunnel")
 	}
+	ss.srv.giveEndpoints(ss.owner(), 1)
 	ss.srv.obs().Endpoint(r.Proto, -1)
 	ss.srv.unbind(r, 0)
 	ss.log.Info("unbound", "url", ss.srv.publicURL(r))
@@ -262,12 +263,13 @@ func (s *Server) takeOver(sessionID, identity string, by *session) {
 // and the session's bound on endpoints.
 func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	s := ss.srv
-	identity, previous, ok := ss.admitBind()
-	if !ok {
-		s.obs().Refused(ReasonEndpointLimit)
-		return fail(wire.CodeUnavailable, "too many endpoints on this session (at most %d)", s.cfg.endpointsPerSession)
+	identity, previous, refused := ss.admitBind()
+	if refused != nil {
+		s.obs().Refused(refused.reason)
+		return fail(wire.CodeUnavailable, "%s", refused.message)
 	}
-	defer ss.doneBinding()
+	granted := false
+	defer func() { ss.doneBinding(granted) }()
 	r := router.Route{Proto: b.Proto, SessionID: ss.id, Identity: identity, Pool: b.Pool, Edge: s.ID}
 	if err := s.endpointOptions(&r, b.Options); err != nil {
 		return fail(wire.CodeBadRequest, "%s", err)
@@ -290,6 +292,7 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 		return fail(wire.CodeUnavailable, "session closed")
 	}
 	ss.routes[r.TunnelID] = r
+	granted = true
 	s.obs().Endpoint(r.Proto, 1)
 	ss.mu.Unlock()
 	url := s.publicURL(r)
@@ -302,22 +305,42 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 }
 
 // admitBind counts a bind under way against the session's bound on
-// endpoints, and returns who binds; false: the session is at its bound.
-// doneBinding uncounts it.
-func (ss *session) admitBind() (identity, previous string, ok bool) {
+// endpoints and the edge's quotas, and returns who binds, or the bound
+// the bind would break. doneBinding uncounts it.
+func (ss *session) admitBind() (identity, previous string, refused *quotaRefusal) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if max := ss.srv.cfg.endpointsPerSession; max > 0 && len(ss.routes)+ss.binding >= max {
-		return "", "", false
+		return "", "", &quotaRefusal{ReasonEndpointLimit, fmt.Sprintf("too many endpoints on this session (at most %d)", max)}
+	}
+	if refused := ss.srv.takeEndpoint(ss.owner()); refused != nil {
+		return "", "", refused
 	}
 	ss.binding++
-	return ss.identity, ss.previous, true
+	return ss.identity, ss.previous, nil
 }
 
-func (ss *session) doneBinding() {
+// doneBinding ends a bind admitBind counted; unless it was granted (the
+// endpoint is in ss.routes, counted until it goes), the edge's quotas get
+// it back.
+func (ss *session) doneBinding(granted bool) {
 	ss.mu.Lock()
 	ss.binding--
 	ss.mu.Unlock()
+	if !granted {
+		ss.srv.giveEndpoints(ss.owner(), 1)
+	}
+}
+
+// owner is whom the session's endpoints count against in the edge's
+// quotas: its identity, and for an anonymous agent its source address.
+// The hello must have been accepted.
+func (ss *session) owner() endpointOwner {
+	o := endpointOwner{identity: ss.identity}
+	if ss.srv.Authenticate == nil {
+		o.source = sourceOf(addrPort(ss.src).Addr())
+	}
+	return o
 }
 
 // bindNames returns the names or ports to try for a bind, in order, and

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"container/list"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -13,8 +14,8 @@ import (
 )
 
 // The edge's defences against strangers: a bound on agent connections that
-// have not said hello, a throttle on failed authentication per source, and
-// a fair share of each endpoint per public client.
+// have not said hello, a throttle on failed authentication per source, a
+// fair share of each endpoint per public client, and quotas of endpoints.
 
 // Bounds of the tables the limits keep.
 const (
@@ -226,4 +227,74 @@ func (s *Server) acquireShare(routes []router.Route, client netip.AddrPort) (rel
 			}
 		})
 	}, true
+}
+
+// endpointCounts counts the endpoints held on the edge, and the binds
+// under way, for the quotas of Limits: by identity, by source address of
+// anonymous agents, and in all.
+type endpointCounts struct {
+	mu          sync.Mutex
+	perIdentity map[string]int
+	perSource   map[netip.Prefix]int
+	total       int
+}
+
+// endpointOwner is whom an endpoint counts against: its identity, and for
+// an anonymous agent its source (an invalid prefix otherwise).
+type endpointOwner struct {
+	identity string
+	source   netip.Prefix
+}
+
+// quotaRefusal is a bind refused for a bound on endpoints: the reason, and
+// what the agent is told.
+type quotaRefusal struct {
+	reason  Reason
+	message string
+}
+
+// takeEndpoint counts one more endpoint of o, unless that breaks a quota,
+// which it then returns. giveEndpoints uncounts them.
+func (s *Server) takeEndpoint(o endpointOwner) *quotaRefusal {
+	c := &s.endpointCounts
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if max := s.cfg.endpoints; max > 0 && c.total >= max {
+		return &quotaRefusal{ReasonEdgeEndpointLimit, fmt.Sprintf("this edge holds as many endpoints as it takes (%d, every agent's together); try again later", max)}
+	}
+	if max := s.cfg.endpointsPerID; max > 0 && c.perIdentity[o.identity] >= max {
+		return &quotaRefusal{ReasonIdentityEndpointLimit, fmt.Sprintf("too many endpoints for this identity on this edge (at most %d, over all its sessions)", max)}
+	}
+	if max := s.cfg.endpointsPerSource; max > 0 && o.source.IsValid() && c.perSource[o.source] >= max {
+		return &quotaRefusal{ReasonSourceEndpointLimit, fmt.Sprintf("too many endpoints for anonymous agents from %s on this edge (at most %d)", o.source, max)}
+	}
+	if c.perIdentity == nil {
+		c.perIdentity = map[string]int{}
+		c.perSource = map[netip.Prefix]int{}
+	}
+	c.total++
+	c.perIdentity[o.identity]++
+	if o.source.IsValid() {
+		c.perSource[o.source]++
+	}
+	return nil
+}
+
+// giveEndpoints uncounts n endpoints of o.
+func (s *Server) giveEndpoints(o endpointOwner, n int) {
+	if n == 0 {
+		return
+	}
+	c := &s.endpointCounts
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.total -= n
+	if c.perIdentity[o.identity] -= n; c.perIdentity[o.identity] <= 0 {
+		delete(c.perIdentity, o.identity)
+	}
+	if o.source.IsValid() {
+		if c.perSource[o.source] -= n; c.perSource[o.source] <= 0 {
+			delete(c.perSource, o.source)
+		}
+	}
 }

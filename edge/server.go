@@ -226,6 +226,8 @@ type Server struct {
 	term     terminating
 	ech      echState
 
+	endpointCounts endpointCounts // for the quotas of Limits
+
 	watchOnce sync.Once
 	stopWatch func() // stops watching a shared Router's routes
 
