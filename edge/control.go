@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -74,7 +76,11 @@ func (ss *session) serveRequest(ctx context.Context, req *wire.Request) wire.Res
 		if req.Bind == nil {
 			return fail(wire.CodeBadRequest, "bind without body")
 		}
-		return ss.serveBind(ctx, req.Bind)
+		resp := ss.serveBind(ctx, req.Bind)
+		if resp.Error != nil {
+			ss.bindRefused(req.Bind, resp.Error)
+		}
+		return resp
 	case wire.OpUnbind:
 		if req.Unbind == nil {
 			return fail(wire.CodeBadRequest, "unbind without body")
@@ -207,7 +213,7 @@ func (ss *session) decideHello(ctx context.Context, h *wire.Hello) (wire.Respons
 	if auth := s.Authenticate; auth != nil {
 		id, err := auth(ctx, h.Token)
 		if err != nil {
-			s.auth.failed(sourceOf(addrPort(ss.src).Addr()))
+			s.auth.failed(ss.src, err)
 			s.obs().Refused(ReasonAuth)
 			ss.log.Debug("agent refused", "err", err)
 			return fail(wire.CodeUnauthorized, "authentication failed"), ""
@@ -302,6 +308,23 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	}
 	ss.log.Info("bound", "url", url, "pool", r.Pool)
 	return wire.Response{BindResp: &wire.BindResp{TunnelID: r.TunnelID, URL: url, Ticket: t}}
+}
+
+// bindRefused logs a refused bind: who asked for what, and why, within
+// the edge's budget of lines for the agent's address (Debug past it).
+func (ss *session) bindRefused(b *wire.Bind, e *wire.Error) {
+	name := wire.Printable(b.Name, 253)
+	switch {
+	case b.Proto == wire.ProtoTCP && b.Port != 0:
+		name = strconv.Itoa(b.Port)
+	case b.Proto == wire.ProtoTCP || b.Name == "":
+		name = "(any)"
+	}
+	level := slog.LevelDebug
+	if ss.srv.bindLog.allow(sourceOf(addrPort(ss.src).Addr())) {
+		level = slog.LevelInfo
+	}
+	ss.log.Log(context.Background(), level, "bind refused", "identity", wire.Printable(ss.identity, 64), "proto", wire.Printable(b.Proto, 16), "name", name, "code", e.Code, "reason", e.Message)
 }
 
 // admitBind counts a bind under way against the session's bound on

@@ -67,15 +67,18 @@ func sourceOf(a netip.Addr) netip.Prefix {
 	return p
 }
 
-// authGuard throttles failed hellos per source and logs them in aggregate.
+// authGuard throttles failed hellos per source, and logs them: each at
+// once, with the agent's address, within a budget per source (see
+// logBudget), and the rest in aggregate every authLogWindow.
 type authGuard struct {
-	perMinute int // failures a source may have per minute, with a burst as large
+	perMinute int // failures a source may have per minute, with a burst as large; 0: no throttle
 	log       *slog.Logger
+	lines     logBudget
 
 	mu      sync.Mutex
-	sources map[netip.Prefix]*rate.Limiter
+	sources sourceLimiters
 	// what the next aggregate log line reports
-	failures, refused int
+	unlogged, refused int
 	seen              map[netip.Prefix]struct{}
 	timer             *time.Timer
 }
@@ -83,7 +86,7 @@ type authGuard struct {
 // blocked reports whether a source spent its failures: its agent
 // connections are closed at once.
 func (g *authGuard) blocked(src netip.Prefix) bool {
-	if g == nil || !src.IsValid() {
+	if g == nil || g.perMinute == 0 || !src.IsValid() {
 		return false
 	}
 	g.mu.Lock()
@@ -97,49 +100,30 @@ func (g *authGuard) blocked(src netip.Prefix) bool {
 	return true
 }
 
-// failed counts a failed hello from src.
-func (g *authGuard) failed(src netip.Prefix) {
+// failed counts a failed hello from the agent at addr, refused with err,
+// and logs it.
+func (g *authGuard) failed(addr net.Addr, err error) {
 	if g == nil {
+		return
+	}
+	src := sourceOf(addrPort(addr).Addr())
+	if g.lines.allow(src) {
+		g.log.Warn("agent refused: authentication failed", "agent_addr", addr.String(), "err", err)
+	} else {
+		g.mu.Lock()
+		g.unlogged++
+		g.noteLocked(src)
+		g.mu.Unlock()
+	}
+	if g.perMinute == 0 || !src.IsValid() {
 		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.failures++
-	g.noteLocked(src)
-	if !src.IsValid() {
-		return
-	}
-	lim := g.sources[src]
-	if lim == nil {
-		if len(g.sources) >= maxTrackedSources {
-			g.sweepLocked()
-		}
-		lim = rate.NewLimiter(rate.Limit(float64(g.perMinute)/60), g.perMinute)
-		if g.sources == nil {
-			g.sources = map[netip.Prefix]*rate.Limiter{}
-		}
-		g.sources[src] = lim
-	}
-	lim.Allow()
+	g.sources.get(src, g.perMinute).Allow()
 }
 
-// sweepLocked forgets the sources whose budget is whole again, and, if
-// that is not enough, any others, so that the map stays bounded.
-func (g *authGuard) sweepLocked() {
-	for src, lim := range g.sources {
-		if lim.Tokens() >= float64(g.perMinute) {
-			delete(g.sources, src)
-		}
-	}
-	for src := range g.sources {
-		if len(g.sources) < maxTrackedSources*3/4 {
-			break
-		}
-		delete(g.sources, src)
-	}
-}
-
-// noteLocked counts src for the next log line, which it schedules.
+// noteLocked counts src for the next aggregate line, which it schedules.
 func (g *authGuard) noteLocked(src netip.Prefix) {
 	if g.seen == nil {
 		g.seen = map[netip.Prefix]struct{}{}
@@ -152,22 +136,90 @@ func (g *authGuard) noteLocked(src netip.Prefix) {
 	}
 }
 
-// flush logs what happened since the last line.
+// flush logs, in one line, what was not logged one by one since the last.
 func (g *authGuard) flush() {
 	if g == nil {
 		return
 	}
 	g.mu.Lock()
-	failures, refused, sources := g.failures, g.refused, len(g.seen)
-	g.failures, g.refused, g.seen = 0, 0, nil
+	unlogged, refused, sources := g.unlogged, g.refused, len(g.seen)
+	g.unlogged, g.refused, g.seen = 0, 0, nil
 	if g.timer != nil {
 		g.timer.Stop()
 		g.timer = nil
 	}
 	g.mu.Unlock()
-	if failures+refused > 0 {
-		g.log.Warn("failed agent authentications", "failures", failures, "closed_at_accept", refused, "sources", sources)
+	if unlogged+refused > 0 {
+		g.log.Warn("failed agent authentications, not logged one by one", "failures", unlogged, "closed_at_accept", refused, "sources", sources)
 	}
+}
+
+// sourceLimiters is a rate.Limiter per source address, bounded: past
+// maxTrackedSources, those whose budget is whole again are forgotten
+// first, then any.
+type sourceLimiters map[netip.Prefix]*rate.Limiter
+
+// get returns the limiter of src, made new with perMinute events a minute
+// and a burst as large.
+func (l *sourceLimiters) get(src netip.Prefix, perMinute int) *rate.Limiter {
+	lim := (*l)[src]
+	if lim != nil {
+		return lim
+	}
+	if *l == nil {
+		*l = sourceLimiters{}
+	}
+	if len(*l) >= maxTrackedSources {
+		l.sweep(perMinute)
+	}
+	lim = rate.NewLimiter(rate.Limit(float64(perMinute)/60), perMinute)
+	(*l)[src] = lim
+	return lim
+}
+
+// sweep forgets the sources whose budget is whole again, and, if that is
+// not enough, any others, so that the map stays bounded.
+func (l sourceLimiters) sweep(perMinute int) {
+	for src, lim := range l {
+		if lim.Tokens() >= float64(perMinute) {
+			delete(l, src)
+		}
+	}
+	for src := range l {
+		if len(l) < maxTrackedSources*3/4 {
+			break
+		}
+		delete(l, src)
+	}
+}
+
+// Budgets of log lines that strangers can cause.
+const (
+	logLinesPerSource = 5  // a minute, with a burst as large
+	logLinesPerMinute = 60 // from every source together, with a burst as large
+)
+
+// logBudget bounds the log lines that agents cause, so that a stranger
+// cannot choose how much the operator reads: logLinesPerSource a minute
+// for one source address (an IPv6 /64), logLinesPerMinute for all of them
+// together. Its zero value is ready to use.
+type logBudget struct {
+	mu      sync.Mutex
+	sources sourceLimiters
+	all     *rate.Limiter
+}
+
+// allow reports whether a line about src fits in the budget, and spends
+// it.
+func (b *logBudget) allow(src netip.Prefix) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.all == nil {
+		b.all = rate.NewLimiter(rate.Limit(float64(logLinesPerMinute)/60), logLinesPerMinute)
+	}
+	// The budget of all sources is spent only by a line its source may have.
+	lim := b.sources.get(src, logLinesPerSource)
+	return lim.Tokens() >= 1 && b.all.Allow() && lim.Allow()
 }
 
 // shares counts, per endpoint and client source, the streams in use: a

@@ -5,14 +5,18 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -227,6 +231,7 @@ type Server struct {
 	ech      echState
 
 	endpointCounts endpointCounts // for the quotas of Limits
+	bindLog        logBudget      // lines about refused binds
 
 	watchOnce sync.Once
 	stopWatch func() // stops watching a shared Router's routes
@@ -264,10 +269,75 @@ func (s *Server) init() {
 			s.signer.key = make([]byte, minTicketKey)
 			rand.Read(s.signer.key)
 		}
-		if s.cfg.authFailures > 0 {
-			s.auth = &authGuard{perMinute: s.cfg.authFailures, log: s.log()}
+		s.auth = &authGuard{perMinute: s.cfg.authFailures, log: s.log()}
+		if s.cfgErr == nil {
+			s.logStart()
 		}
 	})
+}
+
+// logStart tells the operator, once, what the edge starts with that is
+// easily got wrong: the public names of its ECH keys, certificates that
+// cover neither names under Domain nor those public names, and a ticket
+// key kept across restarts without a record of names.
+func (s *Server) logStart() {
+	log := s.log()
+	var public []string
+	if s.initECH() == nil {
+		public = slices.Sorted(maps.Keys(s.ech.publicNames))
+		if len(public) > 0 {
+			log.Info("ECH keys loaded", "keys", len(s.ECHKeys), "public_names", public)
+		}
+	}
+	if len(s.Certificates) > 0 {
+		s.checkCertificates(public)
+	}
+	if len(s.TicketKey) > 0 && s.StateDir == "" && s.Router == nil {
+		log.Warn("TicketKey is set, StateDir is not: names held before a restart go to whoever asks first after it; set StateDir to keep them for their holders")
+	}
+}
+
+// checkCertificates warns when the operator's certificates cover neither
+// a name under Domain nor a public name of the ECH keys (a certificate for
+// another domain, most likely), and names the public names none covers.
+func (s *Server) checkCertificates(public []string) {
+	domain, _ := router.Normalise(s.Domain)
+	var names []string // of every certificate, for the warning
+	coversDomain := false
+	covered := map[string]bool{}
+	for _, c := range s.Certificates {
+		leaf := c.Leaf
+		if leaf == nil && len(c.Certificate) > 0 {
+			leaf, _ = x509.ParseCertificate(c.Certificate[0])
+		}
+		if leaf == nil {
+			continue
+		}
+		for _, n := range leaf.DNSNames {
+			names = append(names, n)
+			n = strings.ToLower(n)
+			if domain != "" && (n == domain || strings.HasSuffix(n, "."+domain)) {
+				coversDomain = true
+			}
+		}
+		for _, p := range public {
+			if leaf.VerifyHostname(p) == nil {
+				covered[p] = true
+			}
+		}
+	}
+	var uncovered []string
+	for _, p := range public {
+		if !covered[p] {
+			uncovered = append(uncovered, p)
+		}
+	}
+	switch {
+	case !coversDomain && len(covered) == 0:
+		s.log().Warn("the certificates of Certificates cover neither a name under the domain nor a public name of the ECH keys: https endpoints need ACME or GetCertificate", "domain", domain, "ech_public_names", public, "certificate_names", names)
+	case len(uncovered) > 0 && s.GetCertificate == nil:
+		s.log().Warn("no certificate of Certificates covers these public names of the ECH keys: the edge cannot complete the handshakes of clients whose ECH configuration is stale", "ech_public_names", uncovered, "certificate_names", names)
+	}
 }
 
 // Listeners are the listeners Start serves. A nil one is not served.
