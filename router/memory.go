@@ -100,12 +100,7 @@ func (m *MemoryRouter) Bind(_ context.Context, r Route) error {
 		return err
 	}
 	if ep == nil {
-		ep = &endpoint{identity: r.Identity, routes: map[RouteKey]Route{}}
-		if m.endpoints == nil {
-			m.endpoints = map[endpointKey]*endpoint{}
-		}
-		m.endpoints[k] = ep
-		m.holdLocked(ns, base, r.Identity)
+		ep = m.newEndpointLocked(k, base, r.Identity)
 	}
 	if len(ep.routes) == 0 {
 		ep.pool, ep.until = r.Pool, time.Time{}
@@ -113,6 +108,26 @@ func (m *MemoryRouter) Bind(_ context.Context, r Route) error {
 	ep.routes[r.Key()] = r
 	m.notifyLocked(r, true)
 	return nil
+}
+
+// newEndpointLocked adds the endpoint k, of identity, whose name has base,
+// without routes yet.
+func (m *MemoryRouter) newEndpointLocked(k endpointKey, base, identity string) *endpoint {
+	ep := &endpoint{identity: identity, routes: map[RouteKey]Route{}}
+	if m.endpoints == nil {
+		m.endpoints = map[endpointKey]*endpoint{}
+	}
+	m.endpoints[k] = ep
+	m.holdLocked(namespace(k.proto), base, identity)
+	return ep
+}
+
+// reserveLocked keeps the endpoint k, which has no routes, reserved
+// until then.
+func (m *MemoryRouter) reserveLocked(k endpointKey, ep *endpoint, until time.Time) {
+	ep.until = until
+	ep.gen++
+	heap.Push(&m.lapses, lapse{k, ep.gen, until})
 }
 
 // checkOwnerLocked refuses a bind of base in ns by identity when another
@@ -226,9 +241,7 @@ func (m *MemoryRouter) Unbind(_ context.Context, r Route, reserve time.Duration)
 		return nil
 	}
 	if reserve > 0 {
-		ep.until = m.clock().Add(reserve)
-		ep.gen++
-		heap.Push(&m.lapses, lapse{k, ep.gen, ep.until})
+		m.reserveLocked(k, ep, m.clock().Add(reserve))
 		return nil
 	}
 	m.dropLocked(k)
@@ -262,18 +275,11 @@ func (m *MemoryRouter) Reserve(_ context.Context, r Route, d time.Duration) erro
 	ep := m.endpoints[k]
 	switch {
 	case ep == nil:
-		ep = &endpoint{identity: r.Identity, routes: map[RouteKey]Route{}}
-		if m.endpoints == nil {
-			m.endpoints = map[endpointKey]*endpoint{}
-		}
-		m.endpoints[k] = ep
-		m.holdLocked(ns, base, r.Identity)
+		ep = m.newEndpointLocked(k, base, r.Identity)
 	case len(ep.routes) > 0 || !until.After(ep.until):
 		return nil
 	}
-	ep.until = until
-	ep.gen++
-	heap.Push(&m.lapses, lapse{k, ep.gen, until})
+	m.reserveLocked(k, ep, until)
 	return nil
 }
 
