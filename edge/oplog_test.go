@@ -119,7 +119,9 @@ func helloFrom(t testing.TB, addr, token string) (wire.Response, string) {
 	return resp, s.LocalAddr().String()
 }
 
-func isAuthLine(r logRecord) bool { return strings.HasPrefix(r.msg, "agent refused: authentication failed") }
+func isAuthLine(r logRecord) bool {
+	return strings.HasPrefix(r.msg, "agent refused: authentication failed")
+}
 
 // TestRefusedTokensLogged: a refused token is logged at once, at Warn,
 // with the agent's address; a flood of them from one address (no throttle
@@ -240,4 +242,3 @@ func TestStartLogsECHAndCertificates(t *testing.T) {
 		})
 	}
 }
-
