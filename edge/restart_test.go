@@ -247,6 +247,10 @@ func TestFirstStartServesChosenNamesAtOnce(t *testing.T) {
 		if _, err := alice.Listen(context.Background(), "http://app"); !errors.Is(err, agent.ErrNameTaken) {
 			t.Fatalf("alice asking for bob's name after the restart: %v, want ErrNameTaken", err)
 		}
+		_, err = alice.Listen(context.Background(), "http://x.app.example.test")
+		if !errors.Is(err, agent.ErrNameTaken) || !strings.Contains(err.Error(), "held app.example.test when the edge stopped") {
+			t.Fatalf("alice asking for a name under bob's after the restart: %v, want ErrNameTaken saying bob's name was kept for him", err)
+		}
 		if _, err := alice.Listen(context.Background(), "http://fresh"); err != nil {
 			t.Fatalf("a name nobody held, after the restart: %v, want it at once", err)
 		}

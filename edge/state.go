@@ -63,9 +63,9 @@ type nameRecord struct {
 	path string
 	log  *slog.Logger
 
-	// What the start restored, by base in its namespace (see nsBase),
-	// until restoredUntil. Read-only after the start.
-	restored      map[string]restoredName
+	// What the start restored, until restoredUntil. Read-only after the
+	// start.
+	restored      map[baseKey]restoredName
 	restoredUntil time.Time
 
 	mu    sync.Mutex
@@ -81,7 +81,7 @@ func openRecord(dir string, mem *router.MemoryRouter, grace time.Duration, log *
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	n := &nameRecord{MemoryRouter: mem, path: filepath.Join(dir, recordFile), log: log, restored: map[string]restoredName{}, held: map[endpointKey]holding{}}
+	n := &nameRecord{MemoryRouter: mem, path: filepath.Join(dir, recordFile), log: log, restored: map[baseKey]restoredName{}, held: map[endpointKey]holding{}}
 	before, err := readRecord(n.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -100,7 +100,7 @@ func openRecord(dir string, mem *router.MemoryRouter, grace time.Duration, log *
 			continue
 		}
 		n.held[k] = holding{h.identity, n.restoredUntil}
-		n.restored[nsBase(k.proto, k.name)] = restoredName{k.name, h.identity}
+		n.restored[baseOf(k.proto, k.name)] = restoredName{k.name, h.identity}
 	}
 	switch {
 	case err != nil:
@@ -152,14 +152,15 @@ func readRecord(path string) (map[endpointKey]holding, error) {
 	return held, nil
 }
 
-// nsBase is a name's key in the ownership rules: its namespace and its
-// base.
-func nsBase(proto, name string) string {
-	ns := "host:"
-	if proto == wire.ProtoTCP {
-		ns = "tcp:"
-	}
-	return ns + strings.TrimPrefix(name, "*.")
+// baseKey is a name's place in the ownership rules: its namespace (host
+// names, or TCP ports) and its base, the name without "*.".
+type baseKey struct {
+	tcp  bool
+	base string
+}
+
+func baseOf(proto, name string) baseKey {
+	return baseKey{proto == wire.ProtoTCP, strings.TrimPrefix(name, "*.")}
 }
 
 // Bind implements router.Router: the MemoryRouter's, recorded.
@@ -178,37 +179,23 @@ func (n *nameRecord) Unbind(ctx context.Context, r router.Route, reserve time.Du
 	return err
 }
 
-// explain adds to a refusal of r that the name it conflicts with was kept,
-// at the restart, for the identity that held it when the edge stopped.
+// explain adds to a refusal of r that the name it conflicts with, r's
+// own or one above it, was kept at the restart for the identity that held
+// it when the edge stopped.
 func (n *nameRecord) explain(err error, r router.Route) error {
 	if !errors.Is(err, router.ErrNameTaken) || len(n.restored) == 0 || !time.Now().Before(n.restoredUntil) {
 		return err
 	}
-	key := nsBase(r.Proto, r.Name)
-	ns, base, _ := strings.Cut(key, ":")
-	for _, k := range append([]string{key}, ancestorKeys(ns, base)...) {
+	for k := baseOf(r.Proto, r.Name); ; {
 		if h, ok := n.restored[k]; ok && h.identity != r.Identity {
 			return fmt.Errorf("%w, who held %s when the edge stopped: it is kept for them until %s UTC (an endpoint ticket from before it changed hands does not count)",
 				err, h.name, n.restoredUntil.UTC().Format(time.TimeOnly))
 		}
-	}
-	return err
-}
-
-// ancestorKeys returns the keys of the names above base in ns: for a host
-// name, "host:b.c" and "host:c" for "a.b.c"; none for a port.
-func ancestorKeys(ns, base string) []string {
-	if ns != "host" {
-		return nil
-	}
-	var keys []string
-	for rest := base; ; {
-		_, after, ok := strings.Cut(rest, ".")
-		if !ok {
-			return keys
+		_, above, ok := strings.Cut(k.base, ".")
+		if k.tcp || !ok {
+			return err
 		}
-		keys = append(keys, ns+":"+after)
-		rest = after
+		k.base = above
 	}
 }
 
