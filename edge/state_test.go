@@ -109,3 +109,31 @@ func TestRecordCompacts(t *testing.T) {
 		t.Fatalf("the record says %v, want keep.example.test held by alice", held)
 	}
 }
+
+// A record that cannot be written is removed, so that the next start is a
+// first start rather than one that believes a record missing changes.
+func TestRecordFailureRemovesIt(t *testing.T) {
+	dir := t.TempDir()
+	var logged bytes.Buffer
+	n, err := openRecord(dir, new(router.MemoryRouter), time.Minute, slog.New(slog.NewTextHandler(&logged, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.mu.Lock()
+	n.f.Close()
+	n.f, err = os.Open(filepath.Join(dir, recordFile)) // read-only: the next write fails
+	n.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Bind(context.Background(), router.Route{Proto: "http", Name: "app.example.test", Identity: "alice", SessionID: "s", TunnelID: "t"}); err != nil {
+		t.Fatalf("a bind when the record fails: %v, want it granted", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, recordFile)); !os.IsNotExist(err) {
+		t.Fatalf("the failed record is still there: %v", err)
+	}
+	if !bytes.Contains(logged.Bytes(), []byte("level=ERROR")) {
+		t.Fatalf("no error logged: %s", logged.String())
+	}
+	n.stop()
+}
