@@ -455,8 +455,8 @@ func clientHelloFor(t testing.TB, name string) []byte {
 
 // TestWrongTokensThrottled: one source keeps trying wrong tokens. Past
 // MaxAuthFailures its connections are closed as they are accepted; the
-// failures are logged in aggregate; an agent from another address is
-// served.
+// first failures are logged one by one, the rest in aggregate; an agent
+// from another address is served.
 func TestWrongTokensThrottled(t *testing.T) {
 	var lines atomic.Int32
 	srv := &edge.Server{Domain: "example.test", Authenticate: tokens, Logger: slogAll(&lines), Limits: edge.Limits{AuthFailures: 5}}

@@ -5,13 +5,18 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -129,12 +134,32 @@ type Server struct {
 	// TicketKey signs the tickets the edge gives agents (at least 32
 	// bytes; the Server refuses to start with a shorter one). A session
 	// ticket lets a reconnecting agent take over its previous session's
-	// endpoints at once; endpoint tickets prove, after a restart, which
-	// identity held a name (see Timeouts.RestartGrace). Keep the key
-	// secret, and the same across restarts of an edge and across the edges
-	// of a cluster: a ticket signed under another key is ignored. Nil: a
-	// random key per Server, so that tickets do not survive a restart.
+	// endpoints at once, and gives an anonymous agent (Authenticate nil)
+	// its identity back, and so its names, after a restart (see StateDir).
+	// Keep the key secret, and the same across restarts of an edge and
+	// across the edges of a cluster: a ticket signed under another key is
+	// ignored. Nil: a random key per Server, so that tickets do not
+	// survive a restart.
 	TicketKey []byte
+
+	// StateDir, if set, is a directory where the edge keeps a record of
+	// who holds which name (the file names.jsonl), written as agents bind
+	// and release them, so that a restart gives each name back to the
+	// identity that held it when the edge stopped, and to no one else:
+	// the names of the record stay reserved for those identities for
+	// Timeouts.RestartGrace, as a session's names do when it ends (see
+	// router.Router, rule 4). Every other name is served at once. No
+	// record in the directory is a first start: every name is served at
+	// once. An authenticated identity gets its names back with its token;
+	// an anonymous agent with its session ticket, which needs TicketKey
+	// kept too. Keep one Server per directory; the Server refuses to start
+	// when it cannot read or write the record.
+	//
+	// Empty: no record, and every start is a first start; names held
+	// before a restart go to whoever asks first. StateDir is used with the
+	// in-memory router only (Router nil): a Router of your own keeps who
+	// holds which name itself.
+	StateDir string
 
 	// AgentTLS, if set, makes ServeAgents speak TLS with this
 	// configuration to every agent. Nil: the listener's conns are used as
@@ -198,12 +223,15 @@ type Server struct {
 	proxyLog *log.Logger // ReverseProxy's own messages, at the debug level
 	mem      *router.MemoryRouter
 	signer   ticketSigner
-	started  time.Time
+	names    *nameRecord // the in-memory router, recorded in StateDir; nil without
 	auth     *authGuard
 	shares   shares
 	ups      upstreams
 	term     terminating
 	ech      echState
+
+	endpointCounts endpointCounts // for the quotas of Limits
+	bindLog        logBudget      // lines about refused binds
 
 	watchOnce sync.Once
 	stopWatch func() // stops watching a shared Router's routes
@@ -226,9 +254,14 @@ type Server struct {
 // init resolves the Server's settings, once.
 func (s *Server) init() {
 	s.initOnce.Do(func() {
-		s.started = time.Now()
 		s.cfg, s.cfgErr = s.resolve()
 		s.mem = new(router.MemoryRouter)
+		if s.cfgErr == nil && s.StateDir != "" && s.Router == nil {
+			var err error
+			if s.names, err = openRecord(s.StateDir, s.mem, s.cfg.restartGrace, s.log()); err != nil {
+				s.cfgErr = fmt.Errorf("edge: StateDir: %w", err)
+			}
+		}
 		s.proxyLog = slog.NewLogLogger(s.log().Handler(), slog.LevelDebug)
 		s.httpPort, s.tlsPort = s.HTTPPort, s.TLSPort
 		s.signer.key = s.TicketKey
@@ -236,10 +269,75 @@ func (s *Server) init() {
 			s.signer.key = make([]byte, minTicketKey)
 			rand.Read(s.signer.key)
 		}
-		if s.cfg.authFailures > 0 {
-			s.auth = &authGuard{perMinute: s.cfg.authFailures, log: s.log()}
+		s.auth = &authGuard{perMinute: s.cfg.authFailures, log: s.log()}
+		if s.cfgErr == nil {
+			s.logStart()
 		}
 	})
+}
+
+// logStart tells the operator, once, what the edge starts with that is
+// easily got wrong: the public names of its ECH keys, certificates that
+// cover neither names under Domain nor those public names, and a ticket
+// key kept across restarts without a record of names.
+func (s *Server) logStart() {
+	log := s.log()
+	var public []string
+	if s.initECH() == nil {
+		public = slices.Sorted(maps.Keys(s.ech.publicNames))
+		if len(public) > 0 {
+			log.Info("ECH keys loaded", "keys", len(s.ECHKeys), "public_names", public)
+		}
+	}
+	if len(s.Certificates) > 0 {
+		s.checkCertificates(public)
+	}
+	if len(s.TicketKey) > 0 && s.StateDir == "" && s.Router == nil {
+		log.Warn("TicketKey is set, StateDir is not: names held before a restart go to whoever asks first after it; set StateDir to keep them for their holders")
+	}
+}
+
+// checkCertificates warns when the operator's certificates cover neither
+// a name under Domain nor a public name of the ECH keys (a certificate for
+// another domain, most likely), and names the public names none covers.
+func (s *Server) checkCertificates(public []string) {
+	domain, _ := router.Normalise(s.Domain)
+	var names []string // of every certificate, for the warning
+	coversDomain := false
+	covered := map[string]bool{}
+	for _, c := range s.Certificates {
+		leaf := c.Leaf
+		if leaf == nil && len(c.Certificate) > 0 {
+			leaf, _ = x509.ParseCertificate(c.Certificate[0])
+		}
+		if leaf == nil {
+			continue
+		}
+		for _, n := range leaf.DNSNames {
+			names = append(names, n)
+			n = strings.ToLower(n)
+			if domain != "" && (n == domain || strings.HasSuffix(n, "."+domain)) {
+				coversDomain = true
+			}
+		}
+		for _, p := range public {
+			if leaf.VerifyHostname(p) == nil {
+				covered[p] = true
+			}
+		}
+	}
+	var uncovered []string
+	for _, p := range public {
+		if !covered[p] {
+			uncovered = append(uncovered, p)
+		}
+	}
+	switch {
+	case !coversDomain && len(covered) == 0:
+		s.log().Warn("the certificates of Certificates cover neither a name under the domain nor a public name of the ECH keys: https endpoints need ACME or GetCertificate", "domain", domain, "ech_public_names", public, "certificate_names", names)
+	case len(uncovered) > 0 && s.GetCertificate == nil:
+		s.log().Warn("no certificate of Certificates covers these public names of the ECH keys: the edge cannot complete the handshakes of clients whose ECH configuration is stale", "ech_public_names", uncovered, "certificate_names", names)
+	}
 }
 
 // Listeners are the listeners Start serves. A nil one is not served.
@@ -317,6 +415,9 @@ func (s *Server) router() router.Router {
 		return s.Router
 	}
 	s.init()
+	if s.names != nil {
+		return s.names
+	}
 	return s.mem
 }
 
@@ -443,6 +544,7 @@ func (s *Server) Close() error {
 	s.closeConns()
 	s.wg.Wait()
 	s.auth.flush()
+	s.names.stop()
 	return nil
 }
 
@@ -483,6 +585,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.closeConns()
 	s.wg.Wait()
 	s.auth.flush()
+	s.names.stop()
 	return err
 }
 

@@ -223,6 +223,9 @@ func (ss *session) close(reserve time.Duration) {
 		}
 	}
 	s.mu.Unlock()
+	if counted {
+		s.giveEndpoints(ss.owner(), len(routes))
+	}
 	for _, r := range routes {
 		s.obs().Endpoint(r.Proto, -1)
 		s.unbind(r, reserve)

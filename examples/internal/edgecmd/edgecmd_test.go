@@ -2,11 +2,16 @@ package edgecmd
 
 import (
 	"context"
+	"errors"
 	"io"
+	"log/slog"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tunnelkit/tunnelkit/edge"
 )
 
 // -proxy-protocol-from takes CIDR prefixes and single addresses, comma
@@ -40,5 +45,52 @@ func TestProxyProtocolFromBadPrefix(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "-proxy-protocol-from") || !strings.Contains(err.Error(), "not a CIDR prefix") {
 			t.Errorf("-proxy-protocol-from %q: %v, want an error naming the flag and the bad value", bad, err)
 		}
+	}
+}
+
+// configured runs the command with args up to its Configure step, and
+// returns the Server the flags made.
+func configured(t *testing.T, args ...string) *edge.Server {
+	t.Helper()
+	var got *edge.Server
+	stop := errors.New("stop here")
+	ext := &Extension{Configure: func(_ context.Context, srv *edge.Server, _ *slog.Logger) (func(), error) {
+		got = srv
+		return nil, stop
+	}}
+	args = append([]string{"-agents", "127.0.0.1:0", "-http", "127.0.0.1:0"}, args...)
+	if err := Run(context.Background(), "edge", args, io.Discard, io.Discard, ext); !errors.Is(err, stop) {
+		t.Fatalf("edge %v: %v", args, err)
+	}
+	return got
+}
+
+// The record of names goes next to the ticket key unless -state says
+// where (or, empty, that there is none).
+func TestStateFlag(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "ticket.key")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"-ticket-key", key}, dir},
+		{[]string{"-ticket-key", key, "-state", "/var/lib/edge"}, "/var/lib/edge"},
+		{[]string{"-ticket-key", key, "-state", ""}, ""},
+		{[]string{"-state", "/var/lib/edge"}, "/var/lib/edge"},
+	} {
+		if got := configured(t, c.args...).StateDir; got != c.want {
+			t.Errorf("edge %v: StateDir %q, want %q", c.args, got, c.want)
+		}
+	}
+}
+
+// The quota flags set the Limits of the same names.
+func TestEndpointQuotaFlags(t *testing.T) {
+	srv := configured(t, "-max-endpoints-per-identity", "7", "-max-endpoints-per-source", "-1", "-max-endpoints-total", "9")
+	want := edge.Limits{EndpointsPerIdentity: 7, EndpointsPerSource: -1, Endpoints: 9}
+	if srv.Limits != want {
+		t.Fatalf("Limits %+v, want %+v", srv.Limits, want)
 	}
 }
