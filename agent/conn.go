@@ -134,6 +134,22 @@ func (c *Conn) Close() error {
 	return err
 }
 
+// AfterReset arranges for f to run, in a goroutine of its own, when the
+// edge cuts the connection short (its client left, or the edge gave up on
+// the exchange) or the session ends: the moment to stop working for the
+// client, which a goroutine blocked elsewhere (writing to an app that reads
+// nothing) would not otherwise see. f does not run once the connection was
+// closed here. stop unregisters f and reports whether it stopped f from
+// running, as context.AfterFunc's stop does.
+func (c *Conn) AfterReset(f func()) (stop func() bool) { return c.st.AfterReset(f) }
+
+// Reset ends the connection at once, both ways, telling the edge (and so
+// its client) that it was cut short rather than ended.
+func (c *Conn) Reset() {
+	c.st.Reset()
+	c.counted()
+}
+
 // counted tells the Observer the connection's bytes, once.
 func (c *Conn) counted() {
 	if c.obs != nil {

@@ -60,6 +60,14 @@ func (c *Client) open(ctx context.Context, addr string) (*wire.Session, error) {
 	// not overflow muxado's accept queue (128 by default), which resets
 	// the streams it cannot queue.
 	mux := wire.NewSession(conn, window, true, 1024)
+	// Streams whose public clients stopped reading hold the app's bytes
+	// on this host (the app's socket buffers above all): past a bound,
+	// the one stalled the longest is cut, and with it the connection to
+	// the app.
+	mux.LimitStalled(wire.DefaultMaxStalled, wire.StallAfter, func(st *wire.Stream) {
+		c.log().Debug("stream cut: its client stopped reading, and the session holds its bound of stalled streams", "edge", addr, "max", wire.DefaultMaxStalled)
+	})
+	mux.LimitUnread(wire.DefaultMaxUnread, nil)
 	// Serve the edge's streams before the hello, so that its heartbeat is
 	// answered from the start.
 	accepting := make(chan struct{})
@@ -178,6 +186,7 @@ func (c *Client) heartbeat(mux *wire.Session, addr string) {
 	hb := wire.Heartbeat{
 		Interval: c.HeartbeatInterval,
 		Timeout:  c.HeartbeatTimeout,
+		Heard:    mux.Heard,
 		Dead: func() {
 			c.log().Warn("edge missed its heartbeat; closing the session", "edge", addr)
 			mux.Close()

@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"io"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -19,12 +18,12 @@ type accessWriter struct {
 	in     atomic.Int64 // bytes of the request body (or upgraded connection) from the client
 }
 
-func newAccessWriter(w http.ResponseWriter, r *http.Request) *accessWriter {
-	a := &accessWriter{ResponseWriter: w, start: time.Now()}
-	if r.Body != nil && r.Body != http.NoBody {
-		r.Body = &countedBody{ReadCloser: r.Body, n: &a.in}
-	}
-	return a
+// newAccessWriter wraps w. The request's body is counted by the exchange
+// as it reads it: r itself is left alone (net/http's server looks at its
+// Body after the handler, to tell a body closed early, which makes it
+// linger before closing the connection, from one it may drain).
+func newAccessWriter(w http.ResponseWriter) *accessWriter {
+	return &accessWriter{ResponseWriter: w, start: time.Now()}
 }
 
 func (a *accessWriter) WriteHeader(code int) {
@@ -86,16 +85,4 @@ func (s *Server) logAccess(a *accessWriter, r *http.Request, status int, d time.
 		attrs = append(attrs, "error", code)
 	}
 	s.AccessLog.Info("http", attrs...)
-}
-
-// countedBody counts the bytes read from a request body.
-type countedBody struct {
-	io.ReadCloser
-	n *atomic.Int64
-}
-
-func (b *countedBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	b.n.Add(int64(n))
-	return n, err
 }

@@ -3,6 +3,7 @@ package edge
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/internal/wire"
@@ -26,6 +27,25 @@ type Limits struct {
 	// once: a bind past it is refused as unavailable. Zero: 1024.
 	EndpointsPerSession int
 
+	// EndpointsPerIdentity bounds the endpoints one identity holds on
+	// this edge at once, over all its sessions: a bind past it is refused
+	// as unavailable (ReasonIdentityEndpointLimit). Zero: 4096.
+	EndpointsPerIdentity int
+
+	// EndpointsPerSource bounds the endpoints that the anonymous agents
+	// (Server.Authenticate nil) of one source address, an IPv4 address or
+	// an IPv6 /64, hold on this edge at once: each anonymous agent is an
+	// identity of its own, so EndpointsPerIdentity alone would not bound a
+	// host that starts many. A bind past it is refused as unavailable
+	// (ReasonSourceEndpointLimit). Authenticated agents are not counted.
+	// Zero: 1024.
+	EndpointsPerSource int
+
+	// Endpoints bounds the endpoints on this edge, every agent's
+	// together: past it, every bind is refused as unavailable
+	// (ReasonEdgeEndpointLimit) until some go. Zero: 65536.
+	Endpoints int
+
 	// StreamsPerSession bounds the streams open at once on one agent
 	// session, public connections and the agent's requests together: past
 	// it, a public connection goes to another agent of the endpoint or is
@@ -33,6 +53,18 @@ type Limits struct {
 	// buffers at most a window of unread bytes (see StreamWindow). Zero:
 	// 4096.
 	StreamsPerSession int
+
+	// SessionUnread bounds what one agent session may hold for peers that
+	// stopped reading: the bytes the agent sent that public clients have
+	// not taken yet, together, and as many streams whose sends have
+	// waited a second for the agent's window as there are stream windows
+	// in it. Past it, the stream stalled the longest is cut (its client
+	// gets its stream reset, or its connection closed), so that clients
+	// that stop reading hold this much memory at the edge however many of
+	// them there are. (The agent bounds its own side likewise: streams
+	// whose clients stopped reading pin the app's bytes in its host's
+	// socket buffers.) Zero: 32 MiB (128 streams with the default window).
+	SessionUnread int
 
 	// AuthFailures is how many failed hellos (a refused token) one source
 	// address (an IPv6 /64) may have per minute, with a burst as large.
@@ -100,29 +132,32 @@ type Timeouts struct {
 	// free at once.
 	Grace time.Duration
 
-	// RestartGrace is how long after the Server starts a name or port an
-	// agent chooses is granted only with an endpoint ticket showing that
-	// its identity held it before: after a restart, names go back to their
-	// owners, never to whoever asks first. Random names and ports are
-	// granted meanwhile. Zero: Grace when Server.TicketKey is set and
-	// Server.Router is nil (an in-memory router forgets every name on a
-	// restart), else none.
+	// RestartGrace is how long after a restart the names that the edge's
+	// record (Server.StateDir) says were held when it stopped stay
+	// reserved for the identities that held them: nobody else binds them,
+	// or a name in their trees, meanwhile, whatever ticket they show.
+	// Other names are served at once. Zero: Grace; negative: the names are
+	// not kept. Without a record (StateDir empty, or a Router of your own,
+	// which keeps its names itself) a restart has nothing to keep.
 	RestartGrace time.Duration
 
-	// TicketLifetime is how long an endpoint ticket proves its name;
-	// agents renew theirs at half of it. Zero: 1 hour. It cannot be
-	// disabled.
+	// TicketLifetime is how long an endpoint ticket is good for; agents
+	// renew theirs at half of it. Zero: 1 hour. It cannot be disabled.
 	TicketLifetime time.Duration
 }
 
 // Defaults.
 const (
-	DefaultSessionsPerIdentity = 1024
-	DefaultPendingSessions     = 1024
-	DefaultEndpointsPerSession = 1024
-	DefaultStreamsPerSession   = 4096
-	DefaultAuthFailures        = 10
-	DefaultClientShare         = 1.0 / 16
+	DefaultSessionsPerIdentity  = 1024
+	DefaultPendingSessions      = 1024
+	DefaultEndpointsPerSession  = 1024
+	DefaultEndpointsPerIdentity = 4096
+	DefaultEndpointsPerSource   = 1024
+	DefaultEndpoints            = 65536
+	DefaultStreamsPerSession    = 4096
+	DefaultSessionUnread        = 32 << 20
+	DefaultAuthFailures         = 10
+	DefaultClientShare          = 1.0 / 16
 
 	DefaultHandshakeTimeout      = 10 * time.Second
 	DefaultConnIdleTimeout       = 10 * time.Minute
@@ -139,7 +174,11 @@ type config struct {
 	sessionsPerIdentity int
 	pendingSessions     int
 	endpointsPerSession int
+	endpointsPerID      int
+	endpointsPerSource  int
+	endpoints           int
 	streamsPerSession   int
+	sessionUnread       int
 	authFailures        int
 	clientShare         float64
 	window              uint32
@@ -154,6 +193,8 @@ type config struct {
 	grace             time.Duration
 	restartGrace      time.Duration
 	ticketLifetime    time.Duration
+
+	proxyFrom []netip.Prefix // the load balancers' addresses, IPv4 unmapped
 }
 
 // limit resolves a limit: def for zero, none (0) for negative.
@@ -195,7 +236,11 @@ func (s *Server) resolve() (config, error) {
 		sessionsPerIdentity: limit(l.SessionsPerIdentity, DefaultSessionsPerIdentity),
 		pendingSessions:     limit(l.PendingSessions, DefaultPendingSessions),
 		endpointsPerSession: limit(l.EndpointsPerSession, DefaultEndpointsPerSession),
+		endpointsPerID:      limit(l.EndpointsPerIdentity, DefaultEndpointsPerIdentity),
+		endpointsPerSource:  limit(l.EndpointsPerSource, DefaultEndpointsPerSource),
+		endpoints:           limit(l.Endpoints, DefaultEndpoints),
 		streamsPerSession:   limit(l.StreamsPerSession, DefaultStreamsPerSession),
+		sessionUnread:       limit(l.SessionUnread, DefaultSessionUnread),
 		authFailures:        limit(l.AuthFailures, DefaultAuthFailures),
 		clientShare:         l.ClientShare,
 		window:              wire.ClampWindow(l.StreamWindow),
@@ -216,12 +261,8 @@ func (s *Server) resolve() (config, error) {
 	case c.clientShare < 0 || c.clientShare >= 1:
 		c.clientShare = 0
 	}
-	switch {
-	case t.RestartGrace < 0:
-	case t.RestartGrace > 0:
-		c.restartGrace = t.RestartGrace
-	case len(s.TicketKey) > 0 && s.Router == nil:
-		c.restartGrace = c.grace
+	if s.StateDir != "" && s.Router == nil {
+		c.restartGrace = timeout(t.RestartGrace, c.grace)
 	}
 	var errs errorList
 	if n := len(s.TicketKey); n > 0 && n < minTicketKey {
@@ -229,6 +270,16 @@ func (s *Server) resolve() (config, error) {
 	}
 	if r := s.TCPPorts; r != (PortRange{}) && !r.valid() {
 		errs.add(fmt.Errorf("TCPPorts %d-%d: want MIN-MAX within 1-65535", r.Min, r.Max))
+	}
+	for _, p := range s.ProxyProtocolFrom {
+		if !p.IsValid() {
+			errs.add(fmt.Errorf("ProxyProtocolFrom: %q is not a valid prefix", p))
+			continue
+		}
+		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96) // peers are matched unmapped
+		}
+		c.proxyFrom = append(c.proxyFrom, p.Masked())
 	}
 	if c.handshake == 0 {
 		errs.add(errors.New("Timeouts.Handshake cannot be disabled: a peer that never speaks would hold its goroutine for good"))

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -74,7 +76,11 @@ func (ss *session) serveRequest(ctx context.Context, req *wire.Request) wire.Res
 		if req.Bind == nil {
 			return fail(wire.CodeBadRequest, "bind without body")
 		}
-		return ss.serveBind(ctx, req.Bind)
+		resp := ss.serveBind(ctx, req.Bind)
+		if resp.Error != nil {
+			ss.bindRefused(req.Bind, resp.Error)
+		}
+		return resp
 	case wire.OpUnbind:
 		if req.Unbind == nil {
 			return fail(wire.CodeBadRequest, "unbind without body")
@@ -100,6 +106,7 @@ func (ss *session) serveUnbind(tunnelID string) wire.Response {
 	if !ok {
 		return fail(wire.CodeNotFound, "no such tunnel")
 	}
+	ss.srv.giveEndpoints(ss.owner(), 1)
 	ss.srv.obs().Endpoint(r.Proto, -1)
 	ss.srv.unbind(r, 0)
 	ss.log.Info("unbound", "url", ss.srv.publicURL(r))
@@ -206,7 +213,7 @@ func (ss *session) decideHello(ctx context.Context, h *wire.Hello) (wire.Respons
 	if auth := s.Authenticate; auth != nil {
 		id, err := auth(ctx, h.Token)
 		if err != nil {
-			s.auth.failed(sourceOf(addrPort(ss.src).Addr()))
+			s.auth.failed(ss.src, err)
 			s.obs().Refused(ReasonAuth)
 			ss.log.Debug("agent refused", "err", err)
 			if h.Token == "" {
@@ -265,12 +272,13 @@ func (s *Server) takeOver(sessionID, identity string, by *session) {
 // and the session's bound on endpoints.
 func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	s := ss.srv
-	identity, previous, ok := ss.admitBind()
-	if !ok {
-		s.obs().Refused(ReasonEndpointLimit)
-		return fail(wire.CodeUnavailable, "too many endpoints on this session (at most %d)", s.cfg.endpointsPerSession)
+	identity, previous, refused := ss.admitBind()
+	if refused != nil {
+		s.obs().Refused(refused.reason)
+		return fail(wire.CodeUnavailable, "%s", refused.message)
 	}
-	defer ss.doneBinding()
+	granted := false
+	defer func() { ss.doneBinding(granted) }()
 	r := router.Route{Proto: b.Proto, SessionID: ss.id, Identity: identity, Pool: b.Pool, Edge: s.ID}
 	if err := s.endpointOptions(&r, b.Options); err != nil {
 		return fail(wire.CodeBadRequest, "%s", err)
@@ -282,7 +290,7 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	if b.Proto == wire.ProtoTCP {
 		r.Pool = r.Pool && chosen // "any port" never joins a pool
 	}
-	r, e := ss.bindFirst(ctx, r, names, chosen, b.Ticket, previous)
+	r, e := ss.bindFirst(ctx, r, names, chosen, previous)
 	if e != nil {
 		return wire.Response{Error: e}
 	}
@@ -293,6 +301,7 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 		return fail(wire.CodeUnavailable, "session closed")
 	}
 	ss.routes[r.TunnelID] = r
+	granted = true
 	s.obs().Endpoint(r.Proto, 1)
 	ss.mu.Unlock()
 	url := s.publicURL(r)
@@ -304,23 +313,60 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	return wire.Response{BindResp: &wire.BindResp{TunnelID: r.TunnelID, URL: url, Ticket: t}}
 }
 
+// bindRefused logs a refused bind: who asked for what, and why, within
+// the edge's budget of lines for the agent's address (Debug past it).
+func (ss *session) bindRefused(b *wire.Bind, e *wire.Error) {
+	name := wire.Printable(b.Name, 253)
+	switch {
+	case b.Proto == wire.ProtoTCP && b.Port != 0:
+		name = strconv.Itoa(b.Port)
+	case b.Proto == wire.ProtoTCP || b.Name == "":
+		name = "(any)"
+	}
+	level := slog.LevelDebug
+	if ss.srv.bindLog.allow(sourceOf(addrPort(ss.src).Addr())) {
+		level = slog.LevelInfo
+	}
+	ss.log.Log(context.Background(), level, "bind refused", "identity", wire.Printable(ss.identity, 64), "proto", wire.Printable(b.Proto, 16), "name", name, "code", e.Code, "reason", e.Message)
+}
+
 // admitBind counts a bind under way against the session's bound on
-// endpoints, and returns who binds; false: the session is at its bound.
-// doneBinding uncounts it.
-func (ss *session) admitBind() (identity, previous string, ok bool) {
+// endpoints and the edge's quotas, and returns who binds, or the bound
+// the bind would break. doneBinding uncounts it.
+func (ss *session) admitBind() (identity, previous string, refused *quotaRefusal) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if max := ss.srv.cfg.endpointsPerSession; max > 0 && len(ss.routes)+ss.binding >= max {
-		return "", "", false
+		return "", "", &quotaRefusal{ReasonEndpointLimit, fmt.Sprintf("too many endpoints on this session (at most %d)", max)}
+	}
+	if refused := ss.srv.takeEndpoint(ss.owner()); refused != nil {
+		return "", "", refused
 	}
 	ss.binding++
-	return ss.identity, ss.previous, true
+	return ss.identity, ss.previous, nil
 }
 
-func (ss *session) doneBinding() {
+// doneBinding ends a bind admitBind counted; unless it was granted (the
+// endpoint is in ss.routes, counted until it goes), the edge's quotas get
+// it back.
+func (ss *session) doneBinding(granted bool) {
 	ss.mu.Lock()
 	ss.binding--
 	ss.mu.Unlock()
+	if !granted {
+		ss.srv.giveEndpoints(ss.owner(), 1)
+	}
+}
+
+// owner is whom the session's endpoints count against in the edge's
+// quotas: its identity, and for an anonymous agent its source address.
+// The hello must have been accepted.
+func (ss *session) owner() endpointOwner {
+	o := endpointOwner{identity: ss.identity}
+	if ss.srv.Authenticate == nil {
+		o.source = sourceOf(addrPort(ss.src).Addr())
+	}
+	return o
 }
 
 // bindNames returns the names or ports to try for a bind, in order, and
@@ -344,16 +390,16 @@ func (s *Server) bindNames(b *wire.Bind) (names iter.Seq[string], chosen bool, e
 
 // bindFirst binds r under the first of names that is free (the only one,
 // when the agent chose it), and returns it, or why it could not.
-func (ss *session) bindFirst(ctx context.Context, r router.Route, names iter.Seq[string], chosen bool, ticket, previous string) (router.Route, *wire.Error) {
+func (ss *session) bindFirst(ctx context.Context, r router.Route, names iter.Seq[string], chosen bool, previous string) (router.Route, *wire.Error) {
 	s := ss.srv
 	for name := range names {
 		r.Name, r.TunnelID = name, newID()
-		if chosen {
-			if until, ok := s.restarting(); ok && !s.heldBefore(ticket, r) {
-				if s.heldByOther(ctx, r) {
-					return r, failure(wire.CodeNameTaken, "%s is held by another owner%s", name, s.anonymousHint(ctx, r))
+		if r.Proto != wire.ProtoTCP {
+			if err := s.operatorName(name); err != nil {
+				if !chosen {
+					continue // a random name: the next
 				}
-				return r, failure(wire.CodeUnavailable, "the edge restarted: names held before are kept for their owners until %s; try again then", until.UTC().Format(time.TimeOnly))
+				return r, failure(wire.CodeNameTaken, "%s", err)
 			}
 		}
 		err := ss.bindRoute(ctx, r, previous)
@@ -372,6 +418,23 @@ func (ss *session) bindFirst(ctx context.Context, r router.Route, names iter.Seq
 		}
 	}
 	return r, failure(wire.CodeUnavailable, "no free name or port")
+}
+
+// anonymousHint explains a name taken between two agents without a
+// token, which people take for one owner: for an anonymous r whose exact
+// name another anonymous identity holds, it returns the hint to append
+// to the refusal; "" otherwise.
+func (s *Server) anonymousHint(ctx context.Context, r router.Route) string {
+	if !strings.HasPrefix(r.Identity, anonymousPrefix) {
+		return ""
+	}
+	routes, _ := s.router().Lookup(ctx, r.Proto, strings.TrimPrefix(r.Name, "*."))
+	for _, o := range routes {
+		if o.Name == r.Name && o.Identity != r.Identity && strings.HasPrefix(o.Identity, anonymousPrefix) {
+			return "; agents without a token are each an identity of their own: to share a pool, give them the same token"
+		}
+	}
+	return ""
 }
 
 // errPortUnavailable is a TCP port the edge could not listen on.
@@ -456,59 +519,4 @@ func (s *Server) endpointOptions(r *router.Route, opts map[string]string) error 
 // name.
 func (s *Server) endpointTicket(r router.Route) (string, error) {
 	return s.signer.sign(ticket{kind: ticketEndpoint, issued: time.Now(), identity: r.Identity, proto: r.Proto, name: r.Name})
-}
-
-// restarting reports whether the server is within its restart grace (see
-// Timeouts.RestartGrace), and until when.
-func (s *Server) restarting() (time.Time, bool) {
-	if s.cfg.restartGrace == 0 {
-		return time.Time{}, false
-	}
-	until := s.started.Add(s.cfg.restartGrace)
-	return until, time.Now().Before(until)
-}
-
-// heldBefore reports whether an endpoint ticket proves that r's identity
-// held r's name (over any protocol of its namespace) recently enough.
-func (s *Server) heldBefore(tk string, r router.Route) bool {
-	if tk == "" {
-		return false
-	}
-	t, err := s.signer.open(tk)
-	if err != nil || t.kind != ticketEndpoint {
-		return false
-	}
-	age := time.Since(t.issued)
-	return t.identity == r.Identity && t.name == r.Name &&
-		(t.proto == wire.ProtoTCP) == (r.Proto == wire.ProtoTCP) &&
-		age > -time.Minute && age < s.cfg.ticketLifetime
-}
-
-// anonymousHint explains a name taken between two agents without a
-// token, which people take for one owner: for an anonymous r whose exact
-// name another anonymous identity holds, it returns the hint to append
-// to the refusal; "" otherwise.
-func (s *Server) anonymousHint(ctx context.Context, r router.Route) string {
-	if !strings.HasPrefix(r.Identity, anonymousPrefix) {
-		return ""
-	}
-	routes, _ := s.router().Lookup(ctx, r.Proto, strings.TrimPrefix(r.Name, "*."))
-	for _, o := range routes {
-		if o.Name == r.Name && o.Identity != r.Identity && strings.HasPrefix(o.Identity, anonymousPrefix) {
-			return "; agents without a token are each an identity of their own: to share a pool, give them the same token"
-		}
-	}
-	return ""
-}
-
-// heldByOther reports whether r's exact name has routes of another
-// identity now, which makes a refusal final rather than for the time being.
-func (s *Server) heldByOther(ctx context.Context, r router.Route) bool {
-	routes, _ := s.router().Lookup(ctx, r.Proto, strings.TrimPrefix(r.Name, "*."))
-	for _, o := range routes {
-		if o.Name == r.Name && o.Identity != r.Identity {
-			return true
-		}
-	}
-	return false
 }

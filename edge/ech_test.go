@@ -19,6 +19,8 @@ import (
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
 	"github.com/tunnelkit/tunnelkit/internal/testtools"
+	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"github.com/tunnelkit/tunnelkit/router"
 	"github.com/tunnelkit/tunnelkit/sni"
 )
 
@@ -28,11 +30,23 @@ const echPublicName = "public.example.test"
 // returns it with the key's ECHConfigList.
 func echEdge(t testing.TB) (*httpsEdge, []byte) {
 	t.Helper()
-	key, list, err := sni.NewECHKey(echPublicName)
+	return echEdgeFor(t, echPublicName, nil)
+}
+
+// echEdgeFor starts an https edge holding one ECH key for publicName,
+// configured by configure, and returns it with the key's ECHConfigList.
+func echEdgeFor(t testing.TB, publicName string, configure func(*edge.Server)) (*httpsEdge, []byte) {
+	t.Helper()
+	key, list, err := sni.NewECHKey(publicName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := startHTTPSEdge(t, func(s *edge.Server) { s.ECHKeys = []tls.EncryptedClientHelloKey{key} })
+	e := startHTTPSEdge(t, func(s *edge.Server) {
+		s.ECHKeys = []tls.EncryptedClientHelloKey{key}
+		if configure != nil {
+			configure(s)
+		}
+	})
 	return e, list
 }
 
@@ -113,8 +127,7 @@ func echDial(e *httpsEdge, serverName string, configs []byte, roots *tls.Config)
 // client has ECH accepted and the inner name's certificate, and the app's
 // server got the inner hello (Go 1.26's server does not set ECHAccepted as
 // a split-mode backend, only when it decrypts itself: the inner
-// encrypted_client_hello extension in the hello it got is the proof). The
-// agent that bound the public name gets nothing.
+// encrypted_client_hello extension in the hello it got is the proof).
 func TestECHSplitMode(t *testing.T) {
 	for _, hrr := range []bool{false, true} {
 		name := map[bool]string{false: "direct", true: "HelloRetryRequest"}[hrr]
@@ -130,7 +143,6 @@ func TestECHSplitMode(t *testing.T) {
 				}
 			}
 			tlsApp(t, e, "tls://secret.example.test", "secret.example.test", ca, configure, seen)
-			public := tlsApp(t, e, "tls://"+echPublicName, echPublicName, ca, nil, nil)
 
 			got, cs, err := echDial(e, "secret.example.test", configs, &tls.Config{RootCAs: ca.Pool})
 			if err != nil {
@@ -152,9 +164,6 @@ func TestECHSplitMode(t *testing.T) {
 				}
 			case <-time.After(10 * time.Second):
 				t.Fatal("the app saw no handshake")
-			}
-			if n := public.Load(); n != 0 {
-				t.Errorf("the public name's agent got %d connections", n)
 			}
 		})
 	}
@@ -183,6 +192,166 @@ func TestECHStaleConfigGetsRetryConfigs(t *testing.T) {
 	got, cs, err := echDial(e, "secret.example.test", rej.RetryConfigList, &tls.Config{RootCAs: roots})
 	if err != nil || got != "secret.example.test: ping" || !cs.ECHAccepted {
 		t.Fatalf("with the retry configs: %q, ECHAccepted %v, %v", got, cs.ECHAccepted, err)
+	}
+}
+
+// deepPublicName is a public name with a name of its own above it under
+// the domain, so that a tenant's wildcard could cover it without being a
+// catch-all.
+const deepPublicName = "ech.edge.example.test"
+
+// TestECHPublicNameIsTheOperators: the public name of the edge's ECH keys
+// is the operator's, with its tree: no agent binds it, over any protocol,
+// nor a name above it (a wildcard over it, a catch-all even where they are
+// allowed) or under it, and the refusal says why. Its neighbours are free.
+func TestECHPublicNameIsTheOperators(t *testing.T) {
+	e, _ := echEdgeFor(t, deepPublicName, func(s *edge.Server) { s.AllowCatchAll = true })
+	for _, url := range []string{
+		"tls://" + deepPublicName,
+		"https://" + deepPublicName,
+		"http://" + deepPublicName,
+		"tls://ECH.Edge.Example.Test.",
+		"tls://*.edge.example.test",
+		"https://*.edge.example.test",
+		"http://edge.example.test",
+		"tls://x." + deepPublicName,
+		"https://*." + deepPublicName,
+		"http://*",
+		"tls://*.example.test",
+	} {
+		c := &agent.Client{Addrs: []string{e.agentAddr}}
+		_, err := c.Listen(context.Background(), url)
+		c.Close()
+		if !errors.Is(err, agent.ErrNameTaken) || !strings.Contains(err.Error(), deepPublicName) || !strings.Contains(err.Error(), "Encrypted ClientHello") {
+			t.Errorf("binding %s: %v; want ErrNameTaken saying it overlaps the public name %s", url, err, deepPublicName)
+		}
+	}
+	for _, url := range []string{
+		"tls://other.edge.example.test",
+		"https://*.other.edge.example.test",
+		"http://app",
+		"http://", // random names
+	} {
+		c := &agent.Client{Addrs: []string{e.agentAddr}}
+		if _, err := c.Listen(context.Background(), url); err != nil {
+			t.Errorf("binding %s beside the public name: %v", url, err)
+		}
+		c.Close()
+	}
+}
+
+// TestECHStaleConfigWhileATenantHoldsAWildcardOverThePublicName: a
+// client whose ECH configuration is stale shows the edge's public name in
+// clear; while a tenant holds a wildcard over that name (bound, as a Router
+// shared by edges may hold one, by an edge without these keys or before
+// them), the client still gets its retry configurations from the edge and
+// then reaches its own endpoint; a client without ECH for the public name
+// reaches the edge too; the tenant's app gets nothing.
+func TestECHStaleConfigWhileATenantHoldsAWildcardOverThePublicName(t *testing.T) {
+	rt := &router.MemoryRouter{}
+	ca := testpki.New(t)
+	e, _ := echEdgeFor(t, deepPublicName, func(s *edge.Server) {
+		s.Router = rt
+		s.Certificates = append(s.Certificates, ca.Issue(t, deepPublicName)) // the edge's, for its public name
+	})
+	tlsApp(t, e, "tls://secret.example.test", "secret.example.test", ca, nil, nil)
+	hijacker := tlsApp(t, e, "tls://app.example.test", deepPublicName, ca, nil, nil)
+	holdOverPublicName(t, rt, "app.example.test")
+
+	_, stale, err := sni.NewECHKey(deepPublicName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := e.pki.Pool.Clone()
+	roots.AppendCertsFromPEM(ca.PEM)
+	_, _, err = echDial(e, "secret.example.test", stale, &tls.Config{RootCAs: roots})
+	var rej *tls.ECHRejectionError
+	if !errors.As(err, &rej) || len(rej.RetryConfigList) == 0 {
+		t.Fatalf("stale config: %v, want an ECHRejectionError with retry configs", err)
+	}
+	got, cs, err := echDial(e, "secret.example.test", rej.RetryConfigList, &tls.Config{RootCAs: roots})
+	if err != nil || got != "secret.example.test: ping" || !cs.ECHAccepted {
+		t.Fatalf("with the retry configs: %q, ECHAccepted %v, %v", got, cs.ECHAccepted, err)
+	}
+	// A client without ECH that names the public name reaches the edge
+	// too.
+	plain, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", e.tlsAddr, &tls.Config{ServerName: deepPublicName, RootCAs: roots})
+	if err != nil {
+		t.Fatalf("plain TLS to the public name: %v", err)
+	}
+	plain.Close()
+	if n := hijacker.Load(); n != 0 {
+		t.Errorf("the tenant holding *.edge.example.test got %d connections for the public name", n)
+	}
+	// And the edge itself refuses that wildcard to an agent.
+	c := &agent.Client{Addrs: []string{e.agentAddr}}
+	defer c.Close()
+	if _, err := c.Listen(context.Background(), "tls://*.edge.example.test"); !errors.Is(err, agent.ErrNameTaken) {
+		t.Errorf("binding the wildcard over the public name: %v, want ErrNameTaken", err)
+	}
+}
+
+// holdOverPublicName gives the tenant's tls route of name a twin in rt
+// under *.edge.example.test, a wildcard over deepPublicName, as a Router
+// shared by edges may hold one (bound by an edge without the ECH keys, or
+// before them): the edge refuses it to agents.
+func holdOverPublicName(t testing.TB, rt *router.MemoryRouter, name string) {
+	t.Helper()
+	routes, err := rt.Lookup(context.Background(), wire.ProtoTLS, name)
+	if err != nil || len(routes) != 1 {
+		t.Fatalf("the tenant's route: %v, %v", routes, err)
+	}
+	wildcard := routes[0]
+	wildcard.Name = "*.edge.example.test"
+	if err := rt.Bind(context.Background(), wildcard); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestECHChromiumGREASEForThePublicName: Chromium, which sends GREASE ECH
+// on every connection, loading a page of the public name while a tenant
+// holds a wildcard over it, reaches the edge itself (which has no page
+// there), never the tenant.
+func TestECHChromiumGREASEForThePublicName(t *testing.T) {
+	testtools.Need(t, "chromium")
+	rt := &router.MemoryRouter{}
+	ca := testpki.New(t)
+	edgeCert := ca.Issue(t, deepPublicName)
+	e, _ := echEdgeFor(t, deepPublicName, func(s *edge.Server) {
+		s.Router = rt
+		s.Certificates = append(s.Certificates, edgeCert)
+	})
+	_, tlsPort, _ := net.SplitHostPort(e.tlsAddr)
+	tenantCert := ca.Issue(t, deepPublicName, "app.example.test")
+	c := &agent.Client{Addrs: []string{e.agentAddr}}
+	tl, err := c.Listen(context.Background(), "tls://app.example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	go http.Serve(tls.NewListener(tl, &tls.Config{Certificates: []tls.Certificate{tenantCert}}), protocolPage("tenant"))
+	holdOverPublicName(t, rt, "app.example.test")
+
+	dom := chromium(t, "https://"+deepPublicName+":"+tlsPort+"/", spki(t, edgeCert), spki(t, tenantCert))
+	if strings.Contains(dom, "page=tenant") || !strings.Contains(dom, "no_endpoint") {
+		t.Errorf("Chromium at the public name: want the edge's own answer (no_endpoint), not the tenant's page; DOM:\n%s", dom)
+	}
+}
+
+// TestECHPublicNameAtOrAboveTheDomain: a public name that is the edge's
+// domain, or above it, would make every name the operator's: the Server
+// refuses to start.
+func TestECHPublicNameAtOrAboveTheDomain(t *testing.T) {
+	for _, public := range []string{"apps.example.test", "example.test"} {
+		key, _, err := sni.NewECHKey(public)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &edge.Server{Domain: "apps.example.test", ECHKeys: []tls.EncryptedClientHelloKey{key}}
+		err = srv.Start(edge.Listeners{TLS: listen(t)})
+		if err == nil || !strings.Contains(err.Error(), "public name "+public) {
+			t.Errorf("public name %s: Start: %v, want a refusal naming it", public, err)
+		}
 	}
 }
 

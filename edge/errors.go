@@ -60,17 +60,30 @@ const (
 	ReasonPendingLimit  Reason = "pending_limit"  // a conn evicted for Limits.PendingSessions
 	ReasonEndpointLimit Reason = "endpoint_limit" // a bind past Limits.EndpointsPerSession
 	ReasonNoRoute       Reason = "no_route"       // a TLS or TCP connection for a name or port no agent serves
+	ReasonStalled       Reason = "stalled"        // a stream cut because its client stopped reading and its session held Limits.SessionUnread
+
+	// Binds past the edge's quotas of endpoints (see Limits).
+	ReasonIdentityEndpointLimit Reason = "identity_endpoint_limit" // past Limits.EndpointsPerIdentity
+	ReasonSourceEndpointLimit   Reason = "source_endpoint_limit"   // an anonymous agent's, past Limits.EndpointsPerSource
+	ReasonEdgeEndpointLimit     Reason = "edge_endpoint_limit"     // past Limits.Endpoints
+
+	// ReasonProxyUntrusted: a connection to the HTTP or TLS port from an
+	// address outside Server.ProxyProtocolFrom started with a PROXY
+	// protocol header, a client trying to choose its address (or a load
+	// balancer missing from the list); it was closed.
+	ReasonProxyUntrusted Reason = "proxy_untrusted"
 )
 
 // Reasons returns every Reason the edge reports, in a fixed order: the
 // bounded set a metric may use as label values.
 func Reasons() []Reason {
 	return []Reason{
-		ReasonAuth, ReasonAuthThrottled, ReasonSessionLimit, ReasonPendingLimit, ReasonEndpointLimit,
+		ReasonAuth, ReasonAuthThrottled, ReasonSessionLimit, ReasonPendingLimit, ReasonEndpointLimit, ReasonStalled,
+		ReasonIdentityEndpointLimit, ReasonSourceEndpointLimit, ReasonEdgeEndpointLimit,
 		ReasonNoRoute, ReasonNoEndpoint, ReasonClientLimit, ReasonAgentBusy, ReasonAgentOffline,
 		ReasonAppUnreachable, ReasonAppError, ReasonAppTimeout, ReasonBodyTimeout,
 		ReasonBadRequest, ReasonMissingHost, ReasonHTTPSOnly, ReasonMisdirected,
-		ReasonRoutingUnavailable,
+		ReasonRoutingUnavailable, ReasonProxyUntrusted,
 	}
 }
 

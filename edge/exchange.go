@@ -96,6 +96,9 @@ func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, routes []
 	x.touch()
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		x.body = &bodyReader{ReadCloser: r.Body, rc: x.rc, timeout: s.cfg.body, activity: &x.activity}
+		if aw != nil {
+			x.body.counted = &aw.in
+		}
 	}
 	stopWatch := context.AfterFunc(r.Context(), x.clientDone)
 	x.armIdle()
@@ -305,9 +308,8 @@ func (x *exchange) armIdle() {
 	if d <= 0 {
 		return
 	}
-	var mu sync.Mutex
-	var check func()
-	check = func() {
+	var mu sync.Mutex // orders the timer's assignment with its Reset
+	check := func() {
 		if x.over() {
 			return
 		}
@@ -393,6 +395,7 @@ type bodyReader struct {
 	rc       *http.ResponseController
 	timeout  time.Duration
 	activity *atomicTime
+	counted  *atomic.Int64 // the bytes read are added to it; nil: not counted
 
 	mu  sync.Mutex
 	err error // the client side's error; io.EOF once read whole
@@ -405,6 +408,9 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 {
 		b.activity.store(time.Now())
+		if b.counted != nil {
+			b.counted.Add(int64(n))
+		}
 	}
 	if err == io.EOF && b.timeout > 0 {
 		b.rc.SetReadDeadline(time.Time{})

@@ -251,7 +251,8 @@ func TestNoKeepAliveFloodKeepsTunnelUp(t *testing.T) {
 
 // proxiedEdge runs an edge behind a "load balancer": every public
 // connection starts with a PROXY header naming its client, so tests can
-// play clients at many addresses while dialling from loopback.
+// play clients at many addresses while dialling from loopback (127.0.0.1,
+// unless srv.ProxyProtocolFrom says otherwise).
 type proxiedEdge struct {
 	*testEdge
 	tlsAddr string
@@ -259,7 +260,9 @@ type proxiedEdge struct {
 
 func startProxiedEdge(t testing.TB, srv *edge.Server) *proxiedEdge {
 	t.Helper()
-	srv.ProxyProtocol = true
+	if srv.ProxyProtocolFrom == nil {
+		srv.ProxyProtocolFrom = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")} // the tests' address
+	}
 	te := edgeOn(t, srv, listen(t), listen(t))
 	tlsLn := listen(t)
 	done := make(chan struct{})
@@ -453,8 +456,8 @@ func clientHelloFor(t testing.TB, name string) []byte {
 
 // TestWrongTokensThrottled: one source keeps trying wrong tokens. Past
 // MaxAuthFailures its connections are closed as they are accepted; the
-// failures are logged in aggregate; an agent from another address is
-// served.
+// first failures are logged one by one, the rest in aggregate; an agent
+// from another address is served.
 func TestWrongTokensThrottled(t *testing.T) {
 	var lines atomic.Int32
 	srv := &edge.Server{Domain: "example.test", Authenticate: tokens, Logger: slogAll(&lines), Limits: edge.Limits{AuthFailures: 5}}

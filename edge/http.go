@@ -57,7 +57,7 @@ func (s *Server) serveHTTPS(w http.ResponseWriter, r *http.Request) {
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, terminated bool) {
 	var aw *accessWriter
 	if s.AccessLog != nil || s.Observer != nil {
-		aw = newAccessWriter(w, r)
+		aw = newAccessWriter(w)
 		w = aw
 		defer s.endAccess(aw, r)
 	}

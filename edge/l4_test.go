@@ -420,7 +420,7 @@ func TestProxyProtocolToUpstream(t *testing.T) {
 // one the agent and the upstream see.
 func TestProxyProtocolFromLoadBalancer(t *testing.T) {
 	rt := &router.MemoryRouter{}
-	srv := &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, Router: rt, ProxyProtocol: true}
+	srv := &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, Router: rt, ProxyProtocolFrom: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
 	agents, pubHTTP := listen(t), listen(t)
 	var wg sync.WaitGroup
 	wg.Go(func() { srv.ServeAgents(agents) })

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"container/list"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -13,8 +14,8 @@ import (
 )
 
 // The edge's defences against strangers: a bound on agent connections that
-// have not said hello, a throttle on failed authentication per source, and
-// a fair share of each endpoint per public client.
+// have not said hello, a throttle on failed authentication per source, a
+// fair share of each endpoint per public client, and quotas of endpoints.
 
 // Bounds of the tables the limits keep.
 const (
@@ -66,15 +67,18 @@ func sourceOf(a netip.Addr) netip.Prefix {
 	return p
 }
 
-// authGuard throttles failed hellos per source and logs them in aggregate.
+// authGuard throttles failed hellos per source, and logs them: each at
+// once, with the agent's address, within a budget per source (see
+// logBudget), and the rest in aggregate every authLogWindow.
 type authGuard struct {
-	perMinute int // failures a source may have per minute, with a burst as large
+	perMinute int // failures a source may have per minute, with a burst as large; 0: no throttle
 	log       *slog.Logger
+	lines     logBudget
 
 	mu      sync.Mutex
-	sources map[netip.Prefix]*rate.Limiter
+	sources sourceLimiters
 	// what the next aggregate log line reports
-	failures, refused int
+	unlogged, refused int
 	seen              map[netip.Prefix]struct{}
 	timer             *time.Timer
 }
@@ -82,7 +86,7 @@ type authGuard struct {
 // blocked reports whether a source spent its failures: its agent
 // connections are closed at once.
 func (g *authGuard) blocked(src netip.Prefix) bool {
-	if g == nil || !src.IsValid() {
+	if g == nil || g.perMinute == 0 || !src.IsValid() {
 		return false
 	}
 	g.mu.Lock()
@@ -96,49 +100,30 @@ func (g *authGuard) blocked(src netip.Prefix) bool {
 	return true
 }
 
-// failed counts a failed hello from src.
-func (g *authGuard) failed(src netip.Prefix) {
+// failed counts a failed hello from the agent at addr, refused with err,
+// and logs it.
+func (g *authGuard) failed(addr net.Addr, err error) {
 	if g == nil {
+		return
+	}
+	src := sourceOf(addrPort(addr).Addr())
+	if g.lines.allow(src) {
+		g.log.Warn("agent refused: authentication failed", "agent_addr", addr.String(), "err", err)
+	} else {
+		g.mu.Lock()
+		g.unlogged++
+		g.noteLocked(src)
+		g.mu.Unlock()
+	}
+	if g.perMinute == 0 || !src.IsValid() {
 		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.failures++
-	g.noteLocked(src)
-	if !src.IsValid() {
-		return
-	}
-	lim := g.sources[src]
-	if lim == nil {
-		if len(g.sources) >= maxTrackedSources {
-			g.sweepLocked()
-		}
-		lim = rate.NewLimiter(rate.Limit(float64(g.perMinute)/60), g.perMinute)
-		if g.sources == nil {
-			g.sources = map[netip.Prefix]*rate.Limiter{}
-		}
-		g.sources[src] = lim
-	}
-	lim.Allow()
+	g.sources.get(src, g.perMinute).Allow()
 }
 
-// sweepLocked forgets the sources whose budget is whole again, and, if
-// that is not enough, any others, so that the map stays bounded.
-func (g *authGuard) sweepLocked() {
-	for src, lim := range g.sources {
-		if lim.Tokens() >= float64(g.perMinute) {
-			delete(g.sources, src)
-		}
-	}
-	for src := range g.sources {
-		if len(g.sources) < maxTrackedSources*3/4 {
-			break
-		}
-		delete(g.sources, src)
-	}
-}
-
-// noteLocked counts src for the next log line, which it schedules.
+// noteLocked counts src for the next aggregate line, which it schedules.
 func (g *authGuard) noteLocked(src netip.Prefix) {
 	if g.seen == nil {
 		g.seen = map[netip.Prefix]struct{}{}
@@ -151,22 +136,90 @@ func (g *authGuard) noteLocked(src netip.Prefix) {
 	}
 }
 
-// flush logs what happened since the last line.
+// flush logs, in one line, what was not logged one by one since the last.
 func (g *authGuard) flush() {
 	if g == nil {
 		return
 	}
 	g.mu.Lock()
-	failures, refused, sources := g.failures, g.refused, len(g.seen)
-	g.failures, g.refused, g.seen = 0, 0, nil
+	unlogged, refused, sources := g.unlogged, g.refused, len(g.seen)
+	g.unlogged, g.refused, g.seen = 0, 0, nil
 	if g.timer != nil {
 		g.timer.Stop()
 		g.timer = nil
 	}
 	g.mu.Unlock()
-	if failures+refused > 0 {
-		g.log.Warn("failed agent authentications", "failures", failures, "closed_at_accept", refused, "sources", sources)
+	if unlogged+refused > 0 {
+		g.log.Warn("failed agent authentications, not logged one by one", "failures", unlogged, "closed_at_accept", refused, "sources", sources)
 	}
+}
+
+// sourceLimiters is a rate.Limiter per source address, bounded: past
+// maxTrackedSources, those whose budget is whole again are forgotten
+// first, then any.
+type sourceLimiters map[netip.Prefix]*rate.Limiter
+
+// get returns the limiter of src, made new with perMinute events a minute
+// and a burst as large.
+func (l *sourceLimiters) get(src netip.Prefix, perMinute int) *rate.Limiter {
+	lim := (*l)[src]
+	if lim != nil {
+		return lim
+	}
+	if *l == nil {
+		*l = sourceLimiters{}
+	}
+	if len(*l) >= maxTrackedSources {
+		l.sweep(perMinute)
+	}
+	lim = rate.NewLimiter(rate.Limit(float64(perMinute)/60), perMinute)
+	(*l)[src] = lim
+	return lim
+}
+
+// sweep forgets the sources whose budget is whole again, and, if that is
+// not enough, any others, so that the map stays bounded.
+func (l sourceLimiters) sweep(perMinute int) {
+	for src, lim := range l {
+		if lim.Tokens() >= float64(perMinute) {
+			delete(l, src)
+		}
+	}
+	for src := range l {
+		if len(l) < maxTrackedSources*3/4 {
+			break
+		}
+		delete(l, src)
+	}
+}
+
+// Budgets of log lines that strangers can cause.
+const (
+	logLinesPerSource = 5  // a minute, with a burst as large
+	logLinesPerMinute = 60 // from every source together, with a burst as large
+)
+
+// logBudget bounds the log lines that agents cause, so that a stranger
+// cannot choose how much the operator reads: logLinesPerSource a minute
+// for one source address (an IPv6 /64), logLinesPerMinute for all of them
+// together. Its zero value is ready to use.
+type logBudget struct {
+	mu      sync.Mutex
+	sources sourceLimiters
+	all     *rate.Limiter
+}
+
+// allow reports whether a line about src fits in the budget, and spends
+// it.
+func (b *logBudget) allow(src netip.Prefix) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.all == nil {
+		b.all = rate.NewLimiter(rate.Limit(float64(logLinesPerMinute)/60), logLinesPerMinute)
+	}
+	// The budget of all sources is spent only by a line its source may have.
+	lim := b.sources.get(src, logLinesPerSource)
+	return lim.Tokens() >= 1 && b.all.Allow() && lim.Allow()
 }
 
 // shares counts, per endpoint and client source, the streams in use: a
@@ -226,4 +279,74 @@ func (s *Server) acquireShare(routes []router.Route, client netip.AddrPort) (rel
 			}
 		})
 	}, true
+}
+
+// endpointCounts counts the endpoints held on the edge, and the binds
+// under way, for the quotas of Limits: by identity, by source address of
+// anonymous agents, and in all.
+type endpointCounts struct {
+	mu          sync.Mutex
+	perIdentity map[string]int
+	perSource   map[netip.Prefix]int
+	total       int
+}
+
+// endpointOwner is whom an endpoint counts against: its identity, and for
+// an anonymous agent its source (an invalid prefix otherwise).
+type endpointOwner struct {
+	identity string
+	source   netip.Prefix
+}
+
+// quotaRefusal is a bind refused for a bound on endpoints: the reason, and
+// what the agent is told.
+type quotaRefusal struct {
+	reason  Reason
+	message string
+}
+
+// takeEndpoint counts one more endpoint of o, unless that breaks a quota,
+// which it then returns. giveEndpoints uncounts them.
+func (s *Server) takeEndpoint(o endpointOwner) *quotaRefusal {
+	c := &s.endpointCounts
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if max := s.cfg.endpoints; max > 0 && c.total >= max {
+		return &quotaRefusal{ReasonEdgeEndpointLimit, fmt.Sprintf("this edge holds as many endpoints as it takes (%d, every agent's together); try again later", max)}
+	}
+	if max := s.cfg.endpointsPerID; max > 0 && c.perIdentity[o.identity] >= max {
+		return &quotaRefusal{ReasonIdentityEndpointLimit, fmt.Sprintf("too many endpoints for this identity on this edge (at most %d, over all its sessions)", max)}
+	}
+	if max := s.cfg.endpointsPerSource; max > 0 && o.source.IsValid() && c.perSource[o.source] >= max {
+		return &quotaRefusal{ReasonSourceEndpointLimit, fmt.Sprintf("too many endpoints for anonymous agents from %s on this edge (at most %d)", o.source, max)}
+	}
+	if c.perIdentity == nil {
+		c.perIdentity = map[string]int{}
+		c.perSource = map[netip.Prefix]int{}
+	}
+	c.total++
+	c.perIdentity[o.identity]++
+	if o.source.IsValid() {
+		c.perSource[o.source]++
+	}
+	return nil
+}
+
+// giveEndpoints uncounts n endpoints of o.
+func (s *Server) giveEndpoints(o endpointOwner, n int) {
+	if n == 0 {
+		return
+	}
+	c := &s.endpointCounts
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.total -= n
+	if c.perIdentity[o.identity] -= n; c.perIdentity[o.identity] <= 0 {
+		delete(c.perIdentity, o.identity)
+	}
+	if o.source.IsValid() {
+		if c.perSource[o.source] -= n; c.perSource[o.source] <= 0 {
+			delete(c.perSource, o.source)
+		}
+	}
 }

@@ -70,6 +70,28 @@ func (s *Server) checkName(req, domain string) (string, error) {
 	return name, nil
 }
 
+// operatorName returns why an agent may not bind name (a normalised
+// pattern) because it is the operator's: its tree and the tree of a public
+// name of the ECH keys overlap (router.Router's rule 2, a name owns its
+// tree), so it is that name, above it (a wildcard over it, the catch-alls
+// among them) or under it. Nil: name is not the operator's.
+func (s *Server) operatorName(name string) error {
+	s.initECH() // the public names are known even when the keys are not valid
+	const what = "the edge's own name, the public name of its Encrypted ClientHello keys"
+	base := strings.TrimPrefix(name, "*.")
+	for public := range s.ech.publicNames {
+		switch {
+		case name == public:
+			return fmt.Errorf("%s is %s", name, what)
+		case base == public || strings.HasSuffix(public, "."+base):
+			return fmt.Errorf("%s would own %s, %s", name, public, what)
+		case strings.HasSuffix(base, "."+public):
+			return fmt.Errorf("%s is under %s, %s", name, public, what)
+		}
+	}
+	return nil
+}
+
 // checkLabel checks one label of a name to bind: 1 to 63 of a-z, 0-9 and
 // '-', not starting or ending with '-'; "--" in the third and fourth place
 // only for an "xn--" label (RFC 5891 reserves the others), which must be

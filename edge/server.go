@@ -5,12 +5,18 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -79,15 +85,22 @@ type Server struct {
 	// hello, then the client's bytes untouched, to the agent, whose TLS
 	// server (any crypto/tls server since Go 1.24) completes the
 	// handshake without a key of its own. https endpoints accept ECH too,
-	// through crypto/tls, with the same keys. The public names of the
-	// keys' configurations belong to the operator: no agent may bind them
-	// (nor a wildcard over them). A connection whose ECH does not decrypt
-	// (a stale configuration, or GREASE) goes by its outer name; for a
-	// public name, the edge completes the handshake itself with its own
-	// certificate (Certificates, GetCertificate) and sends the keys marked
-	// SendAsRetry as retry configurations, so the client tries again with
-	// them. Make keys with sni.NewECHKey (sni.MarshalECHKeyPEM and
-	// sni.ParseECHKeyPEM for files).
+	// through crypto/tls, with the same keys.
+	//
+	// The public names of the keys' configurations belong to the
+	// operator, with their trees (see router.Router, rule 2): a bind of a
+	// public name, of a name above it (a wildcard over it, or a catch-all,
+	// see AllowCatchAll) or of a name under it is refused as taken
+	// (name_taken), whoever asks; the Server refuses to start with a
+	// public name that is Domain or above it. A connection whose ECH does
+	// not decrypt (a stale configuration, or GREASE) goes by its outer
+	// name. For a public name (with such ECH or none), the edge always
+	// completes the handshake itself, whatever routes the Router holds,
+	// with its own certificate (Certificates, GetCertificate), and sends
+	// the keys marked SendAsRetry as retry configurations to a client
+	// whose ECH did not decrypt, so that it tries again with them. Make
+	// keys with sni.NewECHKey (sni.MarshalECHKeyPEM and sni.ParseECHKeyPEM
+	// for files).
 	ECHKeys []tls.EncryptedClientHelloKey
 
 	// RedirectHTTP answers a plain-HTTP request for a name bound over
@@ -98,6 +111,9 @@ type Server struct {
 	// AllowCatchAll lets agents bind "*" and "*.<Domain>": a wildcard
 	// over every name under the domain, which makes its owner the owner of
 	// every name (see router.Router). Leave it off on a multi-tenant edge.
+	// Even so, a catch-all is refused while a public name of ECHKeys is
+	// under Domain: it would own that name, which is the operator's; give
+	// the keys a public name outside Domain to have both.
 	AllowCatchAll bool
 
 	// Router decides where public traffic goes. Nil: a router.MemoryRouter.
@@ -118,24 +134,64 @@ type Server struct {
 	// TicketKey signs the tickets the edge gives agents (at least 32
 	// bytes; the Server refuses to start with a shorter one). A session
 	// ticket lets a reconnecting agent take over its previous session's
-	// endpoints at once; endpoint tickets prove, after a restart, which
-	// identity held a name (see Timeouts.RestartGrace). Keep the key
-	// secret, and the same across restarts of an edge and across the edges
-	// of a cluster: a ticket signed under another key is ignored. Nil: a
-	// random key per Server, so that tickets do not survive a restart.
+	// endpoints at once, and gives an anonymous agent (Authenticate nil)
+	// its identity back, and so its names, after a restart (see StateDir).
+	// Keep the key secret, and the same across restarts of an edge and
+	// across the edges of a cluster: a ticket signed under another key is
+	// ignored. Nil: a random key per Server, so that tickets do not
+	// survive a restart.
 	TicketKey []byte
+
+	// StateDir, if set, is a directory where the edge keeps a record of
+	// who holds which name (the file names.jsonl), written as agents bind
+	// and release them, so that a restart gives each name back to the
+	// identity that held it when the edge stopped, and to no one else:
+	// the names of the record stay reserved for those identities for
+	// Timeouts.RestartGrace, as a session's names do when it ends (see
+	// router.Router, rule 4). Every other name is served at once. No
+	// record in the directory is a first start: every name is served at
+	// once. An authenticated identity gets its names back with its token;
+	// an anonymous agent with its session ticket, which needs TicketKey
+	// kept too. Keep one Server per directory; the Server refuses to start
+	// when it cannot read or write the record.
+	//
+	// Empty: no record, and every start is a first start; names held
+	// before a restart go to whoever asks first. StateDir is used with the
+	// in-memory router only (Router nil): a Router of your own keeps who
+	// holds which name itself.
+	StateDir string
 
 	// AgentTLS, if set, makes ServeAgents speak TLS with this
 	// configuration to every agent. Nil: the listener's conns are used as
 	// they are (plaintext, or TLS the caller set up).
 	AgentTLS *tls.Config
 
-	// ProxyProtocol makes the public listeners (ServeHTTPListener, ServeSNI
-	// and TCP endpoints) expect a PROXY protocol header, version 1 or 2, at
-	// the start of every connection, as a load balancer in front of the
-	// edge sends: the header's source is then the client's address. A
-	// connection without a valid header is closed.
-	ProxyProtocol bool
+	// ProxyProtocolFrom are the addresses of the load balancers in front
+	// of the edge that send a PROXY protocol header (version 1 or 2) at the
+	// start of each connection to the public listeners (ServeHTTPListener,
+	// ServeSNI and TCP endpoints). Empty: no PROXY protocol; every
+	// connection is a client's, at its own address.
+	//
+	// A connection from these prefixes must start with a valid header,
+	// whose source is then the client's address: the one its share of an
+	// endpoint (Limits.ClientShare) is counted by, written in
+	// X-Forwarded-For and handed to the agent. One without (or with a
+	// malformed one, or none within Timeouts.Handshake) is closed. A
+	// header with the LOCAL command (a health check) leaves the
+	// connection at the load balancer's own address.
+	//
+	// A connection from any other address is a client reaching the edge
+	// directly: it is served at its own address and never read for a
+	// header, so that no client can choose the address it appears to come
+	// from. On ServeHTTPListener and ServeSNI, whose clients speak first,
+	// one whose first bytes are a PROXY signature (version 1's "PROXY " or
+	// version 2's 12 bytes) is closed, as ReasonProxyUntrusted, and logged
+	// at the Debug level only; on TCP endpoints its bytes go to the agent
+	// untouched, whatever they are (a server that speaks first must not
+	// wait for the client). IPv4 peers, IPv4-mapped ones included, match
+	// IPv4 prefixes (or IPv4-mapped ones); the Server refuses to start
+	// with an invalid prefix.
+	ProxyProtocolFrom []netip.Prefix
 
 	// NotTLS receives the connections on ServeSNI listeners that are not
 	// TLS, with every byte read so far replayed, and owns them. Nil: they
@@ -167,12 +223,15 @@ type Server struct {
 	proxyLog *log.Logger // ReverseProxy's own messages, at the debug level
 	mem      *router.MemoryRouter
 	signer   ticketSigner
-	started  time.Time
+	names    *nameRecord // the in-memory router, recorded in StateDir; nil without
 	auth     *authGuard
 	shares   shares
 	ups      upstreams
 	term     terminating
 	ech      echState
+
+	endpointCounts endpointCounts // for the quotas of Limits
+	bindLog        logBudget      // lines about refused binds
 
 	watchOnce sync.Once
 	stopWatch func() // stops watching a shared Router's routes
@@ -195,9 +254,14 @@ type Server struct {
 // init resolves the Server's settings, once.
 func (s *Server) init() {
 	s.initOnce.Do(func() {
-		s.started = time.Now()
 		s.cfg, s.cfgErr = s.resolve()
 		s.mem = new(router.MemoryRouter)
+		if s.cfgErr == nil && s.StateDir != "" && s.Router == nil {
+			var err error
+			if s.names, err = openRecord(s.StateDir, s.mem, s.cfg.restartGrace, s.log()); err != nil {
+				s.cfgErr = fmt.Errorf("edge: StateDir: %w", err)
+			}
+		}
 		s.proxyLog = slog.NewLogLogger(s.log().Handler(), slog.LevelDebug)
 		s.httpPort, s.tlsPort = s.HTTPPort, s.TLSPort
 		s.signer.key = s.TicketKey
@@ -205,10 +269,75 @@ func (s *Server) init() {
 			s.signer.key = make([]byte, minTicketKey)
 			rand.Read(s.signer.key)
 		}
-		if s.cfg.authFailures > 0 {
-			s.auth = &authGuard{perMinute: s.cfg.authFailures, log: s.log()}
+		s.auth = &authGuard{perMinute: s.cfg.authFailures, log: s.log()}
+		if s.cfgErr == nil {
+			s.logStart()
 		}
 	})
+}
+
+// logStart tells the operator, once, what the edge starts with that is
+// easily got wrong: the public names of its ECH keys, certificates that
+// cover neither names under Domain nor those public names, and a ticket
+// key kept across restarts without a record of names.
+func (s *Server) logStart() {
+	log := s.log()
+	var public []string
+	if s.initECH() == nil {
+		public = slices.Sorted(maps.Keys(s.ech.publicNames))
+		if len(public) > 0 {
+			log.Info("ECH keys loaded", "keys", len(s.ECHKeys), "public_names", public)
+		}
+	}
+	if len(s.Certificates) > 0 {
+		s.checkCertificates(public)
+	}
+	if len(s.TicketKey) > 0 && s.StateDir == "" && s.Router == nil {
+		log.Warn("TicketKey is set, StateDir is not: names held before a restart go to whoever asks first after it; set StateDir to keep them for their holders")
+	}
+}
+
+// checkCertificates warns when the operator's certificates cover neither
+// a name under Domain nor a public name of the ECH keys (a certificate for
+// another domain, most likely), and names the public names none covers.
+func (s *Server) checkCertificates(public []string) {
+	domain, _ := router.Normalise(s.Domain)
+	var names []string // of every certificate, for the warning
+	coversDomain := false
+	covered := map[string]bool{}
+	for _, c := range s.Certificates {
+		leaf := c.Leaf
+		if leaf == nil && len(c.Certificate) > 0 {
+			leaf, _ = x509.ParseCertificate(c.Certificate[0])
+		}
+		if leaf == nil {
+			continue
+		}
+		for _, n := range leaf.DNSNames {
+			names = append(names, n)
+			n = strings.ToLower(n)
+			if domain != "" && (n == domain || strings.HasSuffix(n, "."+domain)) {
+				coversDomain = true
+			}
+		}
+		for _, p := range public {
+			if leaf.VerifyHostname(p) == nil {
+				covered[p] = true
+			}
+		}
+	}
+	var uncovered []string
+	for _, p := range public {
+		if !covered[p] {
+			uncovered = append(uncovered, p)
+		}
+	}
+	switch {
+	case !coversDomain && len(covered) == 0:
+		s.log().Warn("the certificates of Certificates cover neither a name under the domain nor a public name of the ECH keys: https endpoints need ACME or GetCertificate", "domain", domain, "ech_public_names", public, "certificate_names", names)
+	case len(uncovered) > 0 && s.GetCertificate == nil:
+		s.log().Warn("no certificate of Certificates covers these public names of the ECH keys: the edge cannot complete the handshakes of clients whose ECH configuration is stale", "ech_public_names", uncovered, "certificate_names", names)
+	}
 }
 
 // Listeners are the listeners Start serves. A nil one is not served.
@@ -286,6 +415,9 @@ func (s *Server) router() router.Router {
 		return s.Router
 	}
 	s.init()
+	if s.names != nil {
+		return s.names
+	}
 	return s.mem
 }
 
@@ -370,7 +502,7 @@ func (s *Server) ServeHTTPListener(ln net.Listener) error {
 		ln.Close()
 		return ErrServerClosed
 	}
-	err := hs.Serve(s.publicListener(ln))
+	err := hs.Serve(s.clientFirstListener(ln))
 	if errors.Is(err, http.ErrServerClosed) {
 		err = ErrServerClosed
 	}
@@ -412,6 +544,7 @@ func (s *Server) Close() error {
 	s.closeConns()
 	s.wg.Wait()
 	s.auth.flush()
+	s.names.stop()
 	return nil
 }
 
@@ -452,6 +585,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.closeConns()
 	s.wg.Wait()
 	s.auth.flush()
+	s.names.stop()
 	return err
 }
 
@@ -548,13 +682,41 @@ func track[T comparable](s *Server, m *map[T]struct{}, v T, add bool) bool {
 	return true
 }
 
-// publicListener wraps a public listener to read PROXY protocol headers
-// when the server expects them.
+// publicListener wraps the public listener of a TCP endpoint to read the
+// PROXY protocol headers of the load balancers (see ProxyProtocolFrom);
+// other peers' connections pass through unread.
 func (s *Server) publicListener(ln net.Listener) net.Listener {
-	if !s.ProxyProtocol {
+	return s.proxyListener(ln, false)
+}
+
+// clientFirstListener wraps a public listener whose clients speak first
+// (HTTP, TLS) as publicListener does, and closes the connections of other
+// peers that start with a PROXY signature.
+func (s *Server) clientFirstListener(ln net.Listener) net.Listener {
+	return s.proxyListener(ln, true)
+}
+
+// proxyListener wraps ln to read the PROXY protocol headers of the load
+// balancers, when the server has some; vet closes other peers' connections
+// that start with a header of their own.
+func (s *Server) proxyListener(ln net.Listener, vet bool) net.Listener {
+	if len(s.cfg.proxyFrom) == 0 {
 		return ln
 	}
-	return &proxyproto.Listener{Listener: ln, Required: true, ReadTimeout: s.cfg.handshake, Logger: s.Logger}
+	return &proxyproto.Listener{
+		Listener:               ln,
+		Trusted:                proxyproto.TrustPrefixes(s.cfg.proxyFrom...),
+		Required:               true,
+		PassUntrusted:          true,
+		RejectUntrustedHeaders: vet,
+		ReadTimeout:            s.cfg.handshake,
+		Logger:                 s.Logger,
+		Rejected: func(remote net.Addr, err error) {
+			if errors.Is(err, proxyproto.ErrUntrustedHeader) {
+				s.obs().Refused(ReasonProxyUntrusted)
+			}
+		},
+	}
 }
 
 // goTracked runs f in a goroutine that Close waits for, unless the server is

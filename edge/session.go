@@ -112,6 +112,10 @@ func (s *Server) serveSession(c net.Conn) {
 		routes:    map[string]router.Route{},
 	}
 	ss.log = s.log().With("session", ss.id, "agent_addr", c.RemoteAddr().String())
+	if max := s.cfg.sessionUnread; max > 0 {
+		ss.mux.LimitUnread(int64(max), ss.cutUnread)
+		ss.mux.LimitStalled(max/int(s.cfg.window), wire.StallAfter, ss.cutStalled)
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -219,6 +223,9 @@ func (ss *session) close(reserve time.Duration) {
 		}
 	}
 	s.mu.Unlock()
+	if counted {
+		s.giveEndpoints(ss.owner(), len(routes))
+	}
 	for _, r := range routes {
 		s.obs().Endpoint(r.Proto, -1)
 		s.unbind(r, reserve)
@@ -282,12 +289,29 @@ func (ss *session) heartbeat() {
 	hb := wire.Heartbeat{
 		Interval: ss.srv.cfg.heartbeatInterval,
 		Timeout:  ss.srv.cfg.heartbeatTimeout,
+		Heard:    ss.mux.Heard,
 		Dead: func() {
 			ss.log.Warn("agent missed its heartbeat; closing the session")
 			ss.close(ss.srv.cfg.grace)
 		},
 	}
 	hb.Run(st)
+}
+
+// cutUnread counts a stream cut for holding unread bytes when the session
+// held Limits.SessionUnread: its client stopped reading. It is called from
+// the session's reader.
+func (ss *session) cutUnread(*wire.Stream) {
+	ss.srv.obs().Refused(ReasonStalled)
+	ss.log.Debug("stream cut: its client stopped reading and the session holds its bound of unread bytes", "max", ss.srv.cfg.sessionUnread)
+}
+
+// cutStalled counts a stream cut because its sends waited for the agent's
+// window while the session held its bound of such streams: the agent (or
+// its app) stopped reading an upload.
+func (ss *session) cutStalled(*wire.Stream) {
+	ss.srv.obs().Refused(ReasonStalled)
+	ss.log.Debug("stream cut: its agent stopped reading, and the session holds its bound of stalled streams", "max", ss.srv.cfg.sessionUnread/int(ss.srv.cfg.window))
 }
 
 // goAway tells the agent that the edge is going away: it should expect the

@@ -43,7 +43,7 @@ func (s *Server) ServeSNI(ln net.Listener) error {
 	if s.servesHTTPS() || len(s.ECHKeys) > 0 {
 		s.serveTerminated()
 	}
-	return s.serveL4(s.publicListener(ln), s.handleSNI)
+	return s.serveL4(s.clientFirstListener(ln), s.handleSNI)
 }
 
 func (s *Server) handleSNI(c net.Conn) {
@@ -69,15 +69,19 @@ func (s *Server) handleSNI(c net.Conn) {
 			ech = res
 		case errors.Is(err, sni.ErrNoECH), errors.Is(err, sni.ErrECHNoKey), errors.Is(err, sni.ErrECHDecrypt):
 			// GREASE, or a stale configuration: by the outer name.
-			if s.ech.publicNames[hello.ServerName] && s.answersPublicName(hello) {
-				s.terminate(pc)
-				return
-			}
 		default:
 			s.log().Debug("tls hello: ECH", "client", c.RemoteAddr().String(), "err", err)
 			pc.Close()
 			return
 		}
+	}
+	if ech == nil && s.ech.publicNames[hello.ServerName] {
+		// The public names are the operator's (no agent binds them, see
+		// operatorName): the edge answers them itself, whatever routes
+		// the Router holds, and sends a client whose ECH configuration
+		// is stale its retry configurations.
+		s.terminate(pc)
+		return
 	}
 	route := hello
 	if ech != nil {
@@ -144,12 +148,4 @@ func moreSpecific(a, b string) bool {
 		return bw
 	}
 	return len(a) > len(b)
-}
-
-// answersPublicName reports whether the edge itself answers a hello for
-// the public name of its ECH keys whose ECH it could not decrypt: when no
-// endpoint has that name, so that the client gets retry configurations.
-func (s *Server) answersPublicName(hello *sni.ClientHello) bool {
-	_, routes, err := s.chooseTLS(context.Background(), hello)
-	return err == nil && len(routes) == 0
 }

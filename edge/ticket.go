@@ -20,8 +20,10 @@ import (
 //     endpoints, and an anonymous agent gets its identity back;
 //   - an endpoint ticket, given at each bind and renewed while the endpoint
 //     lives, names an identity, a protocol and a name, and when it was
-//     issued: after an edge restart it proves that the identity held the
-//     name, so that only it gets the name back during Server.RestartGrace.
+//     issued. The edge no longer decides anything on one: a ticket shows
+//     that its identity held a name once, not that nobody took the name
+//     over since, so who gets a name back after a restart is the edge's
+//     record's business (Server.StateDir), and no ticket overrides it.
 //
 // Tickets are signed with HMAC-SHA256 under Server.TicketKey; whoever holds
 // that key can mint them, and a ticket signed under another key is ignored.

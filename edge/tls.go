@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -267,15 +268,13 @@ type echState struct {
 	publicNames map[string]bool // of the keys' configurations
 }
 
-// initECH readies ECHKeys, once, and reports whether they are valid.
+// initECH readies ECHKeys, once, and reports whether they are valid. The
+// public names are known even when they are not, for the binds of agents
+// (which the agent listener serves whatever the keys) to be checked.
 func (s *Server) initECH() error {
 	e := &s.ech
 	e.once.Do(func() {
 		if len(s.ECHKeys) == 0 {
-			return
-		}
-		if e.keys, e.err = sni.NewECHKeys(s.ECHKeys); e.err != nil {
-			e.err = fmt.Errorf("edge: ECHKeys: %w", e.err)
 			return
 		}
 		e.publicNames = map[string]bool{}
@@ -283,6 +282,18 @@ func (s *Server) initECH() error {
 			if name, ok := sni.ECHPublicName(k.Config); ok {
 				if n, ok := router.Normalise(name); ok {
 					e.publicNames[n] = true
+				}
+			}
+		}
+		if e.keys, e.err = sni.NewECHKeys(s.ECHKeys); e.err != nil {
+			e.err = fmt.Errorf("edge: ECHKeys: %w", e.err)
+			return
+		}
+		if domain, ok := router.Normalise(s.Domain); ok {
+			for name := range e.publicNames {
+				if name == domain || strings.HasSuffix(domain, "."+name) {
+					e.err = fmt.Errorf("edge: ECHKeys: the public name %s is the Domain or above it: it is the operator's, with every name under it, so no agent could bind any name; give the keys a public name of their own", name)
+					return
 				}
 			}
 		}

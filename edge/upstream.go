@@ -108,6 +108,13 @@ func (s *Server) transports() (h1, h2 *http.Transport) {
 			p := new(http.Protocols)
 			if h2 {
 				p.SetUnencryptedHTTP2(true)
+				// What the app sends for clients that stopped reading waits
+				// in these buffers: a stream window each, as over the
+				// agent's session, and a bounded whole.
+				t.HTTP2 = &http.HTTP2Config{
+					MaxReceiveBufferPerStream:     int(s.cfg.window),
+					MaxReceiveBufferPerConnection: 4<<20 - 1,
+				}
 			} else {
 				p.SetHTTP1(true)
 			}

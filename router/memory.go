@@ -100,12 +100,7 @@ func (m *MemoryRouter) Bind(_ context.Context, r Route) error {
 		return err
 	}
 	if ep == nil {
-		ep = &endpoint{identity: r.Identity, routes: map[RouteKey]Route{}}
-		if m.endpoints == nil {
-			m.endpoints = map[endpointKey]*endpoint{}
-		}
-		m.endpoints[k] = ep
-		m.holdLocked(ns, base, r.Identity)
+		ep = m.newEndpointLocked(k, base, r.Identity)
 	}
 	if len(ep.routes) == 0 {
 		ep.pool, ep.until = r.Pool, time.Time{}
@@ -113,6 +108,26 @@ func (m *MemoryRouter) Bind(_ context.Context, r Route) error {
 	ep.routes[r.Key()] = r
 	m.notifyLocked(r, true)
 	return nil
+}
+
+// newEndpointLocked adds the endpoint k, of identity, whose name has base,
+// without routes yet.
+func (m *MemoryRouter) newEndpointLocked(k endpointKey, base, identity string) *endpoint {
+	ep := &endpoint{identity: identity, routes: map[RouteKey]Route{}}
+	if m.endpoints == nil {
+		m.endpoints = map[endpointKey]*endpoint{}
+	}
+	m.endpoints[k] = ep
+	m.holdLocked(namespace(k.proto), base, identity)
+	return ep
+}
+
+// reserveLocked keeps the endpoint k, which has no routes, reserved
+// until then.
+func (m *MemoryRouter) reserveLocked(k endpointKey, ep *endpoint, until time.Time) {
+	ep.until = until
+	ep.gen++
+	heap.Push(&m.lapses, lapse{k, ep.gen, until})
 }
 
 // checkOwnerLocked refuses a bind of base in ns by identity when another
@@ -226,13 +241,68 @@ func (m *MemoryRouter) Unbind(_ context.Context, r Route, reserve time.Duration)
 		return nil
 	}
 	if reserve > 0 {
-		ep.until = m.clock().Add(reserve)
-		ep.gen++
-		heap.Push(&m.lapses, lapse{k, ep.gen, ep.until})
+		m.reserveLocked(k, ep, m.clock().Add(reserve))
 		return nil
 	}
 	m.dropLocked(k)
 	return nil
+}
+
+// Reserve reserves r's name (its Proto and Name) for r.Identity for d, as
+// Unbind of the name's last route with that reserve would (rule 4 of
+// Router): an edge restores so, after a restart, the names held when it
+// stopped. It fails with an error wrapping ErrNameTaken where Bind of r
+// would, under the ownership rules. A name r.Identity holds already keeps
+// its routes, or the later of its two reservations. A d of zero or less
+// reserves nothing.
+func (m *MemoryRouter) Reserve(_ context.Context, r Route, d time.Duration) error {
+	name, ok := NormalisePattern(r.Name)
+	if !ok {
+		return fmt.Errorf("router: %w: %q", ErrInvalidName, r.Name)
+	}
+	if d <= 0 {
+		return nil
+	}
+	ns, base := namespace(r.Proto), strings.TrimPrefix(name, "*.")
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.expireLocked()
+	if err := m.checkOwnerLocked(ns, base, r.Identity); err != nil {
+		return err
+	}
+	k := endpointKey{r.Proto, name}
+	until := m.clock().Add(d)
+	ep := m.endpoints[k]
+	switch {
+	case ep == nil:
+		ep = m.newEndpointLocked(k, base, r.Identity)
+	case len(ep.routes) > 0 || !until.After(ep.until):
+		return nil
+	}
+	m.reserveLocked(k, ep, until)
+	return nil
+}
+
+// Holder reports who holds the name of proto (a pattern, as Route.Name)
+// now: the identity, and until when a reservation keeps it for them,
+// which is zero while the name has routes. ok is false when nobody holds
+// it.
+func (m *MemoryRouter) Holder(proto, name string) (identity string, until time.Time, ok bool) {
+	name, valid := NormalisePattern(name)
+	if !valid {
+		return "", time.Time{}, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.expireLocked()
+	ep := m.endpoints[endpointKey{proto, name}]
+	switch {
+	case ep == nil:
+		return "", time.Time{}, false
+	case len(ep.routes) > 0:
+		return ep.identity, time.Time{}, true
+	}
+	return ep.identity, ep.until, true
 }
 
 // dropLocked forgets an endpoint without routes.

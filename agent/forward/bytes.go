@@ -83,6 +83,23 @@ func (b Bytes) Serve(l net.Listener) error {
 	}
 }
 
+// appReadBuffer is the socket receive buffer of the forwarders'
+// connections to the app: a tunnel stream's window (256 KiB) is all a
+// connection may have in flight toward the edge anyway, and a small buffer
+// keeps the kernel from pinning megabytes per connection (the app's and
+// the agent's socket buffers) when public clients stop reading their
+// responses: thousands of them could otherwise exhaust the host's TCP
+// memory, which stalls every connection on it, the agent's session to the
+// edge too. The kernel doubles it for its bookkeeping.
+const appReadBuffer = 128 << 10
+
+// limitAppBuffers sizes the socket buffers of a connection to the app.
+func limitAppBuffers(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetReadBuffer(appReadBuffer)
+	}
+}
+
 // forwardConn dials b.To for one public conn and copies until both are
 // done; track registers the upstream conn so that Serve can close it.
 func (b Bytes) forwardConn(c net.Conn, track func(net.Conn, bool)) {
@@ -90,6 +107,9 @@ func (b Bytes) forwardConn(c net.Conn, track func(net.Conn, bool)) {
 	start := time.Now()
 	client := c.RemoteAddr().String()
 	up, err := net.DialTimeout("tcp", b.To, dialTimeout(b.DialTimeout))
+	if err == nil {
+		limitAppBuffers(up)
+	}
 	if err != nil {
 		logger.Warn("forward", "client", client, "to", b.To, "err", err)
 		// Tell the edge why, so that its client hears that the app, not

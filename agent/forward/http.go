@@ -101,7 +101,19 @@ func (h HTTP) Serve(l net.Listener) error {
 		Handler:     p,
 		Protocols:   &protos,
 		BaseContext: func(net.Listener) context.Context { return ctx },
-		ErrorLog:    slog.NewLogLogger(p.logger.Handler(), slog.LevelDebug),
+		// A connection the edge cuts short (its client left) cancels its
+		// requests, and with them the app's: net/http would notice only
+		// when it next reads the connection.
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			rn, ok := c.(interface{ AfterReset(func()) func() bool })
+			if !ok {
+				return ctx
+			}
+			ctx, cancel := context.WithCancel(ctx)
+			rn.AfterReset(cancel)
+			return ctx
+		},
+		ErrorLog: slog.NewLogLogger(p.logger.Handler(), slog.LevelDebug),
 	}
 	err := srv.Serve(l)
 	// Every request's context is done: the proxy closes the app's side of
@@ -147,6 +159,7 @@ func newHTTPProxy(h HTTP, proto string) *httpProxy {
 			if err != nil {
 				return nil, &dialError{err}
 			}
+			limitAppBuffers(c)
 			return p.track(c)
 		},
 		Protocols:           &protos,

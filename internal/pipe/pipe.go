@@ -28,8 +28,24 @@ func Join(a, b net.Conn) (aToB, bToA int64, err error) {
 	return join(a, b, func(dst, src net.Conn) (int64, error) { return io.Copy(dst, src) })
 }
 
-// join runs copyHalf both ways with copy, then closes both conns.
+// resetNotifier is a conn that the peer may cut short while nobody reads
+// or writes it (a mux stream): AfterReset runs f then (see
+// wire.Stream.AfterReset).
+type resetNotifier interface {
+	AfterReset(f func()) (stop func() bool)
+}
+
+// join runs copyHalf both ways with copy, then closes both conns. A conn
+// that its peer cuts short ends both directions at once, even while a
+// direction waits on the other conn (writing to a peer that reads
+// nothing).
 func join(a, b net.Conn, copy func(dst, src net.Conn) (int64, error)) (aToB, bToA int64, err error) {
+	for _, c := range []net.Conn{a, b} {
+		if rn, ok := unwrap(c).(resetNotifier); ok {
+			stop := rn.AfterReset(func() { abort(a); abort(b) })
+			defer stop()
+		}
+	}
 	var wg sync.WaitGroup
 	var errB error
 	wg.Go(func() { bToA, errB = copyHalf(a, b, copy) })
@@ -43,15 +59,37 @@ func join(a, b net.Conn, copy func(dst, src net.Conn) (int64, error)) (aToB, bTo
 	return aToB, bToA, err
 }
 
+// resetter is a conn that can be cut short rather than closed, telling
+// its peer so (a mux stream).
+type resetter interface{ Reset() }
+
+// abort ends c at once: a reset when it can tell its peer, else a close.
+func abort(c net.Conn) {
+	if r, ok := unwrap(c).(resetter); ok {
+		r.Reset()
+		return
+	}
+	c.Close()
+}
+
+// unwrap returns the conn an idleConn wraps.
+func unwrap(c net.Conn) net.Conn {
+	if ic, ok := c.(*idleConn); ok {
+		return ic.Conn
+	}
+	return c
+}
+
 // copyHalf copies src to dst, then closes dst's write half. It is a named
 // function so that goroutine dumps show what a proxy is doing.
 func copyHalf(dst, src net.Conn, copy func(dst, src net.Conn) (int64, error)) (int64, error) {
 	n, err := copy(dst, src)
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		// Unblock the other direction: its reader would otherwise wait on
-		// a peer that may never send again.
-		dst.Close()
-		src.Close()
+		// a peer that may never send again. A stream is reset, so that
+		// its peer hears that the connection broke rather than ended.
+		abort(dst)
+		abort(src)
 		return n, err
 	}
 	if cw, ok := dst.(closeWriter); ok {

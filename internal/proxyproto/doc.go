@@ -29,6 +29,20 @@
 //		...
 //	}
 //
+// A listener that clients reach both through the proxies and directly
+// passes the others' conns through with their own addresses, never reading
+// a header from them; for protocols whose clients speak first (HTTP, TLS),
+// it can also close those that start with a PROXY signature, a client
+// trying to choose its address:
+//
+//	ln := &proxyproto.Listener{
+//		Listener:               inner,
+//		Required:               true, // from the proxies
+//		Trusted:                proxyproto.TrustPrefixes(netip.MustParsePrefix("10.0.0.0/8")),
+//		PassUntrusted:          true, // everyone else is a direct client
+//		RejectUntrustedHeaders: true, // who must not send a header
+//	}
+//
 // Read parses a header from a *bufio.Reader and leaves every byte after it
 // there; it tells a stream that carries no header on its first byte
 // (ErrNoProxyHeader), without waiting for more.

@@ -32,6 +32,12 @@ var (
 	// header longer than its 16-bit length field allows.
 	ErrInvalidHeader = errors.New("proxyproto: invalid header to write")
 
+	// ErrUntrustedHeader means a conn from a peer that Listener.Trusted does
+	// not trust started with a PROXY signature: a client trying to choose
+	// the address it appears to come from, or a proxy missing from Trusted.
+	// A Listener closes such conns when RejectUntrustedHeaders is set.
+	ErrUntrustedHeader = errors.New("proxyproto: PROXY header from a peer not trusted to send one")
+
 	// ErrTimeout is returned when a read deadline passes before the header
 	// is complete. It is a net.Error whose Timeout method reports true, and
 	// errors.Is(ErrTimeout, os.ErrDeadlineExceeded) holds.

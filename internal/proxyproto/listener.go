@@ -57,8 +57,8 @@ type Listener struct {
 	ReadTimeout time.Duration
 
 	// Required, if true, closes every conn that does not start with a valid
-	// header (or comes from an untrusted peer): use it when every client
-	// comes through a proxy that sends one. If false, a conn that does not
+	// header (or comes from an untrusted peer, unless PassUntrusted is set):
+	// use it when every client comes through a proxy that sends one. If false, a conn that does not
 	// start with a header is returned unchanged, with its own addresses and
 	// every byte it sent; so is one that closes or times out before a whole
 	// signature (a client that waits for the server to speak first is
@@ -68,25 +68,58 @@ type Listener struct {
 
 	// Trusted reports whether the header of a conn from the given remote
 	// address is to be believed. If nil, every peer is trusted. A conn from
-	// an untrusted peer is not read from: it is closed if Required is true
-	// (only the proxies may connect), and returned at once, unchanged, if
-	// Required is false, so that a header it sends reaches the server as
-	// ordinary bytes and the conn keeps its real address: a client cannot
-	// choose the address it appears to come from. TrustPrefixes makes one.
-	// It is called from the Listener's goroutines, concurrently.
+	// an untrusted peer is never read for a header: it is closed if
+	// Required is true and PassUntrusted false (only the proxies may
+	// connect), and otherwise returned unchanged, at once (but see
+	// RejectUntrustedHeaders), so that a header it sends reaches the server
+	// as ordinary bytes and the conn keeps its real address: a client
+	// cannot choose the address it appears to come from. TrustPrefixes
+	// makes one. It is called from the Listener's goroutines, concurrently.
 	Trusted func(remote net.Addr) bool
+
+	// PassUntrusted, if true, returns the conns of untrusted peers even
+	// when Required is set, with their own addresses: Required then holds
+	// for the trusted peers alone. Use it on a listener that clients reach
+	// both through the proxies and directly.
+	PassUntrusted bool
+
+	// RejectUntrustedHeaders, if true, reads the first bytes of each conn
+	// of an untrusted peer that is to be returned, and closes the conn
+	// instead (with ErrUntrustedHeader) if they are a PROXY signature,
+	// version 1's "PROXY " or version 2's 12 bytes: a client that tries to
+	// choose the address it appears to come from, or a proxy missing from
+	// Trusted. Any other conn is returned, every byte replayed, as soon as
+	// its bytes differ from both signatures (on the first byte, for a TLS
+	// hello or "GET"), or when it closes; one that sends nothing within
+	// ReadTimeout is closed. Use it only for protocols whose clients speak
+	// first, such as HTTP and TLS: a client that waits for the server to
+	// speak first would wait until it is closed.
+	RejectUntrustedHeaders bool
+
+	// Rejected, if set, is called for each conn the Listener closes without
+	// returning it (but for those that Close closes), with the conn's remote
+	// address and why: an error wrapping ErrUntrustedHeader,
+	// ErrNoProxyHeader, ErrMalformed or ErrTimeout, or another error Read
+	// documents. It lets a server count them. It is called from the
+	// Listener's goroutines, concurrently, and must not block.
+	Rejected func(remote net.Addr, err error)
 
 	// MaxPending is the most conns the Listener holds between accepting them
 	// from the inner listener and returning them from Accept, reading their
 	// headers or waiting for Accept to be called. While it holds that many,
-	// it accepts no more (the kernel queues them). If zero or negative,
-	// DefaultMaxPending (1024) is used.
+	// it accepts no more (the kernel queues them). Conns of untrusted peers
+	// hold no place, so that no number of strangers can keep the proxies'
+	// conns waiting: each is read (see RejectUntrustedHeaders) in a
+	// goroutine of its own for at most ReadTimeout, as a server reads any
+	// client's first bytes. If zero or negative, DefaultMaxPending (1024)
+	// is used.
 	MaxPending int
 
 	// Logger receives a record for each conn closed without being returned:
-	// Warn for a malformed header or an untrusted peer when Required is
-	// set, Debug for a client that closed, timed out or failed. If nil,
-	// nothing is logged.
+	// Warn for a trusted peer's conn whose header is missing (when Required
+	// is set) or malformed, Debug for every conn of an untrusted peer
+	// (strangers must not choose how much is logged), and for a client that
+	// closed, timed out or failed. If nil, nothing is logged.
 	Logger *slog.Logger
 
 	initOnce sync.Once
@@ -212,11 +245,17 @@ func (l *Listener) acceptLoop() {
 // closes c.
 func (l *Listener) handshake(c net.Conn) {
 	defer l.wg.Done()
-	defer func() { <-l.sem }()
-	pc, err := l.readHeader(c)
+	var once sync.Once
+	release := func() { once.Do(func() { <-l.sem }) }
+	defer release()
+	trusted := l.Trusted == nil || l.Trusted(c.RemoteAddr())
+	if !trusted {
+		release() // strangers hold no place (see MaxPending)
+	}
+	pc, err := l.readHeader(c, trusted)
 	if err != nil {
 		c.Close()
-		l.logClosed(c, err)
+		l.rejected(c, trusted, err)
 		return
 	}
 	select {
@@ -226,17 +265,20 @@ func (l *Listener) handshake(c net.Conn) {
 	}
 }
 
-// errUntrusted is the reason a conn from an untrusted peer is closed.
+// errUntrusted is the reason a conn from an untrusted peer is closed when
+// only the proxies may connect.
 var errUntrusted = errors.New("proxyproto: peer not trusted to send a PROXY header")
 
-// readHeader reads the header of c, as the fields say. An error means c is
-// to be closed.
-func (l *Listener) readHeader(c net.Conn) (*Conn, error) {
-	if l.Trusted != nil && !l.Trusted(c.RemoteAddr()) {
-		if l.Required {
+// readHeader reads the header of c, or the first bytes of an untrusted
+// peer's, as the fields say. An error means c is to be closed.
+func (l *Listener) readHeader(c net.Conn, trusted bool) (*Conn, error) {
+	if !trusted {
+		switch {
+		case l.Required && !l.PassUntrusted:
 			return nil, errUntrusted
+		case !l.RejectUntrustedHeaders:
+			return newConn(c, nil, nil), nil
 		}
-		return newConn(c, nil, nil), nil
 	}
 
 	l.mu.Lock()
@@ -263,18 +305,13 @@ func (l *Listener) readHeader(c net.Conn) (*Conn, error) {
 	}
 	br := bufio.NewReaderSize(c, handshakeBufSize)
 	var h *Header
-	version, err := detect(br)
-	switch {
-	case err == nil:
-		if h, err = readVersion(br, version); err != nil {
-			return nil, err
-		}
-	case l.Required:
-		return nil, err
-	case errors.Is(err, ErrNoProxyHeader), errors.Is(err, ErrTimeout),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		// Not a header, and nothing consumed: pass the conn through.
-	default:
+	var err error
+	if trusted {
+		h, err = l.header(br)
+	} else {
+		err = noSignature(br)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if timeout > 0 {
@@ -286,22 +323,58 @@ func (l *Listener) readHeader(c net.Conn) (*Conn, error) {
 	return newConn(c, h, rest), nil
 }
 
-// logClosed logs that c was closed for err.
-func (l *Listener) logClosed(c net.Conn, err error) {
-	if l.Logger == nil {
-		return
+// header reads a trusted peer's header from br: nil and no error for a
+// conn without one that is passed through (see Required).
+func (l *Listener) header(br *bufio.Reader) (*Header, error) {
+	version, err := detect(br)
+	switch {
+	case err == nil:
+		return readVersion(br, version)
+	case l.Required:
+		return nil, err
+	case errors.Is(err, ErrNoProxyHeader), errors.Is(err, ErrTimeout),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return nil, nil // not a header, and nothing consumed
 	}
+	return nil, err
+}
+
+// noSignature checks that an untrusted peer's conn does not start with a
+// PROXY signature (see RejectUntrustedHeaders), consuming nothing.
+func noSignature(br *bufio.Reader) error {
+	version, err := detect(br)
+	switch {
+	case err == nil:
+		return fmt.Errorf("%w (a version %d signature)", ErrUntrustedHeader, version)
+	case errors.Is(err, ErrNoProxyHeader), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return nil // its own bytes, or it closed: the server sees them as they are
+	}
+	return err // silent past ReadTimeout, or a failed read
+}
+
+// rejected reports that c, from a trusted peer or not, was closed for err:
+// to Rejected, and to the Logger.
+func (l *Listener) rejected(c net.Conn, trusted bool, err error) {
 	select {
 	case <-l.done: // closed by Close, not worth a record
 		return
 	default:
 	}
+	if l.Rejected != nil {
+		l.Rejected(c.RemoteAddr(), err)
+	}
+	if l.Logger == nil {
+		return
+	}
 	level := slog.LevelDebug
-	if errors.Is(err, ErrMalformed) || errors.Is(err, errUntrusted) || errors.Is(err, ErrNoProxyHeader) {
+	if trusted && (errors.Is(err, ErrMalformed) || errors.Is(err, ErrNoProxyHeader)) {
 		level = slog.LevelWarn
 	}
-	l.Logger.Log(context.Background(), level, "proxyproto: connection closed without a valid PROXY header",
-		"remote", c.RemoteAddr().String(), "err", err)
+	msg := "proxyproto: connection closed without a valid PROXY header"
+	if !trusted {
+		msg = "proxyproto: connection of an untrusted peer closed"
+	}
+	l.Logger.Log(context.Background(), level, msg, "remote", c.RemoteAddr().String(), "err", err)
 }
 
 // TrustPrefixes returns a Listener.Trusted function that trusts the peers

@@ -609,3 +609,182 @@ func TestListenerMaxPending(t *testing.T) {
 		t.Errorf("peak of %d conns held, want 1 to %d", peak, maxPending)
 	}
 }
+
+// dialFrom connects to ln from the loopback address from (such as
+// 127.0.0.2: another peer than the tests' usual 127.0.0.1), and writes
+// first, if any. The conn is closed when the test ends.
+func dialFrom(t *testing.T, ln net.Listener, from string, first []byte) *net.TCPConn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	c, err := d.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if len(first) > 0 {
+		if _, err := c.Write(first); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c.(*net.TCPConn)
+}
+
+// rejection is a call of Listener.Rejected.
+type rejection struct {
+	remote string
+	err    error
+}
+
+// mixedListener returns a Listener that trusts 127.0.0.2 alone to send a
+// header, requires one from it, and passes every other peer through
+// (vetting their first bytes when vet), with what it rejects and logs.
+func mixedListener(t *testing.T, vet bool, readTimeout time.Duration) (*Listener, *hookListener, chan rejection, chan slog.Record) {
+	rejected, records := make(chan rejection, 10), make(chan slog.Record, 10)
+	ln, hook := newListener(t, func(l *Listener) {
+		l.Trusted = TrustPrefixes(netip.MustParsePrefix("127.0.0.2/32"))
+		l.Required = true
+		l.PassUntrusted = true
+		l.RejectUntrustedHeaders = vet
+		l.ReadTimeout = readTimeout
+		l.Rejected = func(remote net.Addr, err error) { rejected <- rejection{remote.String(), err} }
+		l.Logger = slog.New(recordHandler{records})
+	})
+	return ln, hook, rejected, records
+}
+
+// rejectionOf returns the next call of Rejected, or fails the test if none
+// comes within 5 seconds.
+func rejectionOf(t *testing.T, ch <-chan rejection) rejection {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(5 * time.Second):
+		t.Fatal("Rejected was not called")
+		return rejection{}
+	}
+}
+
+// A listener that the proxies and direct clients share: the trusted
+// proxy's header sets the address, and the proxy must send one; an
+// untrusted peer keeps its own address and bytes, but for a PROXY
+// signature, which closes its conn at once, reported to Rejected and
+// logged at Debug only.
+func TestListenerUntrustedVetted(t *testing.T) {
+	checkNoLeak(t)
+	ln, _, rejected, records := mixedListener(t, true, 100*time.Millisecond)
+
+	// The trusted proxy, with a header, then without one.
+	dialFrom(t, ln, "127.0.0.2", header(t, 2, "203.0.113.7:4000", "192.0.2.1:443"))
+	if got := accept(t, ln).RemoteAddr().String(); got != "203.0.113.7:4000" {
+		t.Errorf("trusted proxy's conn: RemoteAddr %s, want its header's source", got)
+	}
+	c := dialFrom(t, ln, "127.0.0.2", []byte("GET / HTTP/1.1\r\n\r\n"))
+	expectClosed(t, c)
+	if r := rejectionOf(t, rejected); r.remote != c.LocalAddr().String() || !errors.Is(r.err, ErrNoProxyHeader) {
+		t.Errorf("trusted proxy's conn without a header: Rejected(%s, %v), want (%s, ErrNoProxyHeader)", r.remote, r.err, c.LocalAddr())
+	}
+	if r := record(t, records); r.Level != slog.LevelWarn {
+		t.Errorf("trusted proxy's conn without a header logged at %v, want WARN", r.Level)
+	}
+
+	// Untrusted peers that forge a header, in every way it starts.
+	for _, forged := range []struct {
+		name  string
+		first []byte
+	}{
+		{"v1", header(t, 1, "203.0.113.7:4000", "192.0.2.1:443")},
+		{"v2", header(t, 2, "203.0.113.7:4000", "192.0.2.1:443")},
+		{"v1 signature alone", []byte("PROXY ")},
+		{"v2 signature alone", sigV2},
+	} {
+		c := dial(t, ln, forged.first)
+		expectClosed(t, c)
+		if r := rejectionOf(t, rejected); r.remote != c.LocalAddr().String() || !errors.Is(r.err, ErrUntrustedHeader) {
+			t.Errorf("%s from an untrusted peer: Rejected(%s, %v), want (%s, ErrUntrustedHeader)", forged.name, r.remote, r.err, c.LocalAddr())
+		}
+		if r := record(t, records); r.Level != slog.LevelDebug {
+			t.Errorf("%s from an untrusted peer logged at %v, want DEBUG", forged.name, r.Level)
+		}
+	}
+
+	// Untrusted peers' own bytes: returned as they are, with their
+	// addresses, even when they start like a signature.
+	hello := append([]byte{0x16, 0x03, 0x01, 0x00, 0x05}, "hello"...)
+	for _, first := range [][]byte{
+		[]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+		hello,
+		[]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
+		[]byte("PROPFIND / HTTP/1.1\r\n\r\n"),
+		[]byte("PRO"), // then closed
+		[]byte("\r\n\r\nGET / HTTP/1.1\r\n\r\n"),
+	} {
+		c := dial(t, ln, first)
+		c.CloseWrite()
+		conn := accept(t, ln)
+		guard(t, conn)
+		got, err := io.ReadAll(conn)
+		if err != nil || !bytes.Equal(got, first) || conn.Header() != nil || conn.RemoteAddr().String() != c.LocalAddr().String() {
+			t.Errorf("untrusted %q: read %q, %v, header %s, RemoteAddr %s; want its bytes, no header, %s",
+				first, got, err, describe(conn.Header()), conn.RemoteAddr(), c.LocalAddr())
+		}
+	}
+
+	// An untrusted peer that sends nothing: closed after ReadTimeout,
+	// logged at Debug.
+	c = dial(t, ln, nil)
+	expectClosed(t, c)
+	if r := rejectionOf(t, rejected); !errors.Is(r.err, ErrTimeout) {
+		t.Errorf("silent untrusted peer: Rejected(%s, %v), want ErrTimeout", r.remote, r.err)
+	}
+	if r := record(t, records); r.Level != slog.LevelDebug {
+		t.Errorf("silent untrusted peer logged at %v, want DEBUG", r.Level)
+	}
+}
+
+// Without RejectUntrustedHeaders, an untrusted peer's conn is returned at
+// once, unread, even when Required is set: a header it sends reaches the
+// server as bytes, and a server that speaks first is not kept waiting.
+func TestListenerUntrustedPassedUnread(t *testing.T) {
+	checkNoLeak(t)
+	ln, _, _, _ := mixedListener(t, false, -1) // no deadline: a read would wait for good
+
+	c := dial(t, ln, nil)
+	conn := accept(t, ln)
+	if conn.Header() != nil || conn.RemoteAddr().String() != c.LocalAddr().String() {
+		t.Fatalf("silent untrusted peer: header %s, RemoteAddr %s; want none, %s", describe(conn.Header()), conn.RemoteAddr(), c.LocalAddr())
+	}
+	conn.Write([]byte("220 ready\r\n"))
+	guard(t, c)
+	banner := make([]byte, 11)
+	if _, err := io.ReadFull(c, banner); err != nil || string(banner) != "220 ready\r\n" {
+		t.Fatalf("client read %q, %v", banner, err)
+	}
+
+	forged := append(header(t, 1, "203.0.113.7:4000", "192.0.2.1:443"), "payload"...)
+	c = dial(t, ln, forged)
+	c.CloseWrite()
+	conn = accept(t, ln)
+	guard(t, conn)
+	if got, err := io.ReadAll(conn); err != nil || !bytes.Equal(got, forged) || conn.RemoteAddr().String() != c.LocalAddr().String() {
+		t.Errorf("untrusted header: read %q, %v, RemoteAddr %s; want the header as bytes, then payload, from %s", got, err, conn.RemoteAddr(), c.LocalAddr())
+	}
+}
+
+// Untrusted peers hold no place: with MaxPending 1, a silent stranger
+// being vetted does not keep the trusted proxy's conn waiting. Close ends
+// the stranger's read.
+func TestListenerUntrustedHoldNoPlace(t *testing.T) {
+	checkNoLeak(t)
+	ln, hook, _, _ := mixedListener(t, true, -1)
+	ln.MaxPending = 1
+	accepted := acceptAsync(ln)
+	silent := dial(t, ln, nil)
+	<-hook.accepted
+	dialFrom(t, ln, "127.0.0.2", header(t, 1, "203.0.113.7:4000", "192.0.2.1:443"))
+	if got := wait(t, accepted).RemoteAddr().String(); got != "203.0.113.7:4000" {
+		t.Errorf("accepted %s, want the proxy's client", got)
+	}
+	ln.Close()
+	expectClosed(t, silent)
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"golang.ngrok.com/muxado/v2/frame"
 )
@@ -78,6 +79,15 @@ func newFramer(r io.Reader, w io.Writer, hold uint32) *framer {
 type framer struct {
 	mu sync.Mutex // held by writes: muxado's writer goroutine, and inject
 
+	// onReset, if set, is called from the reader with the stream ID of
+	// each RST frame read; onEnd once reading fails (the session is
+	// over). Both must not block.
+	onReset func(id uint32)
+	onEnd   func()
+	onData  func(id uint32, n int) // called with each DATA frame's length before muxado reads its payload
+
+	frames atomic.Uint64 // frames read: the peer is alive while it grows
+
 	// stock reads every frame (through the buffer) and writes the frames
 	// this framer does not encode itself (GOAWAY).
 	stock frame.Framer
@@ -97,7 +107,23 @@ type heldInc struct {
 	inc uint32
 }
 
-func (f *framer) ReadFrame() (frame.Frame, error) { return f.stock.ReadFrame() }
+func (f *framer) ReadFrame() (frame.Frame, error) {
+	fr, err := f.stock.ReadFrame()
+	f.frames.Add(1)
+	switch {
+	case err != nil:
+		if f.onEnd != nil {
+			f.onEnd()
+		}
+	case f.onData != nil && fr.Type() == frame.TypeData:
+		if n := fr.Length(); n > 0 {
+			f.onData(uint32(fr.StreamId()), int(n))
+		}
+	case f.onReset != nil && fr.Type() == frame.TypeRst:
+		f.onReset(uint32(fr.StreamId()))
+	}
+	return fr, err
+}
 
 func (f *framer) WriteFrame(fr frame.Frame) error {
 	f.mu.Lock()

@@ -24,6 +24,13 @@ type Heartbeat struct {
 	Timeout  time.Duration       // zero: DefaultHeartbeatTimeout
 	RTT      func(time.Duration) // called with each round trip; nil: ignored
 	Dead     func()              // called once when the peer is dead
+
+	// Heard, if set, returns a count that grows whenever anything arrives
+	// from the peer (Session.Heard): a peer heard from within
+	// Interval+Timeout is alive even when its echoes are late, as they
+	// are when they wait behind bulk data on a slow link. Nil: only
+	// echoes count.
+	Heard func() uint64
 }
 
 // Run pings over st, a stream whose type byte was sent, until st fails.
@@ -32,14 +39,35 @@ func (h *Heartbeat) Run(st io.ReadWriter) {
 	interval := cmp(h.Interval, DefaultHeartbeatInterval)
 	timeout := cmp(h.Timeout, DefaultHeartbeatTimeout)
 	var once sync.Once
+	var watchdog *time.Timer
+	var mu sync.Mutex // guards watchdog's Resets and heard
+	var heard uint64  // what Heard said when the watchdog was last armed by it
+	if h.Heard != nil {
+		heard = h.Heard()
+	}
 	dead := func() {
+		if h.Heard != nil {
+			mu.Lock()
+			now := h.Heard()
+			alive := now != heard
+			if alive {
+				heard = now
+				watchdog.Reset(interval + timeout)
+			}
+			mu.Unlock()
+			if alive {
+				return
+			}
+		}
 		once.Do(func() {
 			if h.Dead != nil {
 				h.Dead()
 			}
 		})
 	}
-	watchdog := time.AfterFunc(interval+timeout, dead)
+	mu.Lock()
+	watchdog = time.AfterFunc(interval+timeout, dead)
+	mu.Unlock()
 	defer watchdog.Stop()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -49,7 +77,9 @@ func (h *Heartbeat) Run(st io.ReadWriter) {
 		if _, err := io.ReadFull(st, b[:]); err != nil {
 			break
 		}
+		mu.Lock()
 		watchdog.Reset(interval + timeout)
+		mu.Unlock()
 		sent := time.Unix(0, int64(binary.BigEndian.Uint64(b[:])))
 		if h.RTT != nil {
 			h.RTT(time.Since(sent))

@@ -1,10 +1,12 @@
 package wire
 
 import (
+	"container/list"
 	"encoding/binary"
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.ngrok.com/muxado/v2"
@@ -27,7 +29,22 @@ import (
 type Session struct {
 	muxado.Session
 	fr *framer
-	wg sync.WaitGroup // resets under way
+	wg sync.WaitGroup // resets under way, and AfterReset funcs running
+
+	wmu     sync.Mutex
+	watched map[uint32]*Stream // streams with AfterReset funcs
+	over    bool               // the session ended: every func ran
+
+	// Unread bytes: what the peer sent that the session's streams have not
+	// read yet, each stream's and all of them together, bounded by
+	// maxUnread (see LimitUnread).
+	streams   sync.Map // uint32 to *Stream: the open streams
+	unread    atomic.Int64
+	maxUnread atomic.Int64 // zero: no bound
+	onCut     atomic.Pointer[func(*Stream)]
+	shedding  atomic.Bool // a cut is being chosen
+
+	stalled stalledSends // streams whose writes are under way
 }
 
 // NewSession starts a muxado session on conn, as the client (the agent) or
@@ -41,6 +58,9 @@ func NewSession(conn net.Conn, window uint32, client bool, backlog uint32) *Sess
 		AcceptBacklog: backlog,
 		NewFramer: func(r io.Reader, w io.Writer) frame.Framer {
 			s.fr = newFramer(r, w, windowHold)
+			s.fr.onReset = s.peerReset
+			s.fr.onEnd = s.ended
+			s.fr.onData = s.received
 			return s.fr
 		},
 	}
@@ -59,7 +79,7 @@ func (s *Session) OpenStream() (*Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Stream{Stream: st, sess: s}, nil
+	return s.track(st), nil
 }
 
 // AcceptStream returns the next stream the peer opened.
@@ -68,15 +88,107 @@ func (s *Session) AcceptStream() (*Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Stream{Stream: st, sess: s}, nil
+	return s.track(st), nil
 }
 
-// Close closes the session, which fails every stream, and waits for the
-// resets under way.
+func (s *Session) track(ms muxado.Stream) *Stream {
+	st := &Stream{Stream: ms, sess: s}
+	s.streams.Store(ms.Id(), st)
+	return st
+}
+
+// Heard returns a count that grows with every frame the peer sends: a
+// peer whose frames keep arriving is alive, even when the echo of a ping
+// waits behind its data (see Heartbeat.Heard).
+func (s *Session) Heard() uint64 { return s.fr.frames.Load() }
+
+// LimitUnread bounds the bytes the session's streams may hold unread
+// together: bytes the peer sent that no reader took yet, at most a window
+// per stream. When a stream's data would pass max, the stream that has held
+// unread bytes the longest (whose reader stalled first) is cut (reset), its
+// bytes dropped, and
+// cut is called with it (from the session's reader: it must not block).
+// So many streams whose readers stalled (clients that stopped reading
+// their downloads) hold max bytes at most, not a window each. Zero or
+// negative: no bound.
+//
+// muxado grows a stream's buffer by doubling: a stream may hold up to
+// twice what it counts here in memory until it is closed.
+func (s *Session) LimitUnread(max int64, cut func(*Stream)) {
+	if cut != nil {
+		s.onCut.Store(&cut)
+	}
+	s.maxUnread.Store(max)
+}
+
+// received counts n bytes of a DATA frame for stream id, which muxado
+// buffers for the stream's reader, and cuts a stalled stream when the
+// session's unread bytes pass their bound.
+func (s *Session) received(id uint32, n int) {
+	v, ok := s.streams.Load(id)
+	if !ok {
+		return // a stream closed here: muxado drops the bytes
+	}
+	st := v.(*Stream)
+	if st.unread.Add(int64(n)) == int64(n) {
+		st.heldSince.Store(time.Now().UnixNano()) // it held nothing unread
+	}
+	total := s.unread.Add(int64(n))
+	if max := s.maxUnread.Load(); max > 0 && total > max && s.shedding.CompareAndSwap(false, true) {
+		s.shed(max)
+		s.shedding.Store(false)
+	}
+}
+
+// shed cuts the streams that have held unread bytes the longest (their
+// readers stalled first) until the unread bytes are within max.
+func (s *Session) shed(max int64) {
+	for s.unread.Load() > max {
+		var victim *Stream
+		s.streams.Range(func(_, v any) bool {
+			st := v.(*Stream)
+			if st.unread.Load() > 0 && (victim == nil || st.heldSince.Load() < victim.heldSince.Load()) {
+				victim = st
+			}
+			return true
+		})
+		if victim == nil {
+			return
+		}
+		victim.cut()
+		if f := s.onCut.Load(); f != nil {
+			(*f)(victim)
+		}
+	}
+}
+
+// forget stops counting a stream closed or reset here: its unread bytes
+// go with it.
+func (s *Session) forget(st *Stream) {
+	if _, ok := s.streams.LoadAndDelete(st.Id()); ok {
+		s.unread.Add(-st.unread.Swap(0))
+	}
+	s.stalled.remove(st)
+}
+
+// Close closes the session, which fails every stream, runs the AfterReset
+// funcs still registered, and waits for them and for the resets under way.
 func (s *Session) Close() error {
 	err := s.Session.Close()
+	s.ended()
 	s.wg.Wait()
 	return err
+}
+
+// goLocked runs f in a goroutine Close waits for, unless the session is
+// over: then in one it does not wait for (Close may be waiting already:
+// the WaitGroup takes no Add then). The caller holds wmu.
+func (s *Session) goLocked(f func()) {
+	if s.over {
+		go f()
+		return
+	}
+	s.wg.Go(f)
 }
 
 // resetFrames is what a reset writes: a RST for the stream, and an empty
@@ -95,10 +207,65 @@ func resetFrames(id uint32) []byte {
 // whose peer never answers ends with the session.
 func (s *Session) reset(st muxado.Stream) {
 	st.SetReadDeadline(time.Unix(1, 0))
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.over {
+		st.Close() // the session is closed: so is the stream, at once
+		return
+	}
 	s.wg.Go(func() {
 		s.fr.inject(resetFrames(st.Id()))
 		st.Close()
 	})
+}
+
+// peerReset runs the AfterReset funcs of stream id: the peer reset it
+// (or muxado did, for a frame that broke its rules).
+func (s *Session) peerReset(id uint32) {
+	s.wmu.Lock()
+	st := s.watched[id]
+	var fs []*resetWatch
+	if st != nil {
+		fs = st.watches
+		st.watches = nil
+		delete(s.watched, id)
+	}
+	s.runLocked(fs)
+	s.wmu.Unlock()
+}
+
+// ended runs every AfterReset func: the session is over. Only the first
+// call does anything.
+func (s *Session) ended() {
+	s.stalled.stop()
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.over {
+		return
+	}
+	var fs []*resetWatch
+	for _, st := range s.watched {
+		fs = append(fs, st.watches...)
+		st.watches = nil
+	}
+	s.watched = nil
+	s.runLocked(fs)
+	s.over = true
+}
+
+// runLocked starts the funcs of watches, each in a goroutine of its own
+// (the reader must not wait for them). The caller holds wmu.
+func (s *Session) runLocked(ws []*resetWatch) {
+	for _, w := range ws {
+		w.fired = true
+		s.goLocked(w.f)
+	}
+}
+
+// resetWatch is a func registered with AfterReset.
+type resetWatch struct {
+	f     func()
+	fired bool // guarded by Session.wmu
 }
 
 // Stream is a stream of a Session: a muxado stream whose Close never waits
@@ -111,6 +278,93 @@ type Stream struct {
 	mu      sync.Mutex
 	writers int  // Write and CloseWrite calls under way
 	closed  bool // Close or Reset was called
+
+	watches []*resetWatch // guarded by sess.wmu
+
+	unread    atomic.Int64 // bytes the peer sent that Read has not returned
+	heldSince atomic.Int64 // since when unread has not been back to zero, in Unix nanoseconds
+
+	waiting      *list.Element // in sess.stalled while a write is under way; guarded by its mu
+	waitingSince time.Time     // likewise
+}
+
+// Read reads what the peer sent.
+func (st *Stream) Read(b []byte) (int, error) {
+	n, err := st.Stream.Read(b)
+	if n > 0 {
+		// Uncount what was counted: the bytes of a stream's first frame,
+		// which arrive before the stream is known here, never were.
+		for {
+			u := st.unread.Load()
+			d := min(int64(n), u)
+			if d <= 0 || st.unread.CompareAndSwap(u, u-d) {
+				if d > 0 {
+					st.sess.unread.Add(-d)
+				}
+				break
+			}
+		}
+	}
+	return n, err
+}
+
+// AfterReset arranges for f to run, in a goroutine of its own, when the
+// peer resets the stream (it cut the connection short), when the session
+// cuts it for one of its bounds (LimitUnread, LimitStalled), or when the
+// session ends, which a goroutine blocked elsewhere (writing to an app
+// that reads nothing, say) would otherwise not see. f does not run once
+// the stream was closed or reset here. stop unregisters f, and reports whether it
+// stopped f from running, as context.AfterFunc's stop does.
+func (st *Stream) AfterReset(f func()) (stop func() bool) {
+	s := st.sess
+	w := &resetWatch{f: f}
+	s.wmu.Lock()
+	if s.over {
+		w.fired = true
+		s.goLocked(w.f)
+		s.wmu.Unlock()
+		return func() bool { return false }
+	}
+	if len(st.watches) == 0 {
+		if s.watched == nil {
+			s.watched = map[uint32]*Stream{}
+		}
+		s.watched[st.Id()] = st
+	}
+	st.watches = append(st.watches, w)
+	s.wmu.Unlock()
+	return func() bool {
+		s.wmu.Lock()
+		defer s.wmu.Unlock()
+		if w.fired {
+			return false
+		}
+		st.unwatchLocked(w)
+		return true
+	}
+}
+
+// unwatchLocked removes w (every watch, for nil) from st.
+func (st *Stream) unwatchLocked(w *resetWatch) {
+	kept := st.watches[:0]
+	for _, o := range st.watches {
+		if w != nil && o != w {
+			kept = append(kept, o)
+		}
+	}
+	st.watches = kept
+	if len(kept) == 0 && st.sess.watched[st.Id()] == st {
+		delete(st.sess.watched, st.Id())
+	}
+}
+
+// unwatch forgets the AfterReset funcs of a stream closed here.
+func (st *Stream) unwatch() {
+	st.sess.wmu.Lock()
+	defer st.sess.wmu.Unlock()
+	if len(st.watches) > 0 {
+		st.unwatchLocked(nil)
+	}
 }
 
 var _ net.Conn = (*Stream)(nil)
@@ -125,14 +379,18 @@ func (st *Stream) enter() bool {
 	if st.closed {
 		return false
 	}
-	st.writers++
+	if st.writers++; st.writers == 1 {
+		st.sess.stalled.add(st) // takes the session's lock under st.mu: never the other way
+	}
 	return true
 }
 
 func (st *Stream) leave() {
 	st.mu.Lock()
-	st.writers--
-	st.mu.Unlock()
+	defer st.mu.Unlock()
+	if st.writers--; st.writers == 0 {
+		st.sess.stalled.remove(st)
+	}
 }
 
 // Write writes b; see muxado. It fails at once after Close or Reset.
@@ -186,11 +444,29 @@ func (st *Stream) Close() error {
 	st.closed = true
 	busy := st.writers > 0
 	st.mu.Unlock()
+	st.unwatch()
+	st.sess.forget(st)
 	if busy {
 		st.sess.reset(st.Stream)
 		return nil
 	}
 	return st.Stream.Close()
+}
+
+// cut resets the stream for a bound of its session's, and runs its
+// AfterReset funcs: whoever serves the stream is blocked elsewhere (its
+// writer waits for the peer's window) and must let go of what it holds.
+func (st *Stream) cut() {
+	s := st.sess
+	s.wmu.Lock()
+	fs := st.watches
+	st.watches = nil
+	if s.watched[st.Id()] == st {
+		delete(s.watched, st.Id())
+	}
+	s.runLocked(fs)
+	s.wmu.Unlock()
+	st.Reset()
 }
 
 // Reset ends the stream at once, both ways, telling the peer that it was
@@ -204,5 +480,7 @@ func (st *Stream) Reset() {
 	}
 	st.closed = true
 	st.mu.Unlock()
+	st.unwatch()
+	st.sess.forget(st)
 	st.sess.reset(st.Stream)
 }

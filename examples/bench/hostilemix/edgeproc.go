@@ -93,7 +93,7 @@ func startEdge(ctx context.Context, exe, logDir, phase, tokens string) (*edgePro
 	e.cmd = exec.Command(exe,
 		"-agents", e.agentAddr, "-http", e.httpAddr, "-tls", e.tlsAddr,
 		"-tcp-ports", fmt.Sprintf("%d-%d", ports[3], ports[6]),
-		"-domain", "example.test", "-tokens", tokens, "-proxy-protocol")
+		"-domain", "example.test", "-tokens", tokens, "-proxy-protocol-from", "127.0.0.1/32")
 	e.cmd.Env = append(os.Environ(), childEnv+"=1")
 	e.cmd.Stdout, e.cmd.Stderr = logFile, logFile
 	if err := e.cmd.Start(); err != nil {

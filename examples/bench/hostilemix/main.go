@@ -9,8 +9,9 @@
 // the edge, a fresh one for each of two phases, so that its memory is
 // measured alone: a quiet phase, where only the well-behaved client runs,
 // then a hostile one, where ten attacks run beside it. The program plays
-// the load balancer in front of the edge (-proxy-protocol): every public
-// connection it makes starts with a PROXY v1 header naming its client.
+// the load balancer in front of the edge (-proxy-protocol-from 127.0.0.1/32):
+// every public connection it makes starts with a PROXY v1 header naming its
+// client.
 // Attackers come from 198.51.100.0/24, a few addresses per attack; the
 // well-behaved client comes from 203.0.113.5.
 //

@@ -21,9 +21,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -77,14 +79,19 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	tcpPorts := fs.String("tcp-ports", "", "range of ports for TCP endpoints, e.g. 20000-20100 (empty: none)")
 	token := fs.String("token", "", "shared secret agents must present, as identity \"token\" (empty, and no -tokens: any agent is accepted, each its own identity)")
 	tokensFile := fs.String("tokens", "", "file of \"token identity\" lines: agents present a token, and its identity owns their names")
-	ticketKey := fs.String("ticket-key", "", "file with the hex key that signs agents' tickets, created with a new random key if missing; keep it across restarts so that names go back to their owners (empty: a new key each start)")
+	ticketKey := fs.String("ticket-key", "", "file with the hex key that signs agents' tickets, created with a new random key if missing; keep it across restarts so that anonymous agents keep their identity, and their names (empty: a new key each start)")
+	stateDir := fs.String("state", "", "directory for the record of who holds which name (names.jsonl), so that a restart gives each name back to the identity that held it when the edge stopped; a first start has none (default: -ticket-key's directory; empty and no -ticket-key: no record, names go to whoever asks first after a restart; unused with -etcd, which keeps the names)")
 	allowCatchAll := fs.Bool("allow-catch-all", false, "let agents bind * and *.DOMAIN (every name under the domain: single-tenant edges only)")
 	maxPending := fs.Int("max-pending", 0, "agent connections waiting for their hello at most; the oldest is closed past it (0: 1024, negative: no bound)")
 	maxEndpoints := fs.Int("max-endpoints", 0, "endpoints per agent session at most (0: 1024, negative: no bound)")
+	maxPerIdentity := fs.Int("max-endpoints-per-identity", 0, "endpoints one identity holds on this edge at most, over all its sessions (0: 4096, negative: no bound)")
+	maxPerSource := fs.Int("max-endpoints-per-source", 0, "endpoints the anonymous agents of one address (an IPv6 /64) hold on this edge at most (0: 1024, negative: no bound)")
+	maxTotal := fs.Int("max-endpoints-total", 0, "endpoints on this edge at most, every agent's together (0: 65536, negative: no bound)")
 	maxAuthFailures := fs.Int("max-auth-failures", 0, "failed agent authentications per source address per minute before its connections are closed at once (0: 10, negative: no limit)")
 	clientShare := fs.Float64("client-share", 0, "part of an endpoint's streams one client address may hold (0: 1/16, negative: no bound)")
 	bodyTimeout := fs.Duration("body-timeout", 0, "cut off an HTTP request body that stops moving this long (0: 60s, negative: never)")
-	proxyProtocol := fs.Bool("proxy-protocol", false, "expect a PROXY protocol header (v1 or v2) from a load balancer at the start of every public connection (-http, -tls, TCP endpoints)")
+	var proxyFrom prefixList
+	fs.Var(&proxyFrom, "proxy-protocol-from", "the load balancers' addresses, as `CIDR,...` (prefixes or single addresses; the flag repeats): their connections to -http, -tls and TCP endpoints must start with a PROXY protocol header (v1 or v2) naming the client; other peers are clients at their own address, never read for a header (empty: no PROXY protocol)")
 	agentCert := fs.String("agent-cert", "", "PEM certificate for TLS on -agents (with -agent-key; empty: plaintext)")
 	agentKey := fs.String("agent-key", "", "PEM private key of -agent-cert")
 	certFile := fs.String("cert", "", "PEM certificate (chain) for https endpoints on -tls, e.g. a wildcard for *.DOMAIN (with -key)")
@@ -149,20 +156,23 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 		echKeys = append(echKeys, key)
 	}
 	srv := &edge.Server{
-		ID:            *id,
-		ECHKeys:       echKeys,
-		Certificates:  certs,
-		ACME:          acme,
-		RedirectHTTP:  *redirectHTTPS,
-		Domain:        *domain,
-		Logger:        log,
-		AllowCatchAll: *allowCatchAll,
-		ProxyProtocol: *proxyProtocol,
+		ID:                *id,
+		ECHKeys:           echKeys,
+		Certificates:      certs,
+		ACME:              acme,
+		RedirectHTTP:      *redirectHTTPS,
+		Domain:            *domain,
+		Logger:            log,
+		AllowCatchAll:     *allowCatchAll,
+		ProxyProtocolFrom: proxyFrom,
 		Limits: edge.Limits{
-			PendingSessions:     *maxPending,
-			EndpointsPerSession: *maxEndpoints,
-			AuthFailures:        *maxAuthFailures,
-			ClientShare:         *clientShare,
+			PendingSessions:      *maxPending,
+			EndpointsPerSession:  *maxEndpoints,
+			EndpointsPerIdentity: *maxPerIdentity,
+			EndpointsPerSource:   *maxPerSource,
+			Endpoints:            *maxTotal,
+			AuthFailures:         *maxAuthFailures,
+			ClientShare:          *clientShare,
 		},
 		Timeouts: edge.Timeouts{Body: *bodyTimeout},
 	}
@@ -182,14 +192,15 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 		srv.AccessLog = log.With("log", "access")
 	}
 	if *ticketKey != "" {
-		key, created, err := loadTicketKey(*ticketKey)
+		key, err := loadTicketKey(*ticketKey)
 		if err != nil {
 			return err
 		}
 		srv.TicketKey = key
-		if created {
-			srv.Timeouts.RestartGrace = -1 // a first start: no agent holds a ticket yet
-		}
+	}
+	srv.StateDir = *stateDir
+	if !flagSet(fs, "state") && *ticketKey != "" {
+		srv.StateDir = filepath.Dir(*ticketKey)
 	}
 	if (*agentCert == "") != (*agentKey == "") {
 		return errors.New("-agent-cert and -agent-key go together")
@@ -253,7 +264,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 			return err
 		}
 	}
-	log.Info("edge up", "id", srv.ID, "agents", agentLn.Addr().String(), "http", httpLn.Addr().String(), "tls", *tlsAddr, "relay", *relayAddr, "tcp_ports", *tcpPorts, "domain", *domain, "https", len(certs) > 0 || acme != nil)
+	log.Info("edge up", "id", srv.ID, "state", srv.StateDir, "agents", agentLn.Addr().String(), "http", httpLn.Addr().String(), "tls", *tlsAddr, "relay", *relayAddr, "tcp_ports", *tcpPorts, "domain", *domain, "https", len(certs) > 0 || acme != nil)
 	// Start registers every listener before any agent can bind, so that
 	// the first URL handed out names the public ports.
 	if err := srv.Start(edge.Listeners{Agents: agentLn, HTTP: httpLn, TLS: tlsLn}); err != nil {
@@ -276,6 +287,37 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 		err = nil
 	}
 	return err
+}
+
+// prefixList is the value of -proxy-protocol-from: CIDR prefixes or single
+// addresses, comma separated, the flag repeatable.
+type prefixList []netip.Prefix
+
+func (l *prefixList) String() string {
+	if l == nil {
+		return ""
+	}
+	s := make([]string, len(*l))
+	for i, p := range *l {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *prefixList) Set(v string) error {
+	for f := range strings.SplitSeq(v, ",") {
+		f = strings.TrimSpace(f)
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			if a, aerr := netip.ParseAddr(f); aerr == nil {
+				p = netip.PrefixFrom(a, a.BitLen()) // one address
+			} else {
+				return fmt.Errorf("%q is not a CIDR prefix such as 10.0.0.0/8 or 2001:db8::/32, nor an IP address", f)
+			}
+		}
+		*l = append(*l, p)
+	}
+	return nil
 }
 
 // identities maps the SHA-256 of each token to its identity: looking up a
@@ -319,26 +361,33 @@ func (ids identities) load(path string) error {
 	return nil
 }
 
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // loadTicketKey reads a hex key of at least 32 bytes, or creates the file
-// with a new random one (created is then true).
-func loadTicketKey(path string) (key []byte, created bool, err error) {
+// with a new random one.
+func loadTicketKey(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		key := make([]byte, 32)
 		rand.Read(key)
 		if err := os.WriteFile(path, []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
-			return nil, false, fmt.Errorf("-ticket-key: %w", err)
+			return nil, fmt.Errorf("-ticket-key: %w", err)
 		}
-		return key, true, nil
+		return key, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("-ticket-key: %w", err)
+		return nil, fmt.Errorf("-ticket-key: %w", err)
 	}
-	key, err = hex.DecodeString(string(bytes.TrimSpace(b)))
+	key, err := hex.DecodeString(string(bytes.TrimSpace(b)))
 	if err != nil || len(key) < 32 {
-		return nil, false, fmt.Errorf("-ticket-key %s: want at least 32 bytes in hex", path)
+		return nil, fmt.Errorf("-ticket-key %s: want at least 32 bytes in hex", path)
 	}
-	return key, false, nil
+	return key, nil
 }
 
 // certificates loads the certificate of -cert and -key, and the ACME

@@ -1,0 +1,498 @@
+package edge_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/agent/forward"
+	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/internal/testpki"
+	"github.com/tunnelkit/tunnelkit/internal/testtools"
+)
+
+// Every exchange ends, and ends truthfully (issue #18): each test runs the
+// same exchange through one plain httputil.ReverseProxy hop, the baseline,
+// and through the tunnel with the agent in both of its modes (copying
+// bytes, and forwarding request by request), over HTTP/1.1 and HTTP/2.
+
+// hop is a way from a client to the app: the baseline ReverseProxy, or the
+// tunnel.
+type hop struct {
+	name string
+	// client returns a client of the hop over HTTP/2 when h2, else
+	// HTTP/1.1, both over TLS; every name reaches the hop.
+	client func(t testing.TB, h2 bool) *http.Client
+	url    string             // the app's URL through the hop
+	obs    *tally             // the edge's counts; nil for the baseline
+	srv    *edge.Server       // nil for the baseline
+	closed func(t testing.TB) // waits until the hop holds no stream of an exchange; nil for the baseline
+}
+
+// hops returns the baseline and the tunnel in both agent modes, in front
+// of app (an HTTP/1.1 server on loopback), configuring the edge with
+// configure.
+func hops(t *testing.T, app http.Handler, configure func(*edge.Server)) []hop {
+	t.Helper()
+	appLn := listen(t)
+	appSrv := &http.Server{Handler: app}
+	go appSrv.Serve(appLn)
+	t.Cleanup(func() { appSrv.Close() })
+	appAddr := appLn.Addr().String()
+	return append([]hop{baselineHop(t, appAddr)}, tunnelHops(t, appAddr, configure)...)
+}
+
+// tunnelHops returns the tunnel in both agent modes in front of the app at
+// appAddr.
+func tunnelHops(t *testing.T, appAddr string, configure func(*edge.Server)) []hop {
+	t.Helper()
+	var out []hop
+	for _, mode := range []string{"bytes", "requests"} {
+		obs := &tally{}
+		e := startHTTPSEdge(t, func(s *edge.Server) {
+			s.Observer = obs
+			if os.Getenv("EXCHANGE_DEBUG") != "" {
+				s.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			}
+			if configure != nil {
+				configure(s)
+			}
+		})
+		c := &agent.Client{Addrs: []string{e.agentAddr}}
+		l, err := c.Listen(context.Background(), "https://app")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if mode == "bytes" {
+				forward.Bytes{To: appAddr}.Serve(l)
+				return
+			}
+			forward.HTTP{To: appAddr}.Serve(l)
+		}()
+		t.Cleanup(func() { c.Close(); <-done })
+		// The agent's heartbeat stream stays open for the session: the
+		// exchanges' streams are those past it.
+		const idle = 1
+		waitFor(t, func() bool { return obs.get("streams") == idle })
+		out = append(out, hop{
+			name:   "tunnel, agent copying " + mode,
+			client: e.client,
+			url:    l.URL(),
+			obs:    obs,
+			srv:    e.srv,
+			closed: func(t testing.TB) {
+				t.Helper()
+				deadline := time.Now().Add(10 * time.Second)
+				for obs.get("streams") != idle {
+					if time.Now().After(deadline) {
+						t.Fatalf("the edge holds %d streams 10 s after the exchanges ended, want %d (%s)", obs.get("streams"), idle, obs)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			},
+		})
+		if mode == "requests" {
+			out[len(out)-1].name = "tunnel, agent forwarding requests"
+		}
+	}
+	return out
+}
+
+// baselineHop is one stdlib ReverseProxy in front of the app at appAddr,
+// speaking TLS (HTTP/2 and HTTP/1.1) to its clients.
+func baselineHop(t *testing.T, appAddr string) hop {
+	pki := testpki.New(t)
+	target, _ := url.Parse("http://" + appAddr)
+	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+		pr.SetURL(target)
+		pr.Out.Host = pr.In.Host
+	}}
+	ln := listen(t)
+	srv := &http.Server{Handler: rp, TLSConfig: &tls.Config{Certificates: []tls.Certificate{pki.Issue(t, "*.example.test")}}}
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetHTTP2(true)
+	srv.Protocols = p
+	go srv.ServeTLS(ln, "", "")
+	t.Cleanup(func() { srv.Close() })
+	addr := ln.Addr().String()
+	_, port, _ := net.SplitHostPort(addr)
+	return hop{
+		name: "baseline ReverseProxy",
+		client: func(t testing.TB, h2 bool) *http.Client {
+			p := new(http.Protocols)
+			if h2 {
+				p.SetHTTP2(true)
+			} else {
+				p.SetHTTP1(true)
+			}
+			tr := &http.Transport{
+				DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+					return (&net.Dialer{}).DialContext(ctx, network, addr)
+				},
+				TLSClientConfig: &tls.Config{RootCAs: pki.Pool},
+				Protocols:       p,
+			}
+			t.Cleanup(tr.CloseIdleConnections)
+			return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+		},
+		url: "https://app.example.test:" + port,
+	}
+}
+
+func protoName(h2 bool) string {
+	if h2 {
+		return "h2"
+	}
+	return "h1"
+}
+
+// TestRefusedUploadIsAnswered: an app answers 413, with Connection:
+// close, to a 10 MB upload without reading it. Through the baseline, the
+// client gets the 413 every time; so it must through the tunnel, in both
+// agent modes and over both protocols, promptly (it used to hang for
+// good, holding its stream and its client's share), and the edge's
+// streams return to zero afterwards. With "Expect: 100-continue", the app
+// sees the expectation and refuses before the body is sent.
+func TestRefusedUploadIsAnswered(t *testing.T) {
+	var sawExpect atomic.Int32
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Expect") == "100-continue" {
+			sawExpect.Add(1)
+		}
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+		io.WriteString(w, "too large")
+	})
+	const size = 10 << 20
+	for _, h := range hops(t, app, nil) {
+		for _, h2 := range []bool{false, true} {
+			for _, expect := range []bool{false, true} {
+				name := fmt.Sprintf("%s/%s/expect=%v", h.name, protoName(h2), expect)
+				t.Run(name, func(t *testing.T) {
+					client := h.client(t, h2)
+					client.Transport.(*http.Transport).ExpectContinueTimeout = 5 * time.Second
+					sawExpect.Store(0)
+					var inBefore int64
+					if h.obs != nil {
+						inBefore = h.obs.get("in/https")
+					}
+					for i := range 10 {
+						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+						req, _ := http.NewRequestWithContext(ctx, "PUT", h.url+"/upload", pattern(size))
+						req.ContentLength = size
+						if expect {
+							req.Header.Set("Expect", "100-continue")
+						}
+						resp, err := client.Do(req)
+						if err != nil {
+							cancel()
+							t.Fatalf("upload %d: %v (want the app's 413 within 5 s)", i, err)
+						}
+						body, _ := io.ReadAll(resp.Body)
+						resp.Body.Close()
+						cancel()
+						if resp.StatusCode != http.StatusRequestEntityTooLarge || string(body) != "too large" {
+							t.Fatalf("upload %d: %d %q, want the app's 413", i, resp.StatusCode, body)
+						}
+					}
+					// Go's HTTP/2 server takes the expectation off the
+					// request and answers it itself when the body is first
+					// read (the baseline's app never sees it either).
+					if expect && !h2 && sawExpect.Load() != 10 {
+						t.Errorf("the app saw Expect: 100-continue %d times of 10", sawExpect.Load())
+					}
+					if expect && h.obs != nil {
+						if in := h.obs.get("in/https") - inBefore; in > 10*1<<20 {
+							t.Errorf("the edge read %d bytes of bodies the app refused before they were sent", in)
+						}
+					}
+					client.Transport.(*http.Transport).CloseIdleConnections()
+					if h.closed != nil {
+						h.closed(t)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestClientThatLeavesCancelsTheApp: a client gives up on a request the
+// app is still working on. Through the baseline, the app's request context
+// is cancelled; through the tunnel too, over HTTP/1.1 (the client closes
+// its connection) and HTTP/2 (RST_STREAM), in both agent modes.
+func TestClientThatLeavesCancelsTheApp(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	cancelled := make(chan time.Time, 1)
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		select {
+		case <-r.Context().Done():
+			cancelled <- time.Now()
+		case <-time.After(30 * time.Second):
+			cancelled <- time.Time{} // never cancelled
+		}
+	})
+	for _, h := range hops(t, app, nil) {
+		for _, h2 := range []bool{false, true} {
+			t.Run(h.name+"/"+protoName(h2), func(t *testing.T) {
+				client := h.client(t, h2)
+				ctx, cancel := context.WithCancel(context.Background())
+				errc := make(chan error, 1)
+				go func() {
+					req, _ := http.NewRequestWithContext(ctx, "GET", h.url+"/work", nil)
+					resp, err := client.Do(req)
+					if err == nil {
+						resp.Body.Close()
+					}
+					errc <- err
+				}()
+				select {
+				case <-arrived:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the request never reached the app")
+				}
+				left := time.Now()
+				cancel() // the client leaves
+				<-errc
+				at := <-cancelled
+				if at.IsZero() {
+					t.Fatal("the app's request ran its full 30 s: the client's leaving never reached it")
+				}
+				t.Logf("the app's request was cancelled %v after the client left", at.Sub(left).Round(time.Millisecond))
+				if h.closed != nil {
+					client.Transport.(*http.Transport).CloseIdleConnections()
+					h.closed(t)
+				}
+			})
+		}
+	}
+}
+
+// TestHalfClosedClientGetsTheAnswer: an HTTP/1.1 client sends its
+// request, half-closes its side, and only then does the app answer: the
+// client still gets the app's answer (the tunnel cannot tell a
+// half-close from a client that left, but waits a moment for the answer
+// before it cancels).
+func TestHalfClosedClientGetsTheAnswer(t *testing.T) {
+	te := startEdge(t)
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
+	defer c.Close()
+	l := bind(t, c, "app")
+	halfClosed := make(chan struct{}, 1)
+	var posts atomic.Int32
+	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Method == "POST" {
+			posts.Add(1)
+		}
+		<-halfClosed // answer once the client half-closed
+		w.WriteHeader(201)
+		fmt.Fprintf(w, "%s %s", r.Method, body)
+	}))
+	for _, c := range []struct{ req, want string }{
+		{"GET / HTTP/1.1\r\nHost: app.example.test\r\n\r\n", "GET "},
+		{"POST / HTTP/1.1\r\nHost: app.example.test\r\nContent-Length: 5\r\n\r\nhello", "POST hello"},
+	} {
+		conn, err := net.Dial("tcp", te.httpAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(conn, c.req)
+		conn.(*net.TCPConn).CloseWrite()
+		halfClosed <- struct{}{}
+		conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%q then half-close: %v", c.req, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		conn.Close()
+		if resp.StatusCode != 201 || string(body) != c.want {
+			t.Fatalf("%q then half-close: %d %q, want the app's 201 %q", c.req, resp.StatusCode, body, c.want)
+		}
+	}
+	if posts.Load() != 1 {
+		t.Fatalf("%d posts reached the app, want 1", posts.Load())
+	}
+}
+
+// TestStalledExchangesEnd: whatever side stops moving bytes it owes, the
+// exchange ends after Timeouts.HTTPIdle: the client hears of it, the
+// edge's streams are released, and the agent drops its connection to the
+// app, which the app learns when it reads or writes again (as behind any
+// proxy that gave up): an app that stops reading an upload, a client that
+// stops reading a download, an app that stops sending its body.
+func TestStalledExchangesEnd(t *testing.T) {
+	appSaid := make(chan string, 16)
+	var resume chan struct{}
+	var mu sync.Mutex
+	resumed := func() chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		return resume
+	}
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/stop-reading": // reads a little of the upload, then stalls
+			io.ReadFull(r.Body, make([]byte, 1024))
+			<-resumed()
+			if _, err := io.Copy(io.Discard, r.Body); err != nil {
+				appSaid <- "stop-reading: the rest of the body failed"
+			} else {
+				appSaid <- "stop-reading: the whole body came"
+			}
+		case "/big": // a body far larger than every buffer on the way
+			buf := make([]byte, 64<<10)
+			for i := 0; i < (256<<20)/len(buf); i++ {
+				if _, err := w.Write(buf); err != nil {
+					appSaid <- "big: write failed"
+					return
+				}
+			}
+			appSaid <- "big: sent whole"
+		case "/stop-sending": // a little of the body, then stalls
+			w.Write(make([]byte, 1024))
+			http.NewResponseController(w).Flush()
+			<-resumed()
+			buf := make([]byte, 64<<10)
+			for i := 0; i < (64<<20)/len(buf); i++ {
+				if _, err := w.Write(buf); err != nil {
+					appSaid <- "stop-sending: write failed"
+					return
+				}
+			}
+			appSaid <- "stop-sending: sent whole"
+		}
+	})
+	appLn := listen(t)
+	appSrv := &http.Server{Handler: app}
+	go appSrv.Serve(appLn)
+	t.Cleanup(func() { appSrv.Close() })
+	stall := func() chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		resume = make(chan struct{})
+		return resume
+	}
+
+	idle := func(s *edge.Server) { s.Timeouts.HTTPIdle = 500 * time.Millisecond }
+	for _, h := range tunnelHops(t, appLn.Addr().String(), idle) {
+		for _, h2 := range []bool{false, true} {
+			t.Run(h.name+"/"+protoName(h2), func(t *testing.T) {
+				client := h.client(t, h2)
+				// The app stops reading an upload: the agent stops reading
+				// its stream, the edge's writes wait for window.
+				resume := stall()
+				req, _ := http.NewRequest("PUT", h.url+"/stop-reading", pattern(256<<20))
+				req.ContentLength = 256 << 20
+				if resp, err := client.Do(req); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusBadGateway {
+						t.Errorf("the stalled upload got %d, want 502", resp.StatusCode)
+					}
+				}
+				close(resume)
+				waitApp(t, appSaid, "stop-reading: the rest of the body failed")
+
+				// The client stops reading a download.
+				resp, err := client.Get(h.url + "/big")
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.ReadFull(resp.Body, make([]byte, 1024))
+				waitApp(t, appSaid, "big: write failed")
+				resp.Body.Close()
+
+				// The app stops sending its body.
+				resume = stall()
+				resp, err = client.Get(h.url + "/stop-sending")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.Copy(io.Discard, resp.Body); err == nil {
+					t.Error("a body the app stopped sending read as whole")
+				}
+				resp.Body.Close()
+				close(resume)
+				waitApp(t, appSaid, "stop-sending: write failed")
+
+				client.Transport.(*http.Transport).CloseIdleConnections()
+				h.closed(t)
+			})
+		}
+	}
+}
+
+// waitApp waits for the app to say want.
+func waitApp(t *testing.T, said <-chan string, want string) {
+	t.Helper()
+	select {
+	case got := <-said:
+		if got != want {
+			t.Fatalf("the app said %q, want %q", got, want)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the app never said %q: the exchange did not end", want)
+	}
+}
+
+// TestAccessLogSaysSwitchingProtocols: the access line of a WebSocket
+// upgrade records 101, the status the client got, and the upgraded
+// connection's bytes.
+func TestAccessLogSaysSwitchingProtocols(t *testing.T) {
+	var logged testtools.Buffer
+	te := edgeOn(t, &edge.Server{Domain: "example.test", AccessLog: slog.New(slog.NewTextHandler(&logged, nil))}, listen(t), listen(t))
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
+	defer c.Close()
+	l := bind(t, c, "ws")
+	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		brw.Flush()
+		io.Copy(conn, brw) // echo until the client closes
+	}))
+	conn, err := net.Dial("tcp", te.httpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(conn, "GET / HTTP/1.1\r\nHost: ws.example.test\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	io.WriteString(conn, "hello")
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(br, got); err != nil || string(got) != "hello" {
+		t.Fatalf("echo: %q %v", got, err)
+	}
+	conn.Close()
+	waitFor(t, func() bool { return strings.Contains(logged.String(), "\n") })
+	line := logged.String()
+	if !strings.Contains(line, "status=101") || !strings.Contains(line, "bytes=5") {
+		t.Fatalf("access line %q, want status=101 and the 5 bytes echoed", line)
+	}
+}

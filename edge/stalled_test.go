@@ -1,0 +1,209 @@
+package edge_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/agent/forward"
+	"github.com/tunnelkit/tunnelkit/edge"
+)
+
+// stalledReaders runs issue #19's attack: from each of sources client
+// addresses, an HTTP/2 connection whose SETTINGS give every stream a
+// window of zero, opens streams GETs of a 4 MB body and never reads. A
+// well-behaved client from another address makes requests meanwhile. The
+// agent's session must stay up, the well-behaved client must see no
+// failure, and the edge must cut stalled streams past its session's bound
+// of unread bytes.
+func stalledReaders(t *testing.T, sources, streams int) {
+	obs := &tally{}
+	srv := &edge.Server{Domain: "example.test", Observer: obs}
+	var logger *slog.Logger
+	if os.Getenv("STALLED_DEBUG") != "" {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		srv.Logger = logger.With("side", "edge")
+	}
+	e := startProxiedEdge(t, srv)
+	events := make(chan agent.Event, 16)
+	c := &agent.Client{Addrs: []string{e.agentAddr}, Logger: logger, OnEvent: func(ev agent.Event) {
+		if ev.Kind == agent.Disconnected && os.Getenv("STALLED_DEBUG") != "" {
+			f, _ := os.Create("/tmp/stall_at_disconnect.txt")
+			pprof.Lookup("goroutine").WriteTo(f, 2)
+			f.Close()
+		}
+		select {
+		case events <- ev:
+		default:
+		}
+	}}
+	defer c.Close()
+	l := bind(t, c, "app")
+	body := bytes.Repeat([]byte("x"), 4<<20) // far more than a window: a stalled stream holds a window of it
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		(forward.HTTP{To: serveAppOn(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/big" {
+				w.Write(body)
+				return
+			}
+			io.WriteString(w, "ok")
+		}))}).Serve(l)
+	}()
+	t.Cleanup(func() { l.Close(); <-done })
+	<-events // connected
+	if os.Getenv("STALLED_DEBUG") != "" {
+		time.AfterFunc(20*time.Second, func() {
+			f, _ := os.Create("/tmp/stall_at_20s.txt")
+			pprof.Lookup("goroutine").WriteTo(f, 2)
+			f.Close()
+		})
+	}
+
+	var heapBefore runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&heapBefore)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var opened atomic.Int64
+	var wg sync.WaitGroup
+	for i := range sources {
+		from := fmt.Sprintf("198.51.100.%d:40000", 10+i)
+		wg.Go(func() { stallStreams(ctx, t, e.httpAddr, from, streams, &opened) })
+	}
+
+	// The well-behaved client, from its own address, while the attack
+	// runs: every request must succeed.
+	good := e.clientAs("203.0.113.5:5000")
+	failures, requests := 0, 0
+	attackDone := make(chan struct{})
+	go func() { wg.Wait(); close(attackDone) }()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := good.Get("http://app.example.test/")
+		requests++
+		if err != nil {
+			failures++
+			t.Logf("well-behaved request %d: %v", requests, err)
+		} else {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || string(b) != "ok" {
+				failures++
+				t.Logf("well-behaved request %d: %d %q", requests, resp.StatusCode, b)
+			}
+		}
+		select {
+		case <-attackDone:
+		default:
+			if time.Now().Before(deadline) {
+				continue
+			}
+			t.Fatal("the attack's streams were not all opened within 60 s")
+		}
+		// The attack holds its streams: the edge has cut past its bound.
+		if obs.get("refused/stalled") > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	var heapDuring runtime.MemStats
+	runtime.ReadMemStats(&heapDuring)
+	t.Logf("%d stalled streams from %d addresses opened; %d cut for the session's bound; edge process heap %d → %d MiB; well-behaved client %d requests, %d failures",
+		opened.Load(), sources, obs.get("refused/stalled"), heapBefore.HeapInuse>>20, heapDuring.HeapInuse>>20, requests, failures)
+	if failures > 0 {
+		t.Errorf("the well-behaved client had %d failures of %d requests", failures, requests)
+	}
+	if obs.get("refused/stalled") == 0 {
+		t.Error("the edge cut no stalled stream: its session holds a window per stalled stream")
+	}
+	select {
+	case ev := <-events:
+		t.Errorf("the agent's session changed under the attack: %v (%v)", ev.Kind, ev.Err)
+	default:
+	}
+	if n := obs.get("sessions"); n != 1 {
+		t.Errorf("the edge holds %d agent sessions, want 1", n)
+	}
+}
+
+// stallStreams opens an HTTP/2 connection to addr as the client from,
+// with a window of zero for every stream, GETs /big on n streams, reads
+// frames (never a WINDOW_UPDATE) until ctx ends, and returns once the n
+// requests are sent.
+func stallStreams(ctx context.Context, t *testing.T, addr, from string, n int, opened *atomic.Int64) {
+	conn, err := dialAs(ctx, addr, from)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	context.AfterFunc(ctx, func() { conn.Close() })
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Error(err)
+		return
+	}
+	fr := http2.NewFramer(conn, conn)
+	var wmu sync.Mutex // the framer's writes: this goroutine's and the reader's
+	fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	go func() {
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			if sf, ok := f.(*http2.SettingsFrame); ok && !sf.IsAck() {
+				wmu.Lock()
+				fr.WriteSettingsAck()
+				wmu.Unlock()
+			}
+		}
+	}()
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for i := range n {
+		hb.Reset()
+		for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "app.example.test"}, {":path", "/big"}} {
+			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		wmu.Lock()
+		err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*i + 1), BlockFragment: hb.Bytes(), EndStream: true, EndHeaders: true})
+		wmu.Unlock()
+		if err != nil {
+			return
+		}
+		opened.Add(1)
+	}
+}
+
+// TestStalledReadersHoldTheirBound is the attack at a size the race
+// detector takes (it caps live goroutines): 4 addresses, 160 streams
+// each, whose windows (160 MiB) are five times the session's default
+// bound of unread bytes.
+func TestStalledReadersHoldTheirBound(t *testing.T) {
+	stalledReaders(t, 4, 160)
+}
+
+// serveAppOn serves h on a loopback port until the test ends and returns
+// its address.
+func serveAppOn(t *testing.T, h http.Handler) string {
+	ln := listen(t)
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}

@@ -1,0 +1,319 @@
+package edge
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"github.com/tunnelkit/tunnelkit/router"
+)
+
+// The edge's record of who holds which name (Server.StateDir), for its
+// in-memory router, which forgets every name when the process ends: a
+// restart reads it and reserves each name for the identity that held it
+// when the edge stopped, as the end of a session does, so that the name
+// goes back to that identity and to no one else.
+//
+// The record is a journal of JSON lines in StateDir, one per change of a
+// name's holder: who holds it, and until when a reservation keeps it
+// (none while it has routes); or that nobody does. A clean stop ends it
+// with a line saying when. Each start rewrites it as a snapshot of what it
+// restored, and it is compacted so whenever it grows past twice what it
+// describes. A line is written when the change is made, before the agent
+// hears of it, so a crash loses nothing the edge answered.
+
+// recordFile is the record's name in StateDir.
+const recordFile = "names.jsonl"
+
+// recordLine is one line of the record.
+type recordLine struct {
+	Proto    string    `json:"proto,omitempty"`
+	Name     string    `json:"name,omitempty"`
+	Identity string    `json:"identity,omitempty"` // empty: nobody holds the name
+	Until    time.Time `json:"until,omitzero"`     // reserved until; zero: it has routes
+	Stopped  time.Time `json:"stopped,omitzero"`   // the edge stopped cleanly then
+}
+
+// holding is who holds a name: an identity, and until when a reservation
+// keeps it for them (zero while it has routes).
+type holding struct {
+	identity string
+	until    time.Time
+}
+
+// restoredName is a name kept, at a restart, for the identity that held
+// it when the edge stopped.
+type restoredName struct{ name, identity string }
+
+// nameRecord is the Server's in-memory router, writing each change of who
+// holds a name to the record in StateDir.
+type nameRecord struct {
+	*router.MemoryRouter
+	path string
+	log  *slog.Logger
+
+	// What the start restored, until restoredUntil. Read-only after the
+	// start.
+	restored      map[baseKey]restoredName
+	restoredUntil time.Time
+
+	mu    sync.Mutex
+	f     *os.File // nil once stopped, or once writing failed
+	held  map[endpointKey]holding
+	lines int // written since the last snapshot
+}
+
+// openRecord reads the record in dir, reserves in mem, for grace, each name
+// it says was held when the edge stopped, and starts a new record of mem.
+// No record is a first start: nothing is reserved.
+func openRecord(dir string, mem *router.MemoryRouter, grace time.Duration, log *slog.Logger) (*nameRecord, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	n := &nameRecord{MemoryRouter: mem, path: filepath.Join(dir, recordFile), log: log, restored: map[baseKey]restoredName{}, held: map[endpointKey]holding{}}
+	before, err := readRecord(n.path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		log.Info("first start: no record of names held before", "record", n.path)
+	case err != nil:
+		return nil, err
+	}
+	n.restoredUntil = time.Now().Add(grace)
+	for k, h := range before {
+		r := router.Route{Proto: k.proto, Name: k.name, Identity: h.identity}
+		if grace <= 0 {
+			break // nothing is kept
+		}
+		if err := mem.Reserve(context.Background(), r, grace); err != nil {
+			log.Warn("a name of the record not restored", "proto", k.proto, "name", k.name, "err", err)
+			continue
+		}
+		n.held[k] = holding{h.identity, n.restoredUntil}
+		n.restored[baseOf(k.proto, k.name)] = restoredName{k.name, h.identity}
+	}
+	switch {
+	case err != nil:
+	case grace <= 0:
+		log.Info("restart: names held before are not kept (Timeouts.RestartGrace or Grace is negative)", "record", n.path)
+	default:
+		log.Info("restart: names held when the edge stopped are kept for their holders", "names", len(n.held), "until", n.restoredUntil.UTC().Format(time.TimeOnly), "record", n.path)
+	}
+	if err := n.snapshotLocked(); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// readRecord returns the names a record says were held when the edge
+// stopped: when its last line says so, or else when the file was last
+// written. A line cut short by a crash is skipped.
+func readRecord(path string) (map[endpointKey]holding, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	held := map[endpointKey]holding{}
+	var stopped time.Time
+	for line := range bytes.Lines(b) {
+		var l recordLine
+		if json.Unmarshal(line, &l) != nil {
+			continue
+		}
+		stopped = l.Stopped
+		switch k := (endpointKey{l.Proto, l.Name}); {
+		case l.Proto == "" || l.Name == "":
+		case l.Identity == "":
+			delete(held, k)
+		default:
+			held[k] = holding{l.Identity, l.Until}
+		}
+	}
+	if stopped.IsZero() {
+		if fi, err := os.Stat(path); err == nil {
+			stopped = fi.ModTime()
+		}
+	}
+	for k, h := range held {
+		if !h.until.IsZero() && h.until.Before(stopped) {
+			delete(held, k) // lapsed before the edge stopped
+		}
+	}
+	return held, nil
+}
+
+// baseKey is a name's place in the ownership rules: its namespace (host
+// names, or TCP ports) and its base, the name without "*.".
+type baseKey struct {
+	tcp  bool
+	base string
+}
+
+func baseOf(proto, name string) baseKey {
+	return baseKey{proto == wire.ProtoTCP, strings.TrimPrefix(name, "*.")}
+}
+
+// Bind implements router.Router: the MemoryRouter's, recorded.
+func (n *nameRecord) Bind(ctx context.Context, r router.Route) error {
+	if err := n.MemoryRouter.Bind(ctx, r); err != nil {
+		return n.explain(err, r)
+	}
+	n.note(r.Proto, r.Name)
+	return nil
+}
+
+// Unbind implements router.Router: the MemoryRouter's, recorded.
+func (n *nameRecord) Unbind(ctx context.Context, r router.Route, reserve time.Duration) error {
+	err := n.MemoryRouter.Unbind(ctx, r, reserve)
+	n.note(r.Proto, r.Name)
+	return err
+}
+
+// explain adds to a refusal of r that the name it conflicts with, r's
+// own or one above it, was kept at the restart for the identity that held
+// it when the edge stopped.
+func (n *nameRecord) explain(err error, r router.Route) error {
+	if !errors.Is(err, router.ErrNameTaken) || len(n.restored) == 0 || !time.Now().Before(n.restoredUntil) {
+		return err
+	}
+	for k := baseOf(r.Proto, r.Name); ; {
+		if h, ok := n.restored[k]; ok && h.identity != r.Identity {
+			return fmt.Errorf("%w, who held %s when the edge stopped: it is kept for them until %s UTC (an endpoint ticket from before it changed hands does not count)",
+				err, h.name, n.restoredUntil.UTC().Format(time.TimeOnly))
+		}
+		_, above, ok := strings.Cut(k.base, ".")
+		if k.tcp || !ok {
+			return err
+		}
+		k.base = above
+	}
+}
+
+// note records who holds proto's name now, if that changed. Asking the
+// router and writing happen under one lock, so the record's last line for
+// a name is the router's answer after the last change to it.
+func (n *nameRecord) note(proto, name string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.f == nil {
+		return
+	}
+	k := endpointKey{proto, name}
+	id, until, ok := n.Holder(proto, name)
+	h, had := n.held[k]
+	if ok == had && h == (holding{id, until}) {
+		return
+	}
+	if ok {
+		n.held[k] = holding{id, until}
+	} else {
+		delete(n.held, k)
+	}
+	n.writeLocked(recordLine{Proto: proto, Name: name, Identity: id, Until: until})
+	if n.f != nil && n.lines > 2*len(n.held)+1024 {
+		if err := n.snapshotLocked(); err != nil {
+			n.failLocked(err)
+		}
+	}
+}
+
+// writeLocked appends a line to the record.
+func (n *nameRecord) writeLocked(l recordLine) {
+	b, err := json.Marshal(l)
+	if err == nil {
+		_, err = n.f.Write(append(b, '\n'))
+	}
+	if err != nil {
+		n.failLocked(err)
+		return
+	}
+	n.lines++
+}
+
+// snapshotLocked replaces the record with one line per name held now, and
+// goes on appending to it.
+func (n *nameRecord) snapshotLocked() error {
+	if n.f != nil {
+		n.f.Close()
+		n.f = nil
+	}
+	tmp := n.path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	now := time.Now()
+	for k, h := range n.held {
+		if !h.until.IsZero() && h.until.Before(now) {
+			delete(n.held, k) // lapsed
+			continue
+		}
+		enc.Encode(recordLine{Proto: k.proto, Name: k.name, Identity: h.identity, Until: h.until})
+	}
+	err = w.Flush()
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, n.path)
+	}
+	if err == nil {
+		n.f, err = os.OpenFile(n.path, os.O_WRONLY|os.O_APPEND, 0o600)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	n.lines = 0
+	return nil
+}
+
+// failLocked gives the record up after a write failed: it is removed, so
+// that the next start is a first start rather than one that believes a
+// record missing the latest changes.
+func (n *nameRecord) failLocked(err error) {
+	n.log.Error("the record of who holds which name failed; it is removed, and the next start gives names to whoever asks first", "record", n.path, "err", err)
+	if n.f != nil {
+		n.f.Close()
+		n.f = nil
+	}
+	os.Remove(n.path)
+}
+
+// stop ends the record with the time the edge stopped. Only the first
+// call does anything.
+func (n *nameRecord) stop() {
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.f == nil {
+		return
+	}
+	n.writeLocked(recordLine{Stopped: time.Now()})
+	if n.f == nil {
+		return
+	}
+	if err := n.f.Sync(); err != nil {
+		n.failLocked(err)
+		return
+	}
+	n.f.Close()
+	n.f = nil
+}

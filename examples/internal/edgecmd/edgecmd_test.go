@@ -1,0 +1,96 @@
+package edgecmd
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tunnelkit/tunnelkit/edge"
+)
+
+// -proxy-protocol-from takes CIDR prefixes and single addresses, comma
+// separated and repeated.
+func TestProxyProtocolFromFlag(t *testing.T) {
+	var l prefixList
+	for _, v := range []string{"10.0.0.0/8, 192.0.2.7", "2001:db8::/32"} {
+		if err := l.Set(v); err != nil {
+			t.Fatalf("Set(%q): %v", v, err)
+		}
+	}
+	want := []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.0/8"),
+		netip.MustParsePrefix("192.0.2.7/32"),
+		netip.MustParsePrefix("2001:db8::/32"),
+	}
+	if !slices.Equal(l, want) {
+		t.Fatalf("prefixes %v, want %v", l, want)
+	}
+	if got := l.String(); got != "10.0.0.0/8,192.0.2.7/32,2001:db8::/32" {
+		t.Errorf("String() = %q", got)
+	}
+}
+
+// A bad prefix stops the command before it listens, saying which flag and
+// which value.
+func TestProxyProtocolFromBadPrefix(t *testing.T) {
+	for _, bad := range []string{"10.0.0.0/33", "10.0.0.0/8,lb.example.com", "10.0.0.0/8,"} {
+		var stderr strings.Builder
+		err := Run(context.Background(), "edge", []string{"-agents", "127.0.0.1:0", "-http", "127.0.0.1:0", "-proxy-protocol-from", bad}, io.Discard, &stderr, nil)
+		if err == nil || !strings.Contains(err.Error(), "-proxy-protocol-from") || !strings.Contains(err.Error(), "not a CIDR prefix") {
+			t.Errorf("-proxy-protocol-from %q: %v, want an error naming the flag and the bad value", bad, err)
+		}
+	}
+}
+
+// configured runs the command with args up to its Configure step, and
+// returns the Server the flags made.
+func configured(t *testing.T, args ...string) *edge.Server {
+	t.Helper()
+	var got *edge.Server
+	stop := errors.New("stop here")
+	ext := &Extension{Configure: func(_ context.Context, srv *edge.Server, _ *slog.Logger) (func(), error) {
+		got = srv
+		return nil, stop
+	}}
+	args = append([]string{"-agents", "127.0.0.1:0", "-http", "127.0.0.1:0"}, args...)
+	if err := Run(context.Background(), "edge", args, io.Discard, io.Discard, ext); !errors.Is(err, stop) {
+		t.Fatalf("edge %v: %v", args, err)
+	}
+	return got
+}
+
+// The record of names goes next to the ticket key unless -state says
+// where (or, empty, that there is none).
+func TestStateFlag(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "ticket.key")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"-ticket-key", key}, dir},
+		{[]string{"-ticket-key", key, "-state", "/var/lib/edge"}, "/var/lib/edge"},
+		{[]string{"-ticket-key", key, "-state", ""}, ""},
+		{[]string{"-state", "/var/lib/edge"}, "/var/lib/edge"},
+	} {
+		if got := configured(t, c.args...).StateDir; got != c.want {
+			t.Errorf("edge %v: StateDir %q, want %q", c.args, got, c.want)
+		}
+	}
+}
+
+// The quota flags set the Limits of the same names.
+func TestEndpointQuotaFlags(t *testing.T) {
+	srv := configured(t, "-max-endpoints-per-identity", "7", "-max-endpoints-per-source", "-1", "-max-endpoints-total", "9")
+	want := edge.Limits{EndpointsPerIdentity: 7, EndpointsPerSource: -1, Endpoints: 9}
+	if srv.Limits != want {
+		t.Fatalf("Limits %+v, want %+v", srv.Limits, want)
+	}
+}

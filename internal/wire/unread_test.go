@@ -1,0 +1,133 @@
+package wire
+
+import (
+	"io"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.ngrok.com/muxado/v2"
+)
+
+// TestLimitUnreadCutsStalledStreams: this side opens streams (as the edge
+// opens one per public connection), and the peer fills the window of each
+// while this side's readers read nothing, but for one live stream. The
+// session holds its bound of unread bytes, not a window per stream: the
+// stalled streams are cut, the oldest-stalled first, and the live one
+// goes on.
+func TestLimitUnreadCutsStalledStreams(t *testing.T) {
+	client, server := sessionPair(t, false)
+	var cuts atomic.Int32
+	const max = 3 * MinWindow
+	client.LimitUnread(max, func(*Stream) { cuts.Add(1) })
+
+	accepted := make(chan muxado.Stream, 16)
+	go func() {
+		for {
+			st, err := server.AcceptStream()
+			if err != nil {
+				return
+			}
+			accepted <- st
+		}
+	}()
+	open := func() (*Stream, muxado.Stream) {
+		t.Helper()
+		st, err := client.OpenStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Write([]byte("x")) // the SYN
+		return st, <-accepted
+	}
+	live, livePeer := open()
+	var liveRead atomic.Int64
+	liveDone := make(chan struct{})
+	go func() {
+		n, _ := io.Copy(io.Discard, live)
+		liveRead.Store(n)
+		close(liveDone)
+	}()
+	const stalled = 8
+	for range stalled {
+		_, peer := open()
+		go peer.Write(make([]byte, MinWindow)) // a window: all it may send unread
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for client.unread.Load() > max || cuts.Load() < stalled-max/MinWindow {
+		if time.Now().After(deadline) {
+			t.Fatalf("unread %d bytes (bound %d), %d streams cut of %d stalled", client.unread.Load(), max, cuts.Load(), stalled)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The live stream still carries bytes.
+	if _, err := livePeer.Write(make([]byte, 4*MinWindow)); err != nil {
+		t.Fatalf("the live stream broke: %v", err)
+	}
+	livePeer.Close()
+	select {
+	case <-liveDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the live stream's reader never saw its end")
+	}
+	if got := liveRead.Load(); got != 4*MinWindow {
+		t.Fatalf("the live stream read %d bytes, want %d", got, 4*MinWindow)
+	}
+}
+
+// TestLimitStalledCutsWaitingSenders: this side writes more than a window
+// on streams whose peer reads nothing; past the bound, the streams that
+// have waited for window the longest are cut (their writes fail), while a
+// stream whose peer reads goes on.
+func TestLimitStalledCutsWaitingSenders(t *testing.T) {
+	client, server := sessionPair(t, false)
+	var cuts atomic.Int32
+	const max = 2
+	client.LimitStalled(max, 50*time.Millisecond, func(*Stream) { cuts.Add(1) })
+	accepted := make(chan muxado.Stream, 16)
+	go func() {
+		for {
+			st, err := server.AcceptStream()
+			if err != nil {
+				return
+			}
+			accepted <- st
+		}
+	}()
+	const stalled = 6
+	failed := make(chan error, stalled)
+	for range stalled {
+		st, err := client.OpenStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_, err := st.Write(make([]byte, 2*MinWindow)) // past the window: it waits
+			failed <- err
+		}()
+		<-accepted // the peer never reads it
+	}
+	live, err := client.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	live.Write([]byte("x"))
+	livePeer := <-accepted
+	go io.Copy(io.Discard, livePeer)
+	for i := range stalled - max {
+		select {
+		case err := <-failed:
+			if err == nil {
+				t.Fatalf("a stalled write succeeded")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d stalled streams cut of the %d past the bound", i, stalled-max)
+		}
+	}
+	if _, err := live.Write(make([]byte, 4*MinWindow)); err != nil {
+		t.Fatalf("the live stream broke: %v", err)
+	}
+	if got := cuts.Load(); got != stalled-max {
+		t.Fatalf("%d cuts, want %d", got, stalled-max)
+	}
+}

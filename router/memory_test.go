@@ -1,0 +1,79 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// A reservation made by Reserve holds a name, with its tree, as one left
+// by Unbind does: for its identity alone, until it lapses.
+func TestMemoryRouterReserve(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1000, 0)
+	m := &MemoryRouter{now: func() time.Time { return now }}
+	alice := Route{Proto: "http", Name: "app.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t1"}
+	if err := m.Reserve(ctx, alice, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if id, until, ok := m.Holder("http", "app.example.test"); !ok || id != "alice" || !until.Equal(now.Add(time.Minute)) {
+		t.Fatalf("Holder after Reserve: %q %v %v, want alice until %v", id, until, ok, now.Add(time.Minute))
+	}
+	for _, name := range []string{"app.example.test", "x.app.example.test", "*.example.test"} {
+		for _, proto := range []string{"http", "tls"} {
+			bob := Route{Proto: proto, Name: name, Identity: "bob", SessionID: "s2", TunnelID: "t2"}
+			if err := m.Bind(ctx, bob); !errors.Is(err, ErrNameTaken) {
+				t.Errorf("bob binding %s %s over alice's reservation: %v, want ErrNameTaken", proto, name, err)
+			}
+			if err := m.Reserve(ctx, bob, time.Hour); !errors.Is(err, ErrNameTaken) {
+				t.Errorf("bob reserving %s %s over alice's reservation: %v, want ErrNameTaken", proto, name, err)
+			}
+		}
+	}
+	if routes, _ := m.Lookup(ctx, "http", "app.example.test"); len(routes) != 0 {
+		t.Fatalf("a reservation has routes: %v", routes)
+	}
+	// Its identity binds it, with or without a pool; the routes stay when
+	// it is reserved again.
+	if err := m.Bind(ctx, alice); err != nil {
+		t.Fatalf("alice binding her reserved name: %v", err)
+	}
+	if err := m.Reserve(ctx, alice, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if id, until, ok := m.Holder("http", "app.example.test"); !ok || id != "alice" || !until.IsZero() {
+		t.Fatalf("Holder with a route: %q %v %v, want alice with no end", id, until, ok)
+	}
+	if routes, _ := m.Lookup(ctx, "http", "app.example.test"); len(routes) != 1 {
+		t.Fatalf("Reserve of a bound name: %d routes, want alice's", len(routes))
+	}
+	if err := m.Unbind(ctx, alice, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if id, until, ok := m.Holder("http", "app.example.test"); !ok || id != "alice" || !until.Equal(now.Add(time.Second)) {
+		t.Fatalf("Holder after Unbind with a reserve: %q %v %v", id, until, ok)
+	}
+	// The later of two reservations counts.
+	if err := m.Reserve(ctx, alice, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(30 * time.Second)
+	if _, _, ok := m.Holder("http", "app.example.test"); !ok {
+		t.Fatal("the longer reservation lapsed with the shorter one")
+	}
+	now = now.Add(time.Minute)
+	if id, _, ok := m.Holder("http", "app.example.test"); ok {
+		t.Fatalf("Holder after the reservation lapsed: %q", id)
+	}
+	bob := Route{Proto: "http", Name: "app.example.test", Identity: "bob", SessionID: "s2", TunnelID: "t2"}
+	if err := m.Bind(ctx, bob); err != nil {
+		t.Fatalf("bob binding a lapsed reservation: %v", err)
+	}
+	if err := m.Reserve(ctx, alice, 0); err != nil {
+		t.Fatalf("Reserve for no time: %v, want nothing done", err)
+	}
+	if err := m.Reserve(ctx, Route{Proto: "http", Name: "bad name"}, time.Minute); !errors.Is(err, ErrInvalidName) {
+		t.Fatalf("Reserve of an invalid name: %v", err)
+	}
+}
