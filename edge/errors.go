@@ -66,6 +66,16 @@ const (
 	// protocol header, a client trying to choose its address (or a load
 	// balancer missing from the list); it was closed.
 	ReasonProxyUntrusted Reason = "proxy_untrusted"
+
+	// ReasonConnLimit: a public connection closed as it was accepted, its
+	// client source holding Limits.ConnsPerSource connections on that
+	// listener already.
+	ReasonConnLimit Reason = "conn_limit"
+
+	// ReasonHandshakeLimit: a connection for a name whose TLS the edge
+	// terminates, closed before its handshake, its client source having
+	// Limits.HandshakesPerSource handshakes under way already.
+	ReasonHandshakeLimit Reason = "handshake_limit"
 )
 
 // Reasons returns every Reason the edge reports, in a fixed order: the
@@ -76,7 +86,7 @@ func Reasons() []Reason {
 		ReasonNoRoute, ReasonNoEndpoint, ReasonClientLimit, ReasonAgentBusy, ReasonAgentOffline,
 		ReasonAppUnreachable, ReasonAppError, ReasonAppTimeout, ReasonBodyTimeout,
 		ReasonBadRequest, ReasonMissingHost, ReasonHTTPSOnly, ReasonMisdirected,
-		ReasonRoutingUnavailable, ReasonProxyUntrusted,
+		ReasonRoutingUnavailable, ReasonProxyUntrusted, ReasonConnLimit, ReasonHandshakeLimit,
 	}
 }
 

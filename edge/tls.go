@@ -26,7 +26,8 @@ import (
 // TLS the edge terminates: for https:// endpoints (with the operator's
 // certificates or ones from ACME, serving HTTP/2 or HTTP/1.1 by ALPN on the
 // connection, through the same reverse proxy as plain HTTP), and for the
-// public names of its ECH keys (retry configurations).
+// public names of its ECH keys (retry configurations). Each client source
+// has at most Limits.HandshakesPerSource handshakes under way.
 
 // ACME gets certificates for https endpoints from an ACME CA (Let's
 // Encrypt, or any RFC 8555 server) on demand, through
@@ -74,6 +75,8 @@ type terminating struct {
 	queue    *connQueue
 	hs       *http.Server
 	serve    sync.Once
+	// handshakes counts the handshakes under way per client source.
+	handshakes sourceCount
 }
 
 // servesHTTPS reports whether the server has any source of certificates,
@@ -121,6 +124,7 @@ func (s *Server) tlsTerm() *terminating {
 			EncryptedClientHelloKeys: s.ECHKeys,
 		}
 		t.queue = newConnQueue()
+		t.handshakes.max = s.cfg.handshakesPerSource
 		t.hs = s.newHTTPServer(http.HandlerFunc(s.serveHTTPS), "https")
 		p := new(http.Protocols)
 		p.SetHTTP1(true)
@@ -178,12 +182,24 @@ func (s *Server) acmePolicy(ctx context.Context, host string) error {
 }
 
 // terminate completes the TLS handshake of a public connection for an
-// https endpoint and hands it to the https HTTP server.
+// https endpoint and hands it to the https HTTP server, unless the
+// client's source has Limits.HandshakesPerSource handshakes under way.
 func (s *Server) terminate(c net.Conn) {
 	t := s.tlsTerm()
+	src := sourceOf(addrPort(c.RemoteAddr()).Addr())
+	if !t.handshakes.acquire(src) {
+		s.log().Debug("tls handshake refused: its source has its handshakes under way", "client", c.RemoteAddr().String(), "max", s.cfg.handshakesPerSource)
+		s.obs().Refused(ReasonHandshakeLimit)
+		c.Close()
+		return
+	}
 	tc := tls.Server(c, t.config)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.handshake)
 	c.SetDeadline(time.Now().Add(s.cfg.handshake))
-	if err := tc.Handshake(); err != nil {
+	err := tc.HandshakeContext(ctx)
+	cancel()
+	t.handshakes.release(src)
+	if err != nil {
 		s.log().Debug("tls handshake", "client", c.RemoteAddr().String(), "err", err)
 		c.Close()
 		return
