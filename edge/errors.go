@@ -76,6 +76,12 @@ const (
 	// terminates, closed before its handshake, its client source having
 	// Limits.HandshakesPerSource handshakes under way already.
 	ReasonHandshakeLimit Reason = "handshake_limit"
+
+	// ReasonACMEBudget: a terminated TLS handshake failed for a name that
+	// has no certificate yet, because ACME's order budget (ACME's
+	// OrdersPerHour, OrdersPerWeek, OrdersPerIdentity, IdentityShare)
+	// refused to order one now.
+	ReasonACMEBudget Reason = "acme_budget"
 )
 
 // Reasons returns every Reason the edge reports, in a fixed order: the
@@ -87,6 +93,7 @@ func Reasons() []Reason {
 		ReasonAppUnreachable, ReasonAppError, ReasonAppTimeout, ReasonBodyTimeout,
 		ReasonBadRequest, ReasonMissingHost, ReasonHTTPSOnly, ReasonMisdirected,
 		ReasonRoutingUnavailable, ReasonProxyUntrusted, ReasonConnLimit, ReasonHandshakeLimit,
+		ReasonACMEBudget,
 	}
 }
 
