@@ -366,19 +366,16 @@ func (m *certManager) orderFirst(name string, r router.Route, had bool) (*certOr
 		return nil, fmt.Errorf("edge: no certificate for %q: no new order before %s", name, e.retryAt.Format(time.RFC3339))
 	}
 	owner := m.owner(r)
-	if e != nil && e.owner != "" {
-		owner = e.owner
-	}
 	first := !had && (e == nil || e.cert == nil)
 	if !m.spend(name, r.Identity, owner, first, now) {
 		m.srv.obs().Refused(ReasonACMEBudget)
 		return nil, fmt.Errorf("edge: no certificate for %q: over the ACME order budget", name)
 	}
 	if e == nil {
-		e = &certEntry{name: name, owner: owner}
+		e = &certEntry{name: name}
 		m.names[name] = e
 	}
-	e.identity, e.seen, e.checked = r.Identity, now, now
+	e.identity, e.owner, e.seen, e.checked = r.Identity, owner, now, now
 	return m.startLocked(e, !first)
 }
 

@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -405,6 +406,13 @@ func TestACMEOrderBudget(t *testing.T) {
 	}
 	if n := len(e.logs.find("acme: no order: over budget")); n < 300 {
 		t.Errorf("%d Debug lines for refused orders, want one per refused handshake", n)
+	}
+
+	// Close waits for the certificates' upkeep and every order.
+	e.srv.Close()
+	buf := make([]byte, 1<<20)
+	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "edge.(*certManager)") {
+		t.Errorf("the ACME manager's goroutines outlive Close:\n%s", stacks)
 	}
 }
 
