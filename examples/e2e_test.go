@@ -382,6 +382,7 @@ func TestBadFlags(t *testing.T) {
 		{"agent", "-to", "127.0.0.1:1", "-proxy", "ftp://proxy:21"},
 		{"agent", "-to", "127.0.0.1:1", "-proxy", "http://user:pw@proxy:bad"},
 		{"agent", "-to", "127.0.0.1:1", "-proxy-ca", "/nonexistent"},
+		{"edge", "-acme-orders-per-identity", "2"}, // without -acme-directory
 	} {
 		out, err := exec.Command(filepath.Join(bin, c[0]), c[1:]...).CombinedOutput()
 		if err == nil {
