@@ -12,6 +12,15 @@
 //	agent -edge 127.0.0.1:7000 -url tls://app.example.test -to 127.0.0.1:9443
 //	agent -edge 127.0.0.1:7000 -url tcp://:20001 -proxy-proto 2 -pool -to 127.0.0.1:22
 //	agent -edge edge1.example.com:7000,edge2.example.com:7000 -url https://abc.example.com -to 127.0.0.1:3001
+//
+// The traffic policy flags (-cidr-allow, -basic-auth, -oidc-issuer,
+// -rate-limit, -verify-webhook, ...) declare rules the edge enforces before
+// a connection or request reaches -to; list flags repeat. See package
+// policy.
+//
+//	agent -edge edge.example.com:7000 -url https://abc.example.com -to 127.0.0.1:3001 \
+//	      -basic-auth ann:s3cret -cidr-deny 203.0.113.0/24 -rate-limit 20/s \
+//	      -request-header-add 'X-Env: prod' -response-header-remove Server
 package main
 
 import (
@@ -69,6 +78,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	plaintext := fs.Bool("plaintext", false, "connect to the edges without TLS (the default for a loopback edge)")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (empty: none)")
 	inspect := fs.String("inspect", "", "serve the request inspector (the last requests, live, with replay) on this loopback address, e.g. 127.0.0.1:4040; http and https URLs with -log-requests (empty: none)")
+	var pf policyFlags
+	pf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -101,6 +112,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	httpMode := isHTTP && *logRequests
 	if httpMode && *proxyProto != 0 {
 		return fmt.Errorf("-proxy-proto %d: for an http or https URL the agent forwards request by request (-log-requests) over connections to -to that clients share, so no PROXY header could name the client (-to gets X-Forwarded-For instead); pass -log-requests=false to forward each connection's bytes after a PROXY header", *proxyProto)
+	}
+	pol, err := pf.spec(os.ReadFile)
+	if err != nil {
+		return err
+	}
+	if pol != nil {
+		if err := pol.Validate(scheme); err != nil {
+			return fmt.Errorf("traffic policy for a %s URL: %w", scheme, err)
+		}
 	}
 	var insp *agent.Inspector
 	if *inspect != "" {
@@ -146,7 +166,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// Time for each edge to be tried, one that does not answer too.
 	setup, cancel := context.WithTimeout(ctx, time.Duration(len(edges))*15*time.Second)
 	defer cancel()
-	l, err := c.ListenEndpoint(setup, agent.Endpoint{URL: *url, AppProtocol: *appProto, Pool: *pool})
+	l, err := c.ListenEndpoint(setup, agent.Endpoint{URL: *url, AppProtocol: *appProto, Pool: *pool, Policy: pol})
 	if err != nil {
 		return err
 	}
