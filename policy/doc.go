@@ -146,7 +146,9 @@
 // verifies the ID token (through the Provider) and its nonce, and lets in
 // an account whose e-mail address is verified and allowed: it sets the
 // session cookie and goes back to the page first asked for. LogoutPath
-// ends the session.
+// ends the session. A browser runs one login at a time: one started
+// before the last came back replaces it, and the older callback fails
+// (403 login_failed; opening the site again starts afresh).
 //
 // Both cookies are host-only (__Host- names: Secure, Path=/, no Domain),
 // HttpOnly and SameSite=Lax, encrypted and authenticated with AES-256-GCM

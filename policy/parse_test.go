@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/tunnelkit/tunnelkit/internal/wire"
 )
 
 func TestParseRoundTrip(t *testing.T) {
@@ -123,5 +125,14 @@ func TestSpecStringHidesSecrets(t *testing.T) {
 	}
 	if want := "policy{cidr_deny:1 basic_auth:1 oidc:1 webhook}"; s.String() != want {
 		t.Errorf("String() = %q; want %q", s.String(), want)
+	}
+}
+
+// The protocols are the wire's names for them.
+func TestProtosAreWireNames(t *testing.T) {
+	for mine, theirs := range map[string]string{ProtoHTTP: wire.ProtoHTTP, ProtoHTTPS: wire.ProtoHTTPS, ProtoTLS: wire.ProtoTLS, ProtoTCP: wire.ProtoTCP} {
+		if mine != theirs {
+			t.Errorf("policy says %q, the wire %q", mine, theirs)
+		}
 	}
 }

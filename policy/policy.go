@@ -223,7 +223,8 @@ var (
 // the request goes on to the app with its headers rewritten in place
 // (reserved headers removed, identity headers set, request_headers
 // applied) and, with a webhook kind, its body read and replaced by the
-// same bytes. Call Check on every request, on a nil *Policy too: that
+// same bytes, with their length (no longer chunked, unless it has
+// trailers). Call Check on every request, on a nil *Policy too: that
 // removes the reserved headers a client sent.
 func (p *Policy) Check(w http.ResponseWriter, r *http.Request, client netip.Addr) (served bool) {
 	stripReserved(r.Header)
@@ -299,6 +300,10 @@ func (p *Policy) checkWebhook(w http.ResponseWriter, r *http.Request) (served bo
 		return true
 	}
 	r.ContentLength = int64(len(body))
+	if len(r.Trailer) == 0 {
+		// Known now: the app gets a Content-Length, not chunks.
+		r.TransferEncoding = nil
+	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	if len(body) == 0 {
