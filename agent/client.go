@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"github.com/tunnelkit/tunnelkit/policy"
 )
 
 // Errors of the agent. Errors from the edge wrap one of these, so callers
@@ -246,6 +248,15 @@ type Endpoint struct {
 	// it, so that several sessions share its connections, rather than
 	// fail with ErrNameTaken.
 	Pool bool
+
+	// Policy is the traffic policy the edge enforces on the endpoint's
+	// connections and requests before they reach the listener (see
+	// package policy): client addresses, rate limits, logins, webhook
+	// signatures, headers. It is checked against the endpoint's protocol
+	// before the bind, and sent with it (its secrets included: use TLS to
+	// the edge). An edge that cannot enforce all of it refuses the
+	// endpoint (ErrRefused) rather than serve it without. Nil: none.
+	Policy *policy.Spec
 }
 
 // Listen binds the public endpoint named by url on the edge (see
@@ -272,6 +283,9 @@ func (c *Client) ListenEndpoint(ctx context.Context, ep Endpoint) (*Listener, er
 		bind.Options = map[string]string{wire.OptAppProtocol: ep.AppProtocol}
 	default:
 		return nil, fmt.Errorf("agent: app protocol %q: want http1 or h2c", ep.AppProtocol)
+	}
+	if err := bindPolicy(&bind, ep.Policy); err != nil {
+		return nil, fmt.Errorf("agent: endpoint %q: %w", ep.URL, err)
 	}
 	mux, err := c.session(ctx)
 	if err != nil {
@@ -352,6 +366,30 @@ func parseEndpoint(endpoint string) (wire.Bind, error) {
 		return b, fmt.Errorf("agent: endpoint %q: unsupported scheme %q (want http, https, tls or tcp)", endpoint, u.Scheme)
 	}
 	return b, nil
+}
+
+// bindPolicy adds spec, checked against the bind's protocol, to b. A nil or
+// empty spec adds nothing.
+func bindPolicy(b *wire.Bind, spec *policy.Spec) error {
+	if spec.IsZero() {
+		return nil
+	}
+	if err := spec.Validate(b.Proto); err != nil {
+		return err
+	}
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	if len(raw) > policy.MaxSpecBytes {
+		return fmt.Errorf("%w: %d bytes of JSON (at most %d)", policy.ErrTooLarge, len(raw), policy.MaxSpecBytes)
+	}
+	b.Policy = raw
+	if b.Options == nil {
+		b.Options = map[string]string{}
+	}
+	b.Options[wire.OptPolicy] = wire.PolicyVersion
+	return nil
 }
 
 // session returns the open session, opening one first if needed.

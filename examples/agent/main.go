@@ -17,6 +17,15 @@
 //
 // Without -proxy, the agent takes its proxy from HTTPS_PROXY, else
 // ALL_PROXY, unless NO_PROXY lists the edge (agent.ProxyFromEnvironment).
+//
+// The traffic policy flags (-cidr-allow, -basic-auth, -oidc-issuer,
+// -rate-limit, -verify-webhook, ...) declare rules the edge enforces before
+// a connection or request reaches -to; list flags repeat. See package
+// policy.
+//
+//	agent -edge edge.example.com:7000 -url https://abc.example.com -to 127.0.0.1:3001 \
+//	      -basic-auth ann:s3cret -cidr-deny 203.0.113.0/24 -rate-limit 20/s \
+//	      -request-header-add 'X-Env: prod' -response-header-remove Server
 package main
 
 import (
@@ -77,6 +86,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	proxyCA := fs.String("proxy-ca", "", "PEM file of the CA that signed an https:// proxy's certificate (default: the system's roots)")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (empty: none)")
 	inspect := fs.String("inspect", "", "serve the request inspector (the last requests, live, with replay) on this loopback address, e.g. 127.0.0.1:4040; http and https URLs with -log-requests (empty: none)")
+	var pf policyFlags
+	pf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -109,6 +120,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	httpMode := isHTTP && *logRequests
 	if httpMode && *proxyProto != 0 {
 		return fmt.Errorf("-proxy-proto %d: for an http or https URL the agent forwards request by request (-log-requests) over connections to -to that clients share, so no PROXY header could name the client (-to gets X-Forwarded-For instead); pass -log-requests=false to forward each connection's bytes after a PROXY header", *proxyProto)
+	}
+	pol, err := pf.spec(os.ReadFile)
+	if err != nil {
+		return err
+	}
+	if pol != nil {
+		if err := pol.Validate(scheme); err != nil {
+			return fmt.Errorf("traffic policy for a %s URL: %w", scheme, err)
+		}
 	}
 	var insp *agent.Inspector
 	if *inspect != "" {
@@ -164,7 +184,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// Time for each edge to be tried, one that does not answer too.
 	setup, cancel := context.WithTimeout(ctx, time.Duration(len(edges))*15*time.Second)
 	defer cancel()
-	l, err := c.ListenEndpoint(setup, agent.Endpoint{URL: *url, AppProtocol: *appProto, Pool: *pool})
+	l, err := c.ListenEndpoint(setup, agent.Endpoint{URL: *url, AppProtocol: *appProto, Pool: *pool, Policy: pol})
 	if err != nil {
 		return err
 	}
