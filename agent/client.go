@@ -206,6 +206,9 @@ func (c *Client) ListenEndpoint(ctx context.Context, ep Endpoint) (*Listener, er
 	default:
 		return nil, fmt.Errorf("agent: app protocol %q: want http1 or h2c", ep.AppProtocol)
 	}
+	if err := bindPolicy(&bind, ep.Policy); err != nil {
+		return nil, fmt.Errorf("agent: endpoint %q: %w", ep.URL, err)
+	}
 	edges, err := c.edges()
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -8,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"github.com/tunnelkit/tunnelkit/policy"
 )
 
 // Endpoint describes a public endpoint to bind on the edge.
@@ -37,6 +39,15 @@ type Endpoint struct {
 	// it, so that several sessions share its connections, rather than
 	// fail with ErrNameTaken.
 	Pool bool
+
+	// Policy is the traffic policy the edge enforces on the endpoint's
+	// connections and requests before they reach the listener (see
+	// package policy): client addresses, rate limits, logins, webhook
+	// signatures, headers. It is checked against the endpoint's protocol
+	// before the bind, and sent with it (its secrets included: use TLS to
+	// the edge). An edge that cannot enforce all of it refuses the
+	// endpoint (ErrRefused) rather than serve it without. Nil: none.
+	Policy *policy.Spec
 }
 
 // parseEndpoint turns an endpoint URL into a bind request. Its errors
@@ -108,4 +119,28 @@ func parseEndpoint(endpoint string) (wire.Bind, error) {
 		return bad("unsupported scheme %q: want http, https, tls or tcp", u.Scheme)
 	}
 	return b, nil
+}
+
+// bindPolicy adds spec, checked against the bind's protocol, to b. A nil or
+// empty spec adds nothing.
+func bindPolicy(b *wire.Bind, spec *policy.Spec) error {
+	if spec.IsZero() {
+		return nil
+	}
+	if err := spec.Validate(b.Proto); err != nil {
+		return err
+	}
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	if len(raw) > policy.MaxSpecBytes {
+		return fmt.Errorf("%w: %d bytes of JSON (at most %d)", policy.ErrTooLarge, len(raw), policy.MaxSpecBytes)
+	}
+	b.Policy = raw
+	if b.Options == nil {
+		b.Options = map[string]string{}
+	}
+	b.Options[wire.OptPolicy] = wire.PolicyVersion
+	return nil
 }

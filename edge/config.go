@@ -87,6 +87,35 @@ type Limits struct {
 	// much. It is not a bound that can be lifted: zero means 256 KiB, and
 	// any value is kept within 64 KiB and 16 MiB.
 	StreamWindow int
+
+	// ConnsPerSource bounds the connections one client source (an IPv4
+	// address or an IPv6 /64: the client's, from the PROXY protocol header
+	// of a load balancer in ProxyProtocolFrom) holds at once on each
+	// listener given to ServeHTTPListener or ServeSNI. Past it, the
+	// source's new connections on that listener are closed as they are
+	// accepted, as ReasonConnLimit (logged at the Debug level only). It
+	// bounds what the idle keep-alive connections of one source cost (an
+	// idle HTTP/2 connection holds about 32 KiB), which ClientShare does
+	// not: they hold no stream. TCP endpoints are not counted here: each
+	// of their connections holds a stream, within ClientShare. Zero: 1024,
+	// which a browser (six HTTP/1.1 connections per name at most, or one
+	// HTTP/2 connection) or a NAT of a hundred browsing users does not
+	// meet. Behind a load balancer that sends no PROXY protocol header,
+	// every client has its address: set it negative there.
+	ConnsPerSource int
+
+	// HandshakesPerSource bounds the TLS handshakes the edge terminates
+	// (for https endpoints and the public names of Server.ECHKeys) that
+	// one client source (as for ConnsPerSource) has under way at once.
+	// Past it, the source's next connection for such a name is closed
+	// before its handshake, as ReasonHandshakeLimit (logged at the Debug
+	// level only). A full handshake costs the edge about a millisecond of
+	// a core: the bound keeps one source from taking the CPU, and holding
+	// handshakes open until Timeouts.Handshake, from every other. Zero:
+	// 64. A handshake lasts a round trip or two, and a browser opens at
+	// most six connections to a name at once, so a browser, or a NAT of a
+	// hundred users loading pages together, has a few under way.
+	HandshakesPerSource int
 }
 
 // Timeouts bound how long an edge waits. In every field, zero means the
@@ -158,6 +187,8 @@ const (
 	DefaultSessionUnread        = 32 << 20
 	DefaultAuthFailures         = 10
 	DefaultClientShare          = 1.0 / 16
+	DefaultConnsPerSource       = 1024
+	DefaultHandshakesPerSource  = 64
 
 	DefaultHandshakeTimeout      = 10 * time.Second
 	DefaultConnIdleTimeout       = 10 * time.Minute
@@ -182,6 +213,8 @@ type config struct {
 	authFailures        int
 	clientShare         float64
 	window              uint32
+	connsPerSource      int
+	handshakesPerSource int
 
 	handshake         time.Duration
 	heartbeatInterval time.Duration
@@ -195,6 +228,8 @@ type config struct {
 	ticketLifetime    time.Duration
 
 	proxyFrom []netip.Prefix // the load balancers' addresses, IPv4 unmapped
+
+	acme acmeConfig // ACME's budgets, when Server.ACME is set
 }
 
 // limit resolves a limit: def for zero, none (0) for negative.
@@ -244,6 +279,8 @@ func (s *Server) resolve() (config, error) {
 		authFailures:        limit(l.AuthFailures, DefaultAuthFailures),
 		clientShare:         l.ClientShare,
 		window:              wire.ClampWindow(l.StreamWindow),
+		connsPerSource:      limit(l.ConnsPerSource, DefaultConnsPerSource),
+		handshakesPerSource: limit(l.HandshakesPerSource, DefaultHandshakesPerSource),
 
 		handshake:         timeout(t.Handshake, DefaultHandshakeTimeout),
 		heartbeatInterval: positive(t.HeartbeatInterval, wire.DefaultHeartbeatInterval),
@@ -280,6 +317,9 @@ func (s *Server) resolve() (config, error) {
 			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96) // peers are matched unmapped
 		}
 		c.proxyFrom = append(c.proxyFrom, p.Masked())
+	}
+	if s.ACME != nil {
+		c.acme = s.ACME.resolve()
 	}
 	if c.handshake == 0 {
 		errs.add(errors.New("Timeouts.Handshake cannot be disabled: a peer that never speaks would hold its goroutine for good"))

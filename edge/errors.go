@@ -72,6 +72,22 @@ const (
 	// protocol header, a client trying to choose its address (or a load
 	// balancer missing from the list); it was closed.
 	ReasonProxyUntrusted Reason = "proxy_untrusted"
+
+	// ReasonConnLimit: a public connection closed as it was accepted, its
+	// client source holding Limits.ConnsPerSource connections on that
+	// listener already.
+	ReasonConnLimit Reason = "conn_limit"
+
+	// ReasonHandshakeLimit: a connection for a name whose TLS the edge
+	// terminates, closed before its handshake, its client source having
+	// Limits.HandshakesPerSource handshakes under way already.
+	ReasonHandshakeLimit Reason = "handshake_limit"
+
+	// ReasonACMEBudget: a terminated TLS handshake failed for a name that
+	// has no certificate yet, because ACME's order budget (ACME's
+	// OrdersPerHour, OrdersPerWeek, OrdersPerIdentity, IdentityShare)
+	// refused to order one now.
+	ReasonACMEBudget Reason = "acme_budget"
 )
 
 // Reasons returns every Reason the edge reports, in a fixed order: the
@@ -83,7 +99,8 @@ func Reasons() []Reason {
 		ReasonNoRoute, ReasonNoEndpoint, ReasonClientLimit, ReasonAgentBusy, ReasonAgentOffline,
 		ReasonAppUnreachable, ReasonAppError, ReasonAppTimeout, ReasonBodyTimeout,
 		ReasonBadRequest, ReasonMissingHost, ReasonHTTPSOnly, ReasonMisdirected,
-		ReasonRoutingUnavailable, ReasonProxyUntrusted,
+		ReasonRoutingUnavailable, ReasonProxyUntrusted, ReasonConnLimit, ReasonHandshakeLimit,
+		ReasonACMEBudget,
 	}
 }
 

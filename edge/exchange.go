@@ -59,6 +59,7 @@ type exchange struct {
 	ctx    context.Context // the request to the app's; cancel cuts it
 	cancel context.CancelFunc
 
+	start    time.Time   // when the exchange began
 	activity atomicTime  // when a byte of a body last moved
 	header   atomic.Bool // the app's response header came
 	idle     *time.Timer
@@ -82,7 +83,7 @@ func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, routes []
 	// runs on a context of its own, cancelled as described on exchange.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	defer cancel()
-	x := &exchange{srv: s, in: r, routes: routes, info: info, pc: publicConnOf(r), aw: aw, rc: http.NewResponseController(w), ctx: ctx, cancel: cancel}
+	x := &exchange{srv: s, in: r, routes: routes, info: info, pc: publicConnOf(r), aw: aw, rc: http.NewResponseController(w), ctx: ctx, cancel: cancel, start: time.Now()}
 	up, reused, err := s.upstreamFor(ctx, routes, info, x.pc)
 	switch {
 	case errors.Is(err, errTooManyStreams):
@@ -114,14 +115,21 @@ func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, routes []
 	if x.body != nil {
 		out.Body = x.body
 	}
+	// The end runs even when the proxy aborts the handler (a panic with
+	// http.ErrAbortHandler, to reset the client's stream).
+	defer func() {
+		stopWatch()
+		x.stopIdle()
+		x.mu.Lock()
+		x.ended = true
+		cut := x.cut
+		x.mu.Unlock()
+		if x.body != nil {
+			x.body.end()
+		}
+		s.doneUpstream(x.up, cut || !x.completed())
+	}()
 	x.rp.ServeHTTP(w, out)
-	stopWatch()
-	x.stopIdle()
-	x.mu.Lock()
-	x.ended = true
-	cut := x.cut
-	x.mu.Unlock()
-	s.doneUpstream(x.up, cut || !x.completed())
 }
 
 // completed reports whether the exchange ended cleanly for its upstream:
@@ -206,6 +214,12 @@ func (x *exchange) modifyResponse(resp *http.Response) error {
 // errorHandler answers a request whose exchange failed, saying on which
 // side.
 func (x *exchange) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	if pipe.UpstreamReset(w, r, x.start, err) {
+		// The app reset its request's stream (a gRPC deadline the app saw
+		// pass, say): the client's request ends the same way.
+		x.srv.log().Debug("http exchange reset by the app", "host", r.Host, "client", r.RemoteAddr, "err", err)
+		return
+	}
 	reason, msg := x.classify(err)
 	if x.clientGone() {
 		// Nobody reads the answer; what went wrong is the client's doing.
@@ -397,13 +411,33 @@ type bodyReader struct {
 	activity *atomicTime
 	counted  *atomic.Int64 // the bytes read are added to it; nil: not counted
 
-	mu  sync.Mutex
-	err error // the client side's error; io.EOF once read whole
+	mu    sync.Mutex
+	err   error // the client side's error; io.EOF once read whole
+	ended bool  // the handler returned: rc is no longer to be used
+}
+
+// end marks the handler's end: the transport's goroutine may still read
+// the body (net/http's HTTP/2 client does), but no longer set deadlines
+// through the finished handler's ResponseWriter.
+func (b *bodyReader) end() {
+	b.mu.Lock()
+	b.ended = true
+	b.mu.Unlock()
+}
+
+// deadline sets the read deadline of the request's connection, unless the
+// handler returned.
+func (b *bodyReader) deadline(t time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.ended {
+		b.rc.SetReadDeadline(t)
+	}
 }
 
 func (b *bodyReader) Read(p []byte) (int, error) {
 	if b.timeout > 0 {
-		b.rc.SetReadDeadline(time.Now().Add(b.timeout))
+		b.deadline(time.Now().Add(b.timeout))
 	}
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 {
@@ -413,7 +447,7 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 		}
 	}
 	if err == io.EOF && b.timeout > 0 {
-		b.rc.SetReadDeadline(time.Time{})
+		b.deadline(time.Time{})
 	}
 	if err != nil {
 		b.mu.Lock()

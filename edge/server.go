@@ -482,8 +482,9 @@ func (s *Server) serve(ln net.Listener, what string, handle func(net.Conn)) erro
 	}
 }
 
-// ServeHTTPListener serves public HTTP on ln until the server is shut down.
-// It returns ErrServerClosed after Close or Shutdown.
+// ServeHTTPListener serves public HTTP on ln until the server is shut down;
+// a client source's connections past Limits.ConnsPerSource are closed as
+// they are accepted. It returns ErrServerClosed after Close or Shutdown.
 func (s *Server) ServeHTTPListener(ln net.Listener) error {
 	s.init()
 	if s.cfgErr != nil {
@@ -502,7 +503,7 @@ func (s *Server) ServeHTTPListener(ln net.Listener) error {
 		ln.Close()
 		return ErrServerClosed
 	}
-	err := hs.Serve(s.clientFirstListener(ln))
+	err := hs.Serve(s.perSource(s.clientFirstListener(ln)))
 	if errors.Is(err, http.ErrServerClosed) {
 		err = ErrServerClosed
 	}

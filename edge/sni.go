@@ -27,7 +27,8 @@ import (
 // over https, the edge terminates TLS itself and serves HTTP/2 or HTTP/1.1
 // (see ACME and Certificates). A connection that is not
 // TLS is decided on its first byte and handed to NotTLS (closed when nil);
-// one whose hello is malformed, late or names no route is closed. It
+// one whose hello is malformed, late or names no route is closed, and so
+// is one past Limits.ConnsPerSource or Limits.HandshakesPerSource. It
 // returns ErrServerClosed after Close or Shutdown.
 func (s *Server) ServeSNI(ln net.Listener) error {
 	s.init()
@@ -43,7 +44,7 @@ func (s *Server) ServeSNI(ln net.Listener) error {
 	if s.servesHTTPS() || len(s.ECHKeys) > 0 {
 		s.serveTerminated()
 	}
-	return s.serveL4(s.clientFirstListener(ln), s.handleSNI)
+	return s.serveL4(s.perSource(s.clientFirstListener(ln)), s.handleSNI)
 }
 
 func (s *Server) handleSNI(c net.Conn) {

@@ -18,62 +18,30 @@ import (
 	"golang.org/x/crypto/acme"
 	"golang.org/x/crypto/acme/autocert"
 
-	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
 	"github.com/tunnelkit/tunnelkit/sni"
 )
 
 // TLS the edge terminates: for https:// endpoints (with the operator's
-// certificates or ones from ACME, serving HTTP/2 or HTTP/1.1 by ALPN on the
-// connection, through the same reverse proxy as plain HTTP), and for the
-// public names of its ECH keys (retry configurations).
-
-// ACME gets certificates for https endpoints from an ACME CA (Let's
-// Encrypt, or any RFC 8555 server) on demand, through
-// golang.org/x/crypto/acme/autocert: the first handshake for a name gets a
-// certificate by a TLS-ALPN-01 challenge on the TLS port (or HTTP-01 on the
-// HTTP port), later ones get it from the cache, and it is renewed before it
-// expires while the Server runs. Setting ACME accepts the CA's terms of
-// service.
-//
-// Certificates are asked for only for names an agent has bound over https,
-// exactly: never for whatever server name a stranger sends, and not for the
-// names under a wildcard endpoint (anyone could make the edge spend the
-// CA's rate limit, shared by every tenant of the domain, on random names
-// under it). A wildcard endpoint needs the operator's certificate.
-type ACME struct {
-	// DirectoryURL is the CA's directory. Empty: Let's Encrypt's
-	// production directory.
-	DirectoryURL string
-
-	// Email is the contact the CA may write to about the certificates.
-	Email string
-
-	// Cache keeps the account key and certificates. Several edges sharing
-	// one Cache (a shared store implementing the interface) serve the same
-	// certificates. Nil: a directory, "tunnelkit/acme" under the user's
-	// cache directory.
-	Cache autocert.Cache
-
-	// HTTPClient talks to the CA. Nil: http.DefaultClient.
-	HTTPClient *http.Client
-
-	// RenewBefore is how long before a certificate expires it is renewed.
-	// Zero: the lesser of 30 days and a third of its lifetime.
-	RenewBefore time.Duration
-}
+// certificates or ones from ACME, see acme.go, serving HTTP/2 or HTTP/1.1
+// by ALPN on the connection, through the same reverse proxy as plain
+// HTTP), and for the public names of its ECH keys (retry configurations).
+// Each client source has at most Limits.HandshakesPerSource handshakes
+// under way.
 
 // terminating is the TLS the edge terminates for https endpoints: its
 // configuration and the HTTP server its connections go to.
 type terminating struct {
 	once     sync.Once
 	config   *tls.Config
-	acme     *autocert.Manager // nil without ACME
-	acmeHTTP http.Handler      // its HTTP-01 challenges
+	acme     *certManager // nil without ACME
+	acmeHTTP http.Handler // its HTTP-01 challenges
 	leaves   []*tls.Certificate
 	queue    *connQueue
 	hs       *http.Server
-	serve    sync.Once
+	// handshakes counts the handshakes under way per client source.
+	handshakes sourceCount
+	serve      sync.Once
 }
 
 // servesHTTPS reports whether the server has any source of certificates,
@@ -103,15 +71,8 @@ func (s *Server) tlsTerm() *terminating {
 					s.log().Warn("acme: no cache directory; certificates last as long as the process", "err", err)
 				}
 			}
-			t.acme = &autocert.Manager{
-				Prompt:      autocert.AcceptTOS,
-				Cache:       cache,
-				HostPolicy:  s.acmePolicy,
-				RenewBefore: a.RenewBefore,
-				Client:      &acme.Client{DirectoryURL: a.DirectoryURL, HTTPClient: a.HTTPClient},
-				Email:       a.Email,
-			}
-			t.acmeHTTP = t.acme.HTTPHandler(nil)
+			t.acme = newCertManager(s, a, cache)
+			t.acmeHTTP = http.HandlerFunc(t.acme.serveHTTP01)
 			protos = append(protos, acme.ALPNProto)
 		}
 		t.config = &tls.Config{
@@ -121,6 +82,7 @@ func (s *Server) tlsTerm() *terminating {
 			EncryptedClientHelloKeys: s.ECHKeys,
 		}
 		t.queue = newConnQueue()
+		t.handshakes.max = s.cfg.handshakesPerSource
 		t.hs = s.newHTTPServer(http.HandlerFunc(s.serveHTTPS), "https")
 		p := new(http.Protocols)
 		p.SetHTTP1(true)
@@ -139,7 +101,7 @@ func (s *Server) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, erro
 		if t.acme == nil {
 			return nil, errors.New("edge: an ACME challenge, and this edge uses no ACME")
 		}
-		return t.acme.GetCertificate(hello)
+		return t.acme.challengeCert(hello)
 	}
 	if s.GetCertificate != nil {
 		c, err := s.GetCertificate(hello)
@@ -153,37 +115,30 @@ func (s *Server) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, erro
 		}
 	}
 	if t.acme != nil {
-		return t.acme.GetCertificate(hello)
+		return t.acme.certificate(hello)
 	}
 	return nil, fmt.Errorf("edge: no certificate for %q", hello.ServerName)
 }
 
-// acmePolicy lets ACME get a certificate only for a name bound over https
-// exactly (not through a wildcard).
-func (s *Server) acmePolicy(ctx context.Context, host string) error {
-	name, ok := router.Normalise(host)
-	if !ok {
-		return fmt.Errorf("edge: no certificate for %q: not a host name", host)
-	}
-	routes, err := s.router().Lookup(ctx, wire.ProtoHTTPS, name)
-	if err != nil {
-		return err
-	}
-	for _, r := range routes {
-		if r.Name == name {
-			return nil
-		}
-	}
-	return fmt.Errorf("edge: no certificate for %q: no https endpoint has that name", host)
-}
-
 // terminate completes the TLS handshake of a public connection for an
-// https endpoint and hands it to the https HTTP server.
+// https endpoint and hands it to the https HTTP server, unless the
+// client's source has Limits.HandshakesPerSource handshakes under way.
 func (s *Server) terminate(c net.Conn) {
 	t := s.tlsTerm()
+	src := sourceOf(addrPort(c.RemoteAddr()).Addr())
+	if !t.handshakes.acquire(src) {
+		s.log().Debug("tls handshake refused: its source has its handshakes under way", "client", c.RemoteAddr().String(), "max", s.cfg.handshakesPerSource)
+		s.obs().Refused(ReasonHandshakeLimit)
+		c.Close()
+		return
+	}
 	tc := tls.Server(c, t.config)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.handshake)
 	c.SetDeadline(time.Now().Add(s.cfg.handshake))
-	if err := tc.Handshake(); err != nil {
+	err := tc.HandshakeContext(ctx)
+	cancel()
+	t.handshakes.release(src)
+	if err != nil {
 		s.log().Debug("tls handshake", "client", c.RemoteAddr().String(), "err", err)
 		c.Close()
 		return
@@ -208,6 +163,9 @@ func (s *Server) serveTerminated() {
 		defer s.mu.Unlock()
 		if s.closed {
 			t.queue.Close()
+			if t.acme != nil {
+				t.acme.cancel()
+			}
 			return
 		}
 		if s.servers == nil {
@@ -215,6 +173,11 @@ func (s *Server) serveTerminated() {
 		}
 		s.servers[t.hs] = struct{}{}
 		s.wg.Go(func() { t.hs.Serve(t.queue) })
+		if t.acme != nil {
+			// Closing the server closes the queue (t.hs serves it),
+			// which stops the certificates' upkeep and every order.
+			s.wg.Go(func() { t.acme.maintain(t.queue.done) })
+		}
 	})
 }
 

@@ -292,11 +292,14 @@ func (s *Server) upstreamChanged(up *upstream) {
 	}
 }
 
-// doneUpstream ends an exchange's use of up. An upstream whose exchange
-// was cut short is reset; one without an owner, or retired, is closed once
-// idle; one of a public connection stays for its next request.
+// doneUpstream ends an exchange's use of up. An HTTP/1.1 upstream whose
+// exchange was cut short (or did not end cleanly: a request or response
+// not whole) is reset, since it cannot carry another request; an HTTP/2
+// one goes on, its request's stream reset by the exchange's end. One
+// without an owner, or retired, is closed once idle; one of a public
+// connection stays for its next request.
 func (s *Server) doneUpstream(up *upstream, cut bool) {
-	if cut {
+	if cut && !up.h2 {
 		s.forget(up)
 		up.abort()
 		return

@@ -385,6 +385,7 @@ func TestBadFlags(t *testing.T) {
 		{"agent", "-to", "127.0.0.1:1", "-wait", "-1s"},
 		{"hello", "-wait", "-1s"},
 		{"hello", "extra"},
+		{"edge", "-acme-orders-per-identity", "2"}, // without -acme-directory
 	} {
 		out, err := exec.Command(filepath.Join(bin, c[0]), c[1:]...).CombinedOutput()
 		if err == nil {

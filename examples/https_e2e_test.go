@@ -158,3 +158,54 @@ func TestHTTPSWithACME(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 }
+
+// TestHTTPSWithACMEBudget runs the edge with ACME order budgets small
+// enough to meet (-acme-orders-per-identity 1, -acme-orders-per-hour 2):
+// alice's first name gets a certificate and her second none; bob's first
+// gets one; then the edge's budget is spent and carol's gets none. Each
+// refused handshake fails, as one for a name nobody bound does.
+func TestHTTPSWithACMEBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds binaries")
+	}
+	bin := build(t, "edge", "agent")
+	agents, pub, tlsAddr := freePort(t), freePort(t), freePort(t)
+	_, httpPort, _ := net.SplitHostPort(pub)
+	_, tlsPort, _ := net.SplitHostPort(tlsAddr)
+	hp, _ := strconv.Atoi(httpPort)
+	tp, _ := strconv.Atoi(tlsPort)
+	pebble := testacme.Start(t, hp, tp)
+	dir := t.TempDir()
+	caFile, tokens := filepath.Join(dir, "pebble-ca.pem"), filepath.Join(dir, "tokens")
+	if err := os.WriteFile(caFile, pebble.CAPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tokens, []byte("alice-secret alice\nbob-secret bob\ncarol-secret carol\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-tls", tlsAddr, "-domain", "example.test",
+		"-tokens", tokens, "-acme-directory", pebble.DirectoryURL, "-acme-ca", caFile, "-acme-cache", t.TempDir(),
+		"-acme-orders-per-identity", "1", "-acme-orders-per-hour", "2")
+	waitListening(t, agents)
+	waitListening(t, tlsAddr)
+	roots := pebble.Roots(t)
+	app := localApp(t)
+	for _, c := range []struct {
+		token, name string
+		want        bool
+	}{
+		{"alice-secret", "a1", true},
+		{"alice-secret", "a2", false}, // alice's budget
+		{"bob-secret", "b1", true},
+		{"carol-secret", "c1", false}, // the edge's
+	} {
+		url := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-token", c.token, "-url", "https://"+c.name+".example.test", "-to", app))
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 60 * time.Second}, "tcp", tlsAddr, &tls.Config{ServerName: c.name + ".example.test", RootCAs: roots})
+		if err == nil {
+			conn.Close()
+		}
+		if got := err == nil; got != c.want {
+			t.Errorf("%s: a certificate: %v (%v), want %v", url, got, err, c.want)
+		}
+	}
+}

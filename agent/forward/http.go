@@ -217,7 +217,7 @@ func (p *httpProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler)
 	}
 	defer p.handlers.Done()
-	lw := &loggingWriter{ResponseWriter: w}
+	lw := &loggingWriter{ResponseWriter: w, start: time.Now()}
 	if r.ProtoMajor == 1 {
 		// Let the app answer while the request body still arrives, as
 		// it could over the bytes, and as HTTP/2 always can.
@@ -249,7 +249,7 @@ func (p *httpProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}()
 		lw.ResponseWriter = rw
 	}
-	defer p.logRequest(r, lw, time.Now())
+	defer p.logRequest(r, lw, lw.start)
 	p.rp.ServeHTTP(lw, r)
 }
 
@@ -295,6 +295,15 @@ func (p *httpProxy) logRequest(r *http.Request, w *loggingWriter, start time.Tim
 // 502, and a short code in the Tunnelkit-Error header and the plain-text
 // body.
 func (p *httpProxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	start := time.Now()
+	if lw, ok := w.(*loggingWriter); ok {
+		start = lw.start
+	}
+	if pipe.UpstreamReset(w, r, start, err) {
+		// The app reset its request's stream: the request ends the same
+		// way toward the edge and the client, not with a 502.
+		return
+	}
 	code, msg := "app_error", "the app closed the connection without a whole response"
 	var de *dialError
 	if errors.As(err, &de) {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // The client's side of a forwarded request: what it is answered through.
@@ -16,6 +17,7 @@ import (
 // notes the status and counts the body's bytes for the request's line.
 type loggingWriter struct {
 	http.ResponseWriter
+	start  time.Time     // when the request arrived
 	status int           // the final status; 0 until written
 	bytes  int64         // the response body's bytes written
 	sized  bool          // the response has a Content-Length

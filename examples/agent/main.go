@@ -24,6 +24,15 @@
 // attempt (what failed, when the next comes), for good or for -wait. A
 // token refused, a name taken or an address that is not an edge's agent
 // port end it at once, with a message that says which flag to change.
+//
+// The traffic policy flags (-cidr-allow, -basic-auth, -oidc-issuer,
+// -rate-limit, -verify-webhook, ...) declare rules the edge enforces before
+// a connection or request reaches -to; list flags repeat. See package
+// policy.
+//
+//	agent -edge edge.example.com:7000 -url https://abc.example.com -to 127.0.0.1:3001 \
+//	      -basic-auth ann:s3cret -cidr-deny 203.0.113.0/24 -rate-limit 20/s \
+//	      -request-header-add 'X-Env: prod' -response-header-remove Server
 package main
 
 import (
@@ -107,6 +116,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (empty: none)")
 	wait := fs.Duration("wait", 0, "how long to wait for the edge at startup: while it is not up, or refuses for now, the agent tries again with backoff and logs each attempt; a token refused, a name taken or a wrong port end it at once (0: for good)")
 	inspectAddr := fs.String("inspect", "", "serve the request inspector (the last requests, live, with replay) on this loopback address, e.g. 127.0.0.1:4040; http and https URLs with -log-requests (empty: none)")
+	var pf policyFlags
+	pf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -142,6 +153,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	httpMode := isHTTP && *logRequests
 	if httpMode && *proxyProto != 0 {
 		return fmt.Errorf("-proxy-proto %d: for an http or https URL the agent forwards request by request (-log-requests) over connections to -to that clients share, so no PROXY header could name the client (-to gets X-Forwarded-For instead); pass -log-requests=false to forward each connection's bytes after a PROXY header", *proxyProto)
+	}
+	pol, err := pf.spec(os.ReadFile)
+	if err != nil {
+		return err
+	}
+	if pol != nil {
+		if err := pol.Validate(scheme); err != nil {
+			return fmt.Errorf("traffic policy for a %s URL: %w", scheme, err)
+		}
 	}
 	var insp *inspect.Inspector
 	if *inspectAddr != "" {
@@ -200,7 +220,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		setup, cancel = context.WithTimeoutCause(ctx, *wait, fmt.Errorf("-wait %v passed", *wait))
 	}
 	defer cancel()
-	l, err := c.ListenEndpoint(setup, agent.Endpoint{URL: *url, AppProtocol: *appProto, Pool: *pool})
+	l, err := c.ListenEndpoint(setup, agent.Endpoint{URL: *url, AppProtocol: *appProto, Pool: *pool, Policy: pol})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // interrupted while it waited

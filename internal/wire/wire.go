@@ -88,6 +88,14 @@ const (
 
 	AppProtocolHTTP1 = "http1"
 	AppProtocolH2C   = "h2c" // HTTP/2 with prior knowledge, without TLS
+
+	// OptPolicy marks a bind that carries a traffic policy (Bind.Policy),
+	// with the version of the policy's format, PolicyVersion. An agent
+	// sends it with every policy, so that an edge that does not enforce
+	// policies refuses the bind (an unknown option) rather than ignore
+	// the policy, which it would, as it ignores unknown JSON fields.
+	OptPolicy     = "policy"
+	PolicyVersion = "1"
 )
 
 // Request is a control request from agent to edge.
@@ -159,9 +167,14 @@ type Bind struct {
 	// Pool joins the endpoint's pool when the same identity holds it
 	// already, rather than fail.
 	Pool bool `json:"pool,omitempty"`
-	// Options are per-endpoint settings (OptAppProtocol; traffic policy
-	// later). The edge refuses options it does not know.
+	// Options are per-endpoint settings (OptAppProtocol, OptPolicy). The
+	// edge refuses options it does not know.
 	Options map[string]string `json:"options,omitempty"`
+	// Policy is the endpoint's traffic policy, the JSON form of a
+	// policy.Spec (package policy), sent with Options[OptPolicy] set to
+	// PolicyVersion. The edge refuses a policy it cannot read or enforce
+	// in full (CodeBadRequest), or cannot set up now (CodeUnavailable).
+	Policy json.RawMessage `json:"policy,omitempty"`
 	// Ticket is the endpoint ticket of an earlier bind of the same name,
 	// which proves the agent held it (after an edge restart).
 	Ticket string `json:"ticket,omitempty"`

@@ -89,6 +89,8 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	maxTotal := fs.Int("max-endpoints-total", 0, "endpoints on this edge at most, every agent's together (0: 65536, negative: no bound)")
 	maxAuthFailures := fs.Int("max-auth-failures", 0, "failed agent authentications per source address per minute before its connections are closed at once (0: 10, negative: no limit)")
 	clientShare := fs.Float64("client-share", 0, "part of an endpoint's streams one client address may hold (0: 1/16, negative: no bound)")
+	connsPerSource := fs.Int("conns-per-source", 0, "connections one client address (an IPv6 /64) may hold at once on -http, and on -tls (0: 1024, negative: no bound)")
+	handshakesPerSource := fs.Int("handshakes-per-source", 0, "TLS handshakes for https endpoints one client address (an IPv6 /64) may have under way at once (0: 64, negative: no bound)")
 	bodyTimeout := fs.Duration("body-timeout", 0, "cut off an HTTP request body that stops moving this long (0: 60s, negative: never)")
 	var proxyFrom prefixList
 	fs.Var(&proxyFrom, "proxy-protocol-from", "the load balancers' addresses, as `CIDR,...` (prefixes or single addresses; the flag repeats): their connections to -http, -tls and TCP endpoints must start with a PROXY protocol header (v1 or v2) naming the client; other peers are clients at their own address, never read for a header (empty: no PROXY protocol)")
@@ -101,6 +103,11 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	acmeEmail := fs.String("acme-email", "", "contact address for the ACME CA")
 	acmeCache := fs.String("acme-cache", "", "directory for the ACME account key and certificates (default: tunnelkit/acme under the user's cache directory)")
 	acmeRenew := fs.Duration("acme-renew-before", 0, "renew ACME certificates this long before they expire (0: the lesser of 30 days and a third of their lifetime)")
+	acmePerHour := fs.Int("acme-orders-per-hour", 0, "ACME orders the edge places per hour, renewals included (0: 100, negative: no bound)")
+	acmePerWeek := fs.Int("acme-orders-per-week", 0, "ACME orders for first certificates the edge places per 7 days (0: 50, Let's Encrypt's certificates per registered domain; negative: no bound)")
+	acmePerIdentity := fs.Int("acme-orders-per-identity", 0, "ACME orders for first certificates the names of one identity may cause per hour (0: 5, negative: no bound)")
+	acmeShare := fs.Float64("acme-identity-share", 0, "part of -acme-orders-per-week the names of one identity may spend (0: 1/5, negative: no bound)")
+	acmeGrace := fs.Duration("acme-grace", 0, "keep and renew the certificate of a name no agent binds any more this long, then drop it from memory and the cache (0: 7 days, negative: none)")
 	redirectHTTPS := fs.Bool("redirect-https", false, "answer plain-HTTP requests for names bound over https only with 308 to https (default: 404 https_only)")
 	accessLog := fs.Bool("access-log", true, "log one line per public HTTP request")
 	relayAddr := fs.String("relay", "", "address other edges of the cluster reach this one on, relaying connections to the agents it holds (empty: no relay; a lone edge)")
@@ -136,6 +143,13 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 			return errors.New("-acme-renew-before: want a positive duration, with -acme-directory")
 		}
 		acme.RenewBefore = *acmeRenew
+	}
+	if acme == nil && (*acmePerHour != 0 || *acmePerWeek != 0 || *acmePerIdentity != 0 || *acmeShare != 0 || *acmeGrace != 0) {
+		return errors.New("-acme-orders-per-hour, -acme-orders-per-week, -acme-orders-per-identity, -acme-identity-share and -acme-grace need -acme-directory")
+	}
+	if acme != nil {
+		acme.OrdersPerHour, acme.OrdersPerWeek, acme.OrdersPerIdentity = *acmePerHour, *acmePerWeek, *acmePerIdentity
+		acme.IdentityShare, acme.Grace = *acmeShare, *acmeGrace
 	}
 	if (len(certs) > 0 || acme != nil) && *tlsAddr == "" {
 		return errors.New("-cert and -acme-directory serve https endpoints on -tls: give -tls too")
@@ -173,6 +187,8 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 			Endpoints:            *maxTotal,
 			AuthFailures:         *maxAuthFailures,
 			ClientShare:          *clientShare,
+			ConnsPerSource:       *connsPerSource,
+			HandshakesPerSource:  *handshakesPerSource,
 		},
 		Timeouts: edge.Timeouts{Body: *bodyTimeout},
 	}

@@ -1,0 +1,115 @@
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// The fuzz targets of this package cover the parsers of what agents and
+// clients send: a spec's JSON (from a bind) and a request's Authorization
+// header. Their seeds run in every plain go test; the fuzzer runs with,
+// for example,
+//
+//	go test -run XXX -fuzz '^FuzzParse$' -fuzztime 2m -parallel 1 ./policy/
+
+// FuzzParse checks that any JSON either fails to parse with one of the
+// package's errors or parses into a spec that survives a round trip, and
+// that Validate, Combine and Compile agree on it for every protocol.
+func FuzzParse(f *testing.F) {
+	for _, seed := range []string{
+		`{}`, `null`, `[]`, `{"cidr_allow":["10.0.0.0/8","::/0"],"cidr_deny":["10.1.0.0/16"]}`,
+		`{"basic_auth":{"credentials":["ann:pw","bob:x:y"],"pass_authorization":true}}`,
+		`{"oidc":{"issuer":"https://id.example.com","client_id":"c","client_secret":"s","allow_emails":["a@b.co"],"allow_domains":["example.com"]}}`,
+		`{"mutual_tls":{"cas":` + jsonString(testCAPEM) + `}}`,
+		`{"rate_limit":{"requests":10,"seconds":60}}`,
+		`{"request_headers":{"add":["X-A: 1"],"remove":["X-B"]},"response_headers":{"add":["Server: x"],"remove":["X-Powered-By"]}}`,
+		`{"webhook":{"provider":"stripe","secret":"whsec_x"}}`,
+		`{"unknown":1}`, `{"basic_auth":{"credentials":["a:b"],"x":1}}`, `{"rate_limit":{"requests":1},"rate_limit":{}}`,
+		`{"cidr_deny":["1.2.3.4/33"]}`, `{"request_headers":{"add":["Host: x"]}}`, `{"rate_limit":{"requests":1e3}}`,
+		`{"cidr_allow":[]}`, `{"basic_auth":null}`, `{"Basic_Auth":{}}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := Parse(data)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrUnknownKind) && !errors.Is(err, ErrTooLarge) {
+				t.Fatalf("Parse: an error of no known kind: %v", err)
+			}
+			return
+		}
+		b1, err := json.Marshal(s)
+		if err != nil {
+			t.Fatalf("Marshal: %v", err)
+		}
+		var s2 Spec
+		if err := json.Unmarshal(b1, &s2); err != nil {
+			t.Fatalf("the JSON of a parsed spec does not parse: %v\n%s", err, b1)
+		}
+		if b2, _ := json.Marshal(s2); string(b1) != string(b2) {
+			t.Fatalf("round trip changed the spec:\n%s\n%s", b1, b2)
+		}
+		for _, proto := range []string{ProtoHTTP, ProtoHTTPS, ProtoTLS, ProtoTCP} {
+			verr := s.Validate(proto)
+			_, cerr := Combine(proto, Operator{}, s)
+			if (verr == nil) != (cerr == nil) {
+				t.Fatalf("%s: Validate %v, Combine with no operator %v", proto, verr, cerr)
+			}
+			p, err := Compile(t.Context(), proto, s, Options{})
+			switch {
+			case verr != nil && err == nil:
+				t.Fatalf("%s: Compile accepted what Validate refused: %v", proto, verr)
+			case verr == nil && err != nil && !(s.OIDC != nil && errors.Is(err, ErrUnsupported)):
+				t.Fatalf("%s: Compile refused what Validate accepted: %v", proto, err)
+			case err == nil:
+				p.AllowAddr(mustAddr("10.1.2.3"))
+				p.AcceptConn(mustAddr("2001:db8::1"))
+			}
+		}
+	})
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// FuzzBasicAuth checks that a request gets in exactly when its
+// Authorization header carries the declared pair, as net/http reads it.
+func FuzzBasicAuth(f *testing.F) {
+	for _, seed := range []string{
+		basicHeader("ann", "s3cret"), basicHeader("ann", "s3cret!"), "Basic", "Basic ", "basic YW5uOnMzY3JldA==",
+		"Basic  YW5uOnMzY3JldA==", "Basic YW5uOnMzY3JldA", "Basic YW5u\nOnMzY3JldA==", "Bearer x", "",
+		"Basic " + strings.Repeat("A", 400),
+	} {
+		f.Add(seed)
+	}
+	p, err := Compile(f.Context(), ProtoHTTP, Spec{BasicAuth: &BasicAuth{Credentials: []string{"ann:s3cret"}}}, Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, auth string) {
+		r := newRequest("GET", "/")
+		r.Header["Authorization"] = []string{auth}
+		// What net/http reads, after the spaces this package also
+		// allows between the scheme and the credentials.
+		oracle := newRequest("GET", "/")
+		norm := auth
+		if len(auth) >= 6 && strings.EqualFold(auth[:6], "Basic ") {
+			norm = "Basic " + strings.TrimLeft(auth[6:], " ")
+		}
+		oracle.Header["Authorization"] = []string{norm}
+		user, pass, ok := oracle.BasicAuth()
+		want := ok && user == "ann" && pass == "s3cret"
+		w := discard{}
+		served := p.Check(w, r, mustAddr("192.0.2.1"))
+		if served == want {
+			t.Fatalf("Authorization %q: let in %v; net/http reads %q:%q (%v)", auth, !served, user, pass, ok)
+		}
+		if !served && r.Header.Get(HeaderAuthUser) != "ann" {
+			t.Fatalf("user header %q", r.Header.Get(HeaderAuthUser))
+		}
+	})
+}
