@@ -185,7 +185,7 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 	s.donePending(ss.pending)
 	close(ss.helloDone)
 	ss.log.Info("agent connected", "identity", wire.Printable(identity, 64), "agent", wire.Printable(h.Agent, 64))
-	s.goTracked(ss.heartbeat)
+	ss.keepAlive(min(h.Version, wire.Version))
 	return resp
 }
 
