@@ -27,7 +27,14 @@ import (
 type Session struct {
 	muxado.Session
 	fr *framer
-	wg sync.WaitGroup // resets under way, and AfterReset funcs running
+
+	// The goroutines Close waits for: resets under way, and AfterReset
+	// funcs running. A count under a lock rather than a WaitGroup: they
+	// start while Close may be waiting (the session ending runs the
+	// AfterReset funcs), which a WaitGroup forbids once its count is zero.
+	gmu  sync.Mutex
+	live int
+	idle sync.Cond // on gmu: live reached zero
 
 	wmu     sync.Mutex
 	watched map[uint32]*Stream // streams with AfterReset funcs
@@ -40,6 +47,7 @@ type Session struct {
 // muxado's 128; a stream past it is reset).
 func NewSession(conn net.Conn, window uint32, client bool, backlog uint32) *Session {
 	s := &Session{}
+	s.idle.L = &s.gmu
 	cfg := &muxado.Config{
 		MaxWindowSize: window,
 		AcceptBacklog: backlog,
@@ -81,8 +89,31 @@ func (s *Session) AcceptStream() (*Stream, error) {
 // resets under way.
 func (s *Session) Close() error {
 	err := s.Session.Close()
-	s.wg.Wait()
+	s.gmu.Lock()
+	for s.live > 0 {
+		s.idle.Wait()
+	}
+	s.gmu.Unlock()
 	return err
+}
+
+// goTracked runs f in a goroutine that Close waits for.
+func (s *Session) goTracked(f func()) {
+	s.gmu.Lock()
+	s.live++
+	s.gmu.Unlock()
+	go func() {
+		defer s.untrack()
+		f()
+	}()
+}
+
+func (s *Session) untrack() {
+	s.gmu.Lock()
+	defer s.gmu.Unlock()
+	if s.live--; s.live == 0 {
+		s.idle.Broadcast()
+	}
 }
 
 // resetFrames is what a reset writes: a RST for the stream, and an empty
@@ -101,7 +132,7 @@ func resetFrames(id uint32) []byte {
 // whose peer never answers ends with the session.
 func (s *Session) reset(st muxado.Stream) {
 	st.SetReadDeadline(time.Unix(1, 0))
-	s.wg.Go(func() {
+	s.goTracked(func() {
 		s.fr.inject(resetFrames(st.Id()))
 		st.Close()
 	})
@@ -118,6 +149,7 @@ func (s *Session) peerReset(id uint32) {
 		st.watches = nil
 		delete(s.watched, id)
 	}
+	fire(fs)
 	s.wmu.Unlock()
 	s.run(fs)
 }
@@ -132,16 +164,24 @@ func (s *Session) ended() {
 		st.watches = nil
 	}
 	s.watched = nil
+	fire(fs)
 	s.wmu.Unlock()
 	s.run(fs)
 }
 
-// run starts the funcs of watches, each in a goroutine of its own (the
-// reader must not wait for them), which Close waits for.
-func (s *Session) run(ws []*resetWatch) {
+// fire marks watches as fired, under Session.wmu: their stop funcs no
+// longer stop them.
+func fire(ws []*resetWatch) {
 	for _, w := range ws {
 		w.fired = true
-		s.wg.Go(w.f)
+	}
+}
+
+// run starts the funcs of watches, fired, each in a goroutine of its own
+// (the reader must not wait for them), which Close waits for.
+func (s *Session) run(ws []*resetWatch) {
+	for _, w := range ws {
+		s.goTracked(w.f)
 	}
 }
 
