@@ -66,6 +66,12 @@ const (
 	// protocol header, a client trying to choose its address (or a load
 	// balancer missing from the list); it was closed.
 	ReasonProxyUntrusted Reason = "proxy_untrusted"
+
+	// ReasonRelayRefused: a peer of Relay.Serve was refused a relay
+	// session (its TLS handshake failed, or its certificate names no edge
+	// of the cluster), or a relay session's stream named no route this
+	// edge holds (one that just went, or a forged one); it was closed.
+	ReasonRelayRefused Reason = "relay_refused"
 )
 
 // Reasons returns every Reason the edge reports, in a fixed order: the
@@ -76,7 +82,7 @@ func Reasons() []Reason {
 		ReasonNoRoute, ReasonNoEndpoint, ReasonClientLimit, ReasonAgentBusy, ReasonAgentOffline,
 		ReasonAppUnreachable, ReasonAppError, ReasonAppTimeout, ReasonBodyTimeout,
 		ReasonBadRequest, ReasonMissingHost, ReasonHTTPSOnly, ReasonMisdirected,
-		ReasonRoutingUnavailable, ReasonProxyUntrusted,
+		ReasonRoutingUnavailable, ReasonProxyUntrusted, ReasonRelayRefused,
 	}
 }
 
