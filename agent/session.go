@@ -99,7 +99,7 @@ func (c *Client) open(ctx context.Context, addr string) (*wire.Session, error) {
 		c.ticket = resp.HelloResp.Ticket
 	}
 	c.renewAfter = time.Duration(resp.HelloResp.RenewAfter) * time.Second
-	c.wg.Go(func() { c.heartbeat(mux, addr) })
+	c.keepAlive(mux, addr, resp.HelloResp.Version)
 	if renew := c.renewAfter; renew > 0 {
 		c.wg.Go(func() { c.renewLoop(mux, renew, dead) })
 	}
@@ -173,7 +173,27 @@ func (c *Client) sessionEnded(mux *wire.Session) {
 	}
 }
 
-// heartbeat pings the edge and closes the session when it stops answering.
+// keepAlive keeps the session alive in the way of the version the edge
+// answered with: ping streams on a timer from version 3 on (no goroutine
+// at rest), a heartbeat stream before.
+func (c *Client) keepAlive(mux *wire.Session, addr string, version int) {
+	if version < wire.PingVersion {
+		c.wg.Go(func() { c.heartbeat(mux, addr) })
+		return
+	}
+	p := &wire.Pinger{
+		Interval: c.HeartbeatInterval,
+		Timeout:  c.HeartbeatTimeout,
+		Dead: func() {
+			c.log().Warn("edge missed its heartbeat; closing the session", "edge", addr)
+			mux.Close()
+		},
+	}
+	p.Start(mux) // it stops when the session ends
+}
+
+// heartbeat pings the edge over a version 2 session's heartbeat stream and
+// closes the session when it stops answering.
 func (c *Client) heartbeat(mux *wire.Session, addr string) {
 	st, err := mux.OpenStream()
 	if err != nil {

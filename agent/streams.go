@@ -22,6 +22,9 @@ func (c *Client) handleStream(st *wire.Stream, addr string, accepting, dead <-ch
 		st.SetReadDeadline(time.Time{})
 		wire.Echo(st)
 		st.Close()
+	case wire.StreamPing: // the edge's: it came, which is all it is for
+		wire.ReadPing(st)
+		st.Close()
 	case wire.StreamGoAway:
 		var g wire.GoAway
 		err := wire.ReadMessage(st, &g)

@@ -25,7 +25,8 @@ type Pinger struct {
 	heardAt time.Time // and when
 }
 
-// Start pings over s until stop is called or Dead. It returns at once.
+// Start pings over s until stop is called, the session ends, or Dead. It
+// returns at once.
 func (p *Pinger) Start(s *Session) (stop func()) {
 	interval := cmp(p.Interval, DefaultHeartbeatInterval)
 	timeout := cmp(p.Timeout, DefaultHeartbeatTimeout)
@@ -44,7 +45,8 @@ func (p *Pinger) Start(s *Session) (stop func()) {
 // tick checks that the peer was heard from lately, and pings it.
 func (p *Pinger) tick(s *Session, interval, timeout time.Duration) {
 	p.mu.Lock()
-	if p.stopped {
+	if p.stopped || s.Over() {
+		p.stopped = true
 		p.mu.Unlock()
 		return
 	}

@@ -180,6 +180,13 @@ func (s *Session) Close() error {
 	return err
 }
 
+// Over tells whether the session ended.
+func (s *Session) Over() bool {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.over
+}
+
 // goLocked runs f in a goroutine Close waits for, unless the session is
 // over: then in one it does not wait for (Close may be waiting already:
 // the WaitGroup takes no Add then). The caller holds wmu.
