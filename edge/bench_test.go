@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -263,6 +264,15 @@ func measureIdleSessions(b *testing.B, sessions int) memDelta {
 	}
 	go io.Copy(io.Discard, stdout)
 	after, g1 := memAfterGC()
+	if f := os.Getenv("TUNNELKIT_BENCH_IDLE_HEAPPROFILE"); f != "" {
+		// The heap while the sessions are open: where their memory is.
+		w, err := os.Create(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pprof.Lookup("heap").WriteTo(w, 0)
+		w.Close()
+	}
 	return memDelta{
 		heapAlloc:  float64(after.HeapAlloc) - float64(before.HeapAlloc),
 		heapInuse:  float64(after.HeapInuse) - float64(before.HeapInuse),

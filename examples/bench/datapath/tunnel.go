@@ -62,6 +62,9 @@ func runEdge(ctx context.Context, ctl *control, args []string) error {
 			"-agents", addrs["agents"], "-http", addrs["http"], "-tls", addrs["tls"],
 			"-domain", domain, "-tcp-ports", fmt.Sprintf("%d-%d", ports[3], ports[5]),
 			"-cert", cert, "-key", key, "-access-log=" + strconv.FormatBool(*accessLog),
+			// The idle row's thousands of anonymous agents share one
+			// address: the per-source bounds would refuse them.
+			"-max-endpoints-per-source", "-1",
 		}
 		switch *link {
 		case "plain":
