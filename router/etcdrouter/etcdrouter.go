@@ -51,6 +51,15 @@
 //
 // Edge, session and tunnel are path-escaped. A value is the route (or, for a
 // reservation, its Proto, Name and Identity) in JSON.
+//
+// # Secrets
+//
+// A route's value holds its traffic policy (router.Route's Policy), with
+// the policy's secrets: basic-auth passwords, OIDC client secrets, webhook
+// secrets. Whoever reads the keys can use them, and whoever writes them can
+// change what the edges let through. Give etcd TLS with client certificates
+// (clientv3.Config's TLS) and, with etcd's authentication, a user for the
+// edges alone with access to Config.Prefix.
 package etcdrouter
 
 import (
