@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -345,6 +346,14 @@ func (s *Server) checkPolicy(w http.ResponseWriter, r *http.Request, routes []ro
 		return nil, false
 	}
 	pol := cp.policy()
+	if pol.ClientCAs() != nil && r.TLS != nil && !s.sameHost(r.TLS.ServerName, r.Host) {
+		// An HTTP/2 connection opened for another name (browsers reuse
+		// one for every name its certificate covers) was not asked for
+		// this name's client certificate: the client opens one of its
+		// own on 421.
+		s.refuse(w, r, ReasonMisdirected, "this name needs a connection of its own, with a client certificate; open a new one", nil)
+		return nil, false
+	}
 	if pol.ReadsBody() && s.cfg.body > 0 && r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		b := &policyBody{ReadCloser: r.Body, rc: http.NewResponseController(w)}
 		r.Body = b
@@ -355,6 +364,13 @@ func (s *Server) checkPolicy(w http.ResponseWriter, r *http.Request, routes []ro
 		return nil, false
 	}
 	return pol, true
+}
+
+// sameHost reports whether the server name of a TLS connection is the host
+// of a request's Host header.
+func (s *Server) sameHost(serverName, hostport string) bool {
+	host, err := s.routeHost(hostport)
+	return err == nil && strings.EqualFold(serverName, host)
 }
 
 // refusePolicy writes a policy's refusal as the edge's own, logged and

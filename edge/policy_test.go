@@ -202,6 +202,15 @@ func do(t testing.TB, c *http.Client, req *http.Request) (*http.Response, string
 	return resp, string(b)
 }
 
+func mustRequest(t testing.TB, method, url string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
 func getAs(t testing.TB, c *http.Client, url string, hdr ...string) (*http.Response, string) {
 	t.Helper()
 	req, err := http.NewRequest("GET", url, nil)
@@ -733,6 +742,26 @@ func TestPolicyMutualTLS(t *testing.T) {
 		if n := asked.Load(); n != 0 {
 			t.Errorf("h2 %v: another name on the port was asked for a certificate", h2)
 		}
+	}
+	// An HTTP/2 connection opened for the other name, reused for this one
+	// (as browsers do for names the edge's certificate covers), was never
+	// asked for a certificate: 421, so that the client opens its own.
+	tr := &http.Transport{
+		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			c, err := dialAs(ctx, e.tlsAddr, from)
+			if err != nil {
+				return nil, err
+			}
+			tc := tls.Client(c, &tls.Config{ServerName: "open.example.test", RootCAs: e.pki.Pool, NextProtos: []string{"h2"}, Certificates: []tls.Certificate{good}})
+			return tc, tc.HandshakeContext(ctx)
+		},
+		ForceAttemptHTTP2: true,
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	resp, body := do(t, &http.Client{Transport: tr}, mustRequest(t, "GET", "https://secure.example.test/"))
+	wantRefusal(t, "a connection of another name", resp, body, http.StatusMisdirectedRequest, "misdirected")
+	if resp.ProtoMajor != 2 {
+		t.Errorf("the reused connection spoke %s; want HTTP/2", resp.Proto)
 	}
 	if n, m := hits.Load(), openHits.Load(); n != 2 || m != 2 {
 		t.Errorf("the apps got %d and %d requests; want 2 and 2", n, m)
