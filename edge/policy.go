@@ -160,6 +160,10 @@ func (s *Server) bindPolicy(ctx context.Context, r *router.Route, raw []byte) (*
 	if err == nil {
 		r.Policy, err = specJSON(spec)
 	}
+	if err == nil && r.Policy != "" {
+		// Compiled from the route's form, as the other edges compile it.
+		spec, err = policy.Parse([]byte(r.Policy))
+	}
 	if err != nil {
 		return nil, policy.Spec{}, policyFailure(err)
 	}
@@ -184,11 +188,13 @@ func specJSON(spec policy.Spec) (string, error) {
 	if spec.IsZero() {
 		return "", nil
 	}
-	b, err := json.Marshal(spec)
-	if err != nil {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // as compact as the agent may send it
+	if err := enc.Encode(spec); err != nil {
 		return "", fmt.Errorf("%w: %v", policy.ErrInvalid, err)
 	}
-	return string(b), nil
+	return strings.TrimSuffix(b.String(), "\n"), nil
 }
 
 // holdPolicy keeps the policy of r, a route this edge bound, compiled as
