@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -72,11 +73,12 @@ func deriveCookieKey(ticketKey []byte) []byte {
 // policyKey is what a compiled policy is kept by: the endpoint, its owner
 // (whose operator policy applies) and the agent's spec.
 type policyKey struct {
-	proto, name, identity, spec string
+	endpoint       endpointKey
+	identity, spec string
 }
 
 func keyOfRoute(r router.Route) policyKey {
-	return policyKey{r.Proto, r.Name, r.Identity, r.Policy}
+	return policyKey{endpointKey{r.Proto, r.Name}, r.Identity, r.Policy}
 }
 
 // compiledPolicy is the policy of an endpoint on this edge, or why it
@@ -107,9 +109,34 @@ func (cp *compiledPolicy) policy() *policy.Policy {
 
 // policies is the compiled policies of a Server.
 type policies struct {
-	mu    sync.Mutex
-	byKey map[policyKey]*compiledPolicy
-	idle  list.List // of *compiledPolicy with refs zero, most recently used first
+	mu sync.Mutex
+	// byEndpoint holds the policies of each endpoint: one, but while
+	// routes of another owner or spec come and go. A lookup compares the
+	// spec of the few there, which costs nothing when it is the string of
+	// the route the policy was compiled for (the Router hands out copies
+	// of one route), rather than hash it, as a key of a map would.
+	byEndpoint map[endpointKey][]*compiledPolicy
+	idle       list.List // of *compiledPolicy with refs zero, most recently used first
+	n          int       // policies held in byEndpoint
+}
+
+// getLocked returns the policy of k, or nil.
+func (ps *policies) getLocked(k policyKey) *compiledPolicy {
+	for _, cp := range ps.byEndpoint[k.endpoint] {
+		if cp.key.identity == k.identity && cp.key.spec == k.spec {
+			return cp
+		}
+	}
+	return nil
+}
+
+// putLocked adds cp, whose key no other has.
+func (ps *policies) putLocked(cp *compiledPolicy) {
+	if ps.byEndpoint == nil {
+		ps.byEndpoint = map[endpointKey][]*compiledPolicy{}
+	}
+	ps.byEndpoint[cp.key.endpoint] = append(ps.byEndpoint[cp.key.endpoint], cp)
+	ps.n++
 }
 
 // hasPolicy reports whether traffic of r is checked by a policy: the
@@ -209,16 +236,13 @@ func (s *Server) holdPolicy(r router.Route, pol *policy.Policy) {
 	ps := &s.policies
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	cp := ps.byKey[k]
+	cp := ps.getLocked(k)
 	if cp == nil || !cp.done() || cp.err != nil {
 		if cp != nil {
 			ps.removeLocked(cp)
 		}
 		cp = &compiledPolicy{key: k, ready: closedChan, pol: pol}
-		if ps.byKey == nil {
-			ps.byKey = map[policyKey]*compiledPolicy{}
-		}
-		ps.byKey[k] = cp
+		ps.putLocked(cp)
 	}
 	if cp.elem != nil {
 		ps.idle.Remove(cp.elem)
@@ -236,7 +260,7 @@ func (s *Server) releasePolicy(r router.Route) {
 	ps := &s.policies
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	cp := ps.byKey[keyOfRoute(r)]
+	cp := ps.getLocked(keyOfRoute(r))
 	if cp == nil || cp.refs == 0 {
 		return
 	}
@@ -254,14 +278,21 @@ func (s *Server) forgetPolicy(r router.Route) {
 	ps := &s.policies
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if cp := ps.byKey[keyOfRoute(r)]; cp != nil && cp.refs == 0 {
+	if cp := ps.getLocked(keyOfRoute(r)); cp != nil && cp.refs == 0 {
 		ps.removeLocked(cp)
 	}
 }
 
+// removeLocked removes cp, if it is there.
 func (ps *policies) removeLocked(cp *compiledPolicy) {
-	if ps.byKey[cp.key] == cp {
-		delete(ps.byKey, cp.key)
+	held := ps.byEndpoint[cp.key.endpoint]
+	if i := slices.Index(held, cp); i >= 0 {
+		ps.n--
+		if len(held) == 1 {
+			delete(ps.byEndpoint, cp.key.endpoint)
+		} else {
+			ps.byEndpoint[cp.key.endpoint] = slices.Delete(slices.Clone(held), i, i+1)
+		}
 	}
 	if cp.elem != nil {
 		ps.idle.Remove(cp.elem)
@@ -291,7 +322,7 @@ func (s *Server) routePolicy(ctx context.Context, r router.Route) (*compiledPoli
 	k := keyOfRoute(r)
 	ps := &s.policies
 	ps.mu.Lock()
-	cp := ps.byKey[k]
+	cp := ps.getLocked(k)
 	if cp != nil && cp.done() && cp.err != nil && time.Since(cp.at) >= policyRetry {
 		ps.removeLocked(cp)
 		cp = nil
@@ -309,10 +340,7 @@ func (s *Server) routePolicy(ctx context.Context, r router.Route) (*compiledPoli
 		}
 	}
 	cp = &compiledPolicy{key: k, ready: make(chan struct{})}
-	if ps.byKey == nil {
-		ps.byKey = map[policyKey]*compiledPolicy{}
-	}
-	ps.byKey[k] = cp
+	ps.putLocked(cp)
 	cp.elem = ps.idle.PushFront(cp)
 	for ps.idle.Len() > maxCachedPolicies {
 		ps.removeLocked(ps.idle.Back().Value.(*compiledPolicy))

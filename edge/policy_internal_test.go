@@ -110,7 +110,7 @@ func TestPolicyCache(t *testing.T) {
 	count := func() int {
 		s.policies.mu.Lock()
 		defer s.policies.mu.Unlock()
-		return len(s.policies.byKey)
+		return s.policies.n
 	}
 	if n := count(); n != maxCachedPolicies+1 {
 		t.Errorf("%d policies kept; want %d (the bound, and the held one)", n, maxCachedPolicies+1)
@@ -159,7 +159,8 @@ func TestPolicyOnFirstUseFails(t *testing.T) {
 		t.Fatalf("at once after a failure: %v; want the failure again", err)
 	}
 	s.policies.mu.Lock()
-	s.policies.byKey[keyOfRoute(r)].at = s.policies.byKey[keyOfRoute(r)].at.Add(-policyRetry)
+	cp := s.policies.getLocked(keyOfRoute(r))
+	cp.at = cp.at.Add(-policyRetry)
 	s.policies.mu.Unlock()
 	if cp, err := s.routePolicy(context.Background(), r); err != nil || cp.policy() == nil {
 		t.Fatalf("after policyRetry: %v; want the policy", err)
