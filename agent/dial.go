@@ -14,14 +14,6 @@ import (
 	"golang.org/x/net/proxy"
 )
 
-// ErrProxy: the proxy on the way to the edge failed: it could not be
-// reached, refused the tunnel, asked for credentials, closed the
-// connection, answered something other than its protocol, or did not
-// answer in time. The error names the proxy (scheme://host:port, never its
-// credentials) and says what it answered; an error of the edge itself
-// does not wrap ErrProxy.
-var ErrProxy = errors.New("agent: proxy failed")
-
 // ProxyURL returns a Client.Proxy func that sends every edge through the
 // proxy at u, whatever the environment says. ProxyURL(nil) never uses a
 // proxy.

@@ -10,11 +10,19 @@
 //	fmt.Println("public URL:", l.URL())
 //	return http.Serve(l, handler) // r.RemoteAddr is the real client
 //
-// A [Client] carries several listeners over one session; [Forward] copies a
-// listener's connections to a local address ("expose localhost:3000"), and
-// a [Forwarder] with HTTP set forwards an http or https endpoint request by
-// request, logging a line for each, and shows them on an [Inspector]'s
-// page, which replays them.
+// Listen waits for the edge, within ctx: an edge not up yet, restarting,
+// or refusing an endpoint for now is tried again with backoff, and only a
+// failure that waiting would not cure (a token refused, a name taken, an
+// address that is not an edge's agent port) ends it at once, with an error
+// that says so. Once listening, the client reconnects by itself.
+//
+// A [Client] carries several listeners over one session. Package
+// [github.com/tunnelkit/tunnelkit/agent/forward] connects a listener to a
+// local address instead ("expose localhost:3000"): byte for byte, or
+// request by request with a log line for each; package
+// [github.com/tunnelkit/tunnelkit/agent/inspect] shows those requests on a
+// page, and replays them. An app that serves its listener itself imports
+// neither.
 //
 // Behind a proxy, a Client opens its session through it: the one
 // [Client].Proxy names (see [ProxyURL]), or by default the one HTTPS_PROXY,

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -10,8 +9,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/tunnelkit/tunnelkit/internal/wire"
 )
 
 // edgeTimeout bounds opening a session to one edge (the dial, TLS, the
@@ -30,11 +27,11 @@ func (edgeTimeoutError) Temporary() bool { return true }
 
 var _ net.Error = edgeTimeoutError{}
 
-// edges returns the edges' addresses in the order they are tried: Addr,
-// then Addrs, each once, empty ones left out.
+// edges returns the edges' addresses in the order they are tried: Addrs,
+// each once, empty ones left out.
 func (c *Client) edges() ([]string, error) {
-	list := make([]string, 0, 1+len(c.Addrs))
-	for _, a := range append([]string{c.Addr}, c.Addrs...) {
+	list := make([]string, 0, len(c.Addrs))
+	for _, a := range c.Addrs {
 		if strings.Contains(a, ",") {
 			return nil, fmt.Errorf("agent: edge address %q holds a comma: give each edge its own entry in Client.Addrs", a)
 		}
@@ -43,7 +40,7 @@ func (c *Client) edges() ([]string, error) {
 		}
 	}
 	if len(list) == 0 {
-		return nil, errors.New("agent: no edge address: Client.Addr and Client.Addrs are empty")
+		return nil, errors.New("agent: no edge address: Client.Addrs holds none")
 	}
 	return list, nil
 }
@@ -66,33 +63,6 @@ func (c *Client) takeEdge(edges []string) string {
 	return a
 }
 
-// connectAny opens a session to the first edge that takes it, trying each
-// once in turn from the next one, and stops early when ctx ends or the
-// client closes. The caller holds connectMu.
-func (c *Client) connectAny(ctx context.Context) (*wire.Session, error) {
-	edges, err := c.edges()
-	if err != nil {
-		return nil, err
-	}
-	var failed edgesError
-	for range edges {
-		addr := c.takeEdge(edges)
-		mux, err := c.connect(ctx, addr)
-		if err == nil {
-			return mux, nil
-		}
-		failed.addrs = append(failed.addrs, addr)
-		failed.errs = append(failed.errs, err)
-		if ctx.Err() != nil || c.ctx.Err() != nil {
-			break
-		}
-	}
-	if len(edges) == 1 {
-		return nil, failed.errs[0]
-	}
-	return nil, &failed
-}
-
 // edgesError is the failure of a round of connection attempts, one per
 // edge. errors.Is matches any of them.
 type edgesError struct {
@@ -103,6 +73,12 @@ type edgesError struct {
 func (e *edgesError) Error() string {
 	var b strings.Builder
 	b.WriteString("agent: no edge took the session: ")
+	e.list(&b)
+	return b.String()
+}
+
+// list writes each edge and its failure: "a: why; b: why".
+func (e *edgesError) list(b *strings.Builder) {
 	for i, err := range e.errs {
 		if i > 0 {
 			b.WriteString("; ")
@@ -111,7 +87,6 @@ func (e *edgesError) Error() string {
 		b.WriteString(": ")
 		b.WriteString(strings.TrimPrefix(err.Error(), "agent: "))
 	}
-	return b.String()
 }
 
 func (e *edgesError) Unwrap() []error { return e.errs }

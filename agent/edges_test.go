@@ -161,13 +161,13 @@ func urlPort(u string) string {
 	return pu.Port()
 }
 
-// TestEdgesFirstDead: Addr is a closed port; the client goes on to the
-// first edge of Addrs that takes the session, and logs both.
+// TestEdgesFirstDead: the first edge, listed twice, is a closed port; the
+// client goes on to the first edge that takes the session, and logs both.
 func TestEdgesFirstDead(t *testing.T) {
 	dead := closedAddr(t)
 	e := startHTTPEdge(t, nil)
 	var logs testtools.Buffer
-	c := &agent.Client{Addr: dead, Addrs: []string{dead, e.agents}, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	c := &agent.Client{Addrs: []string{dead, dead, e.agents}, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	l, err := c.Listen(context.Background(), "app")
 	if err != nil {
 		t.Fatal(err)
@@ -187,22 +187,25 @@ func TestEdgesFirstDead(t *testing.T) {
 	}
 }
 
-// TestEdgesNoneAnswers: a round over edges that all fail returns an error
-// naming each, which errors.Is sees through.
+// TestEdgesNoneAnswers: rounds over edges that all fail, until the
+// setup's context ends, return an error naming each, which errors.Is sees
+// through.
 func TestEdgesNoneAnswers(t *testing.T) {
 	a, b := closedAddr(t), closedAddr(t)
-	c := &agent.Client{Addrs: []string{a, b}}
+	c := &agent.Client{Addrs: []string{a, b}, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
 	defer c.Close()
-	_, err := c.Listen(context.Background(), "app")
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := c.Listen(ctx, "app")
 	if err == nil {
 		t.Fatal("Listen succeeded with no edge up")
 	}
-	if !strings.Contains(err.Error(), a+": ") || !strings.Contains(err.Error(), b+": ") || !errors.Is(err, syscall.ECONNREFUSED) {
-		t.Fatalf("err = %v, want both edges named and ECONNREFUSED", err)
+	if !strings.Contains(err.Error(), a+": ") || !strings.Contains(err.Error(), b+": ") || !errors.Is(err, syscall.ECONNREFUSED) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want both edges named, ECONNREFUSED and context.DeadlineExceeded", err)
 	}
-	for _, bad := range []*agent.Client{{}, {Addr: a + "," + b}, {Addrs: []string{"", ""}}} {
+	for _, bad := range []*agent.Client{{}, {Addrs: []string{a + "," + b}}, {Addrs: []string{"", ""}}} {
 		if _, err := bad.Listen(context.Background(), "app"); err == nil || errors.Is(err, syscall.ECONNREFUSED) {
-			t.Errorf("Client{Addr: %q, Addrs: %q}: Listen: %v, want an error about the addresses", bad.Addr, bad.Addrs, err)
+			t.Errorf("Client{Addrs: %q}: Listen: %v, want an error about the addresses", bad.Addrs, err)
 		}
 		bad.Close()
 	}
@@ -222,7 +225,7 @@ func TestEdgesFailover(t *testing.T) {
 			t.Logf("the client's logs:\n%s", logs.String())
 		}
 	})
-	cl := &agent.Client{Addr: a.agents, Addrs: []string{b.agents, c.agents}, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	cl := &agent.Client{Addrs: []string{a.agents, b.agents, c.agents}, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, OnEvent: ev.record,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)

@@ -15,13 +15,13 @@ func ExampleProxyURL() {
 		panic(err)
 	}
 	c := &agent.Client{
-		Addr:  "edge.example.com:7000",
+		Addrs: []string{"edge.example.com:7000"},
 		Proxy: agent.ProxyURL(proxy), // whatever the environment says
 	}
 	defer c.Close()
 	// c.Listen(ctx, "https://myapp") opens its session through the proxy,
 	// with CONNECT, and TLS to the edge inside the tunnel.
-	u, _ := c.Proxy(c.Addr)
+	u, _ := c.Proxy(c.Addrs[0])
 	fmt.Println(u.Redacted())
 	// Output: http://user:xxxxx@proxy.example.com:3128
 }

@@ -45,28 +45,3 @@ func ExampleListen() {
 	fmt.Println(string(body))
 	// Output: served through the tunnel
 }
-
-func ExampleForward() {
-	srv := &edge.Server{Domain: "example.test"}
-	defer srv.Close()
-	agents, _ := net.Listen("tcp", "127.0.0.1:0")
-	go srv.ServeAgents(agents)
-
-	// A local app on loopback, exposed as http://local.example.test.
-	app, _ := net.Listen("tcp", "127.0.0.1:0")
-	go http.Serve(app, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "local app")
-	}))
-	l, err := agent.Listen(context.Background(), agents.Addr().String(), "local")
-	if err != nil {
-		panic(err)
-	}
-	done := make(chan error)
-	go func() { done <- agent.Forward(l, app.Addr().String(), nil) }()
-	fmt.Println(l.URL())
-	l.Close()
-	fmt.Println("Forward returned:", <-done)
-	// Output:
-	// http://local.example.test
-	// Forward returned: <nil>
-}

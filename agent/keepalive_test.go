@@ -36,7 +36,7 @@ func TestHeartbeatThroughIdleProxy(t *testing.T) {
 		}
 	}
 	keptEvents, onKept := events()
-	kc := &agent.Client{Addr: kept.agentAddr, Proxy: agent.ProxyURL(p.URL), HeartbeatInterval: 500 * time.Millisecond, OnEvent: onKept}
+	kc := &agent.Client{Addrs: []string{kept.agentAddr}, Proxy: agent.ProxyURL(p.URL), HeartbeatInterval: 500 * time.Millisecond, OnEvent: onKept}
 	defer kc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -47,7 +47,7 @@ func TestHeartbeatThroughIdleProxy(t *testing.T) {
 	go http.Serve(kl, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "still here") }))
 
 	controlEvents, onControl := events()
-	cc := &agent.Client{Addr: control.agentAddr, Proxy: agent.ProxyURL(p.URL), HeartbeatInterval: time.Hour, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, OnEvent: onControl}
+	cc := &agent.Client{Addrs: []string{control.agentAddr}, Proxy: agent.ProxyURL(p.URL), HeartbeatInterval: time.Hour, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, OnEvent: onControl}
 	defer cc.Close()
 	if _, err := cc.Listen(ctx, "http://control"); err != nil {
 		t.Fatal(err)

@@ -79,7 +79,7 @@ func TestListenSendsPolicy(t *testing.T) {
 		BasicAuth: &policy.BasicAuth{Credentials: []string{"ann:s3cret"}},
 		RateLimit: &policy.RateLimit{Requests: 5},
 	}
-	c := &agent.Client{Addr: addr}
+	c := &agent.Client{Addrs: []string{addr}}
 	defer c.Close()
 	l, err := c.ListenEndpoint(context.Background(), agent.Endpoint{URL: "https://app", AppProtocol: "h2c", Policy: spec})
 	if err != nil {
@@ -112,7 +112,7 @@ func TestListenSendsPolicy(t *testing.T) {
 // A policy that cannot hold on the endpoint fails before anything is sent.
 func TestListenRefusesBadPolicy(t *testing.T) {
 	addr, binds := bindEdge(t)
-	c := &agent.Client{Addr: addr}
+	c := &agent.Client{Addrs: []string{addr}}
 	defer c.Close()
 	for _, tc := range []struct {
 		url  string

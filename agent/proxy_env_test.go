@@ -70,7 +70,7 @@ func TestProxyFromEnvironmentChoice(t *testing.T) {
 			t.Errorf("error %v: want one naming HTTPS_PROXY, without the password", err)
 		}
 		// A Client says so, with ErrProxy.
-		c := &agent.Client{Addr: edge}
+		c := &agent.Client{Addrs: []string{edge}}
 		defer c.Close()
 		_, err = c.Listen(t.Context(), "http://app")
 		if !errors.Is(err, agent.ErrProxy) || !strings.Contains(err.Error(), "HTTPS_PROXY") || strings.Contains(err.Error(), "s3cret") {

@@ -39,7 +39,7 @@ type connectPeer struct {
 }
 
 func (p *connectPeer) serve(t *testing.T, answer func(c net.Conn)) string {
-	return testnet.Serve(t, listenLoopback(t), func(c net.Conn) {
+	return testnet.Serve(t, testnet.Listen(t), func(c net.Conn) {
 		req, err := http.ReadRequest(bufio.NewReader(c))
 		if err != nil {
 			return
@@ -72,7 +72,7 @@ func (p *connectPeer) checkRequest(t *testing.T) {
 // ErrProxy, the proxy named as want's prefix, each of wants, no password.
 func proxyFailure(t *testing.T, ctx context.Context, u *url.URL, tlsCfg *tls.Config, wants ...string) error {
 	t.Helper()
-	c := &agent.Client{Addr: hostileEdge, Proxy: agent.ProxyURL(u), ProxyTLSConfig: tlsCfg}
+	c := &agent.Client{Addrs: []string{hostileEdge}, Proxy: agent.ProxyURL(u), ProxyTLSConfig: tlsCfg}
 	defer c.Close()
 	_, err := c.Listen(ctx, "http://app")
 	if err == nil {
@@ -131,7 +131,7 @@ func TestHostileConnectProxy(t *testing.T) {
 	}
 
 	t.Run("closes at once", func(t *testing.T) {
-		addr := testnet.Serve(t, listenLoopback(t), func(c net.Conn) {})
+		addr := testnet.Serve(t, testnet.Listen(t), func(c net.Conn) {})
 		proxyFailure(t, t.Context(), proxyURL("http", addr), nil, "closed the connection before answering CONNECT "+hostileEdge)
 	})
 	t.Run("silent", func(t *testing.T) {
@@ -145,14 +145,14 @@ func TestHostileConnectProxy(t *testing.T) {
 		}
 	})
 	t.Run("nobody there", func(t *testing.T) {
-		ln := listenLoopback(t)
+		ln := testnet.Listen(t)
 		addr := ln.Addr().String()
 		ln.Close()
 		proxyFailure(t, t.Context(), proxyURL("http", addr), nil, "cannot connect to it", "connection refused")
 	})
 	t.Run("https with a certificate from an unknown CA", func(t *testing.T) {
 		ca := testpki.New(t)
-		ln := tls.NewListener(listenLoopback(t), &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, "127.0.0.1")}})
+		ln := tls.NewListener(testnet.Listen(t), &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, "127.0.0.1")}})
 		addr := testnet.Serve(t, ln, func(c net.Conn) { io.Copy(io.Discard, c) })
 		proxyFailure(t, t.Context(), proxyURL("https", addr), nil, "TLS to the proxy", "certificate signed by unknown authority")
 		// Trusted, it gets to the CONNECT (which this peer never answers).
@@ -161,7 +161,7 @@ func TestHostileConnectProxy(t *testing.T) {
 		proxyFailure(t, ctx, proxyURL("https", addr), &tls.Config{RootCAs: ca.Pool}, "no answer in time")
 	})
 	t.Run("unsupported scheme", func(t *testing.T) {
-		c := &agent.Client{Addr: hostileEdge, Proxy: agent.ProxyURL(proxyURL("ftp", "127.0.0.1:21"))}
+		c := &agent.Client{Addrs: []string{hostileEdge}, Proxy: agent.ProxyURL(proxyURL("ftp", "127.0.0.1:21"))}
 		defer c.Close()
 		_, err := c.Listen(t.Context(), "http://app")
 		if !errors.Is(err, agent.ErrProxy) || !strings.HasPrefix(err.Error(), "agent: proxy ftp://127.0.0.1:21: unsupported scheme") || strings.Contains(err.Error(), hostilePassword) {
@@ -173,7 +173,7 @@ func TestHostileConnectProxy(t *testing.T) {
 // socksPeer is a fake SOCKS5 proxy: a script of reads (the byte counts it
 // expects) and writes.
 func socksPeer(t *testing.T, script func(c net.Conn, r *bufio.Reader)) string {
-	return testnet.Serve(t, listenLoopback(t), func(c net.Conn) { script(c, bufio.NewReader(c)) })
+	return testnet.Serve(t, testnet.Listen(t), func(c net.Conn) { script(c, bufio.NewReader(c)) })
 }
 
 // readGreeting reads the client's greeting (version, methods) and returns
@@ -267,7 +267,7 @@ func TestHostileSOCKSProxy(t *testing.T) {
 		}
 	})
 	t.Run("nobody there", func(t *testing.T) {
-		ln := listenLoopback(t)
+		ln := testnet.Listen(t)
 		addr := ln.Addr().String()
 		ln.Close()
 		proxyFailure(t, t.Context(), proxyURL("socks5", addr), nil, "cannot connect to it", "connection refused")

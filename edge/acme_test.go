@@ -70,7 +70,7 @@ func TestACMECertificateOnDemand(t *testing.T) {
 	wg.Go(func() { srv.ServeSNI(tlsLn) })
 	t.Cleanup(func() { srv.Close(); wg.Wait() })
 
-	c := &agent.Client{Addr: agents.Addr().String()}
+	c := &agent.Client{Addrs: []string{agents.Addr().String()}}
 	defer c.Close()
 	l, err := c.Listen(context.Background(), "https://x")
 	if err != nil {

@@ -245,7 +245,7 @@ func startACMEEdgeWith(t *testing.T, acme edge.ACME, configure func(*edge.Server
 
 // agent returns a connected agent client of identity.
 func (e *acmeEdge) agent(t *testing.T, identity string) *agent.Client {
-	c := &agent.Client{Addr: e.agentAddr, Token: identity + "-token"}
+	c := &agent.Client{Addrs: []string{e.agentAddr}, Token: identity + "-token"}
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -419,7 +419,7 @@ func TestACMEAnonymousAgentsCountBySource(t *testing.T) {
 	const perOwner = 2
 	e := startACMEEdgeWith(t, edge.ACME{OrdersPerIdentity: perOwner}, nil)
 	from := func(ip string) *agent.Client {
-		c := &agent.Client{Addr: e.agentAddr, DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+		c := &agent.Client{Addrs: []string{e.agentAddr}, DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			return dialSource(ctx, ip, addr)
 		}}
 		t.Cleanup(func() { c.Close() })

@@ -298,7 +298,7 @@ func TestIdleAgentsHelper(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
-				c := &agent.Client{Addr: addr}
+				c := &agent.Client{Addrs: []string{addr}}
 				if _, err := c.Listen(context.Background(), "idle"+strconv.Itoa(i)); err != nil {
 					t.Error(err)
 					return
@@ -330,8 +330,8 @@ func BenchmarkBindScaling(b *testing.B) {
 	agents := listen(b)
 	go srv.ServeAgents(agents)
 	b.Cleanup(func() { srv.Close() })
-	empty := &agent.Client{Addr: agents.Addr().String()}
-	full := &agent.Client{Addr: agents.Addr().String()}
+	empty := &agent.Client{Addrs: []string{agents.Addr().String()}}
+	full := &agent.Client{Addrs: []string{agents.Addr().String()}}
 	b.Cleanup(func() { empty.Close(); full.Close() })
 	ctx := context.Background()
 	if _, err := empty.Listen(ctx, "empty-session"); err != nil {

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/agent/forward"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
 	"github.com/tunnelkit/tunnelkit/internal/testtools"
 )
@@ -81,7 +83,7 @@ func TestChromiumHTTPSAndTLSOnOnePort(t *testing.T) {
 
 	appCA := testpki.New(t)
 	appCert := appCA.Issue(t, "pass.example.test")
-	c := &agent.Client{Addr: e.agentAddr}
+	c := &agent.Client{Addrs: []string{e.agentAddr}}
 	tl, err := c.Listen(context.Background(), "tls://pass.example.test")
 	if err != nil {
 		t.Fatal(err)
@@ -134,6 +136,93 @@ func TestCurlHTTP2(t *testing.T) {
 		}
 		if got := string(out) + body.String(); got != c.want {
 			t.Errorf("curl %v:\n got %q\nwant %q", c.args, got, c.want)
+		}
+	}
+}
+
+// TestChromiumEventSourceCloseEndsTheHandler: a page opens an EventSource,
+// takes two events, and closes it. Behind the tunnel, the app's SSE
+// handler ends (its request is cancelled, or its writes fail) soon after,
+// as it would with the browser connected directly: over HTTP/1.1 (the
+// browser closes its connection) and HTTP/2 (RST_STREAM), with the app
+// serving the agent's listener itself and behind the agent's forwarder in
+// both modes.
+func TestChromiumEventSourceCloseEndsTheHandler(t *testing.T) {
+	testtools.Need(t, "chromium")
+	e := startHTTPSEdge(t, nil)
+	sseEnded := make(chan struct{}, 1)
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/":
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			io.WriteString(w, `<!doctype html><html><body><p id="out">script did not run</p><script>
+const out = document.getElementById("out");
+const es = new EventSource("/events");
+let n = 0;
+es.onmessage = () => {
+	if (++n < 2) return;
+	es.close();
+	fetch("/after-close").then(r => r.text()).then(t => { out.textContent = t; });
+};
+es.onerror = () => { out.textContent = "event source error"; };
+</script></body></html>`)
+		case "/events":
+			w.Header().Set("Content-Type", "text/event-stream")
+			rc := http.NewResponseController(w)
+			defer func() { sseEnded <- struct{}{} }()
+			for i := 0; ; i++ {
+				if _, err := fmt.Fprintf(w, "data: %d\n\n", i); err != nil {
+					return
+				}
+				if rc.Flush() != nil {
+					return
+				}
+				select {
+				case <-r.Context().Done():
+					return
+				case <-time.After(200 * time.Millisecond):
+				}
+				if i > 150 { // 30 s: the browser's close never reached it
+					return
+				}
+			}
+		case "/after-close":
+			start := time.Now()
+			select {
+			case <-sseEnded:
+				fmt.Fprintf(w, "handler ended %d ms after the close", time.Since(start).Milliseconds())
+			case <-time.After(20 * time.Second):
+				io.WriteString(w, "handler still running 20 s after the close")
+			}
+		}
+	})
+	appAddr := serveAppOn(t, app)
+	ways := []struct {
+		name  string
+		serve func(l *agent.Listener)
+	}{
+		{"agent forwarding requests", func(l *agent.Listener) { forward.HTTP{To: appAddr}.Serve(l) }},
+		{"agent copying bytes", func(l *agent.Listener) { forward.Bytes{To: appAddr}.Serve(l) }},
+		{"app serving the listener", func(l *agent.Listener) { http.Serve(l, app) }},
+	}
+	for i, way := range ways {
+		for _, scheme := range []string{"http", "https"} {
+			t.Run(way.name+"/"+scheme, func(t *testing.T) {
+				c := &agent.Client{Addrs: []string{e.agentAddr}}
+				l, err := c.Listen(context.Background(), fmt.Sprintf("%s://sse%d%s", scheme, i, scheme))
+				if err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan struct{})
+				go func() { defer close(done); way.serve(l) }()
+				t.Cleanup(func() { c.Close(); <-done })
+				dom := chromium(t, l.URL()+"/", spki(t, e.srv.Certificates[0]))
+				if !strings.Contains(dom, "handler ended") {
+					t.Fatalf("the SSE handler did not end after EventSource.close(); the page says:\n%s", dom)
+				}
+				i := strings.Index(dom, "handler ended")
+				t.Log(dom[i : i+strings.IndexByte(dom[i:], '<')])
+			})
 		}
 	}
 }

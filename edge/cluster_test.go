@@ -33,7 +33,14 @@ type clusterEdge struct {
 // of edge i listen on hosts[i].
 func startCluster(t testing.TB, rt router.Router, hosts ...string) []*clusterEdge {
 	t.Helper()
-	ca := testpki.New(t)
+	return startClusterOf(t, testpki.New(t), rt, nil, hosts...)
+}
+
+// startClusterOf is startCluster with the CA that issues the edges'
+// relay certificates, and configure (when not nil) called on each Server
+// and its Relay before they start.
+func startClusterOf(t testing.TB, ca *testpki.CA, rt router.Router, configure func(*edge.Server, *edge.Relay), hosts ...string) []*clusterEdge {
+	t.Helper()
 	var edges []*clusterEdge
 	for _, host := range hosts {
 		agents, httpLn, tlsLn, relayLn := listen(t), listen(t), listen(t), listen(t)
@@ -47,11 +54,14 @@ func startCluster(t testing.TB, rt router.Router, hosts ...string) []*clusterEdg
 			TCPListenHost: host,
 		}
 		relay := &edge.Relay{Server: srv, TLSConfig: &tls.Config{
-			Certificates: []tls.Certificate{ca.Issue(t, "127.0.0.1")},
+			Certificates: []tls.Certificate{ca.IssueEdge(t, []string{srv.ID}, "127.0.0.1")},
 			RootCAs:      ca.Pool,
 			ClientCAs:    ca.Pool,
 		}}
 		srv.Dialer = relay
+		if configure != nil {
+			configure(srv, relay)
+		}
 		var wg sync.WaitGroup
 		wg.Go(func() { srv.ServeAgents(agents) })
 		wg.Go(func() { srv.ServeHTTPListener(httpLn) })
@@ -75,7 +85,7 @@ func TestRelayAcrossEdges(t *testing.T) {
 	edges := startCluster(t, rt, "127.0.0.1", "::1", "127.0.0.1")
 	a, b, c := edges[0], edges[1], edges[2]
 
-	ag := &agent.Client{Addr: a.agentAddr}
+	ag := &agent.Client{Addrs: []string{a.agentAddr}}
 	defer ag.Close()
 	hl, err := ag.Listen(context.Background(), "http://app")
 	if err != nil {
@@ -197,7 +207,7 @@ func TestRelayRefusesUnknownEdges(t *testing.T) {
 func BenchmarkRelayHTTPRatio(b *testing.B) {
 	edges := startCluster(b, &router.MemoryRouter{}, "127.0.0.1", "127.0.0.1")
 	a, relayed := edges[0], edges[1]
-	ag := &agent.Client{Addr: a.agentAddr}
+	ag := &agent.Client{Addrs: []string{a.agentAddr}}
 	b.Cleanup(func() { ag.Close() })
 	l, err := ag.Listen(context.Background(), "http://bench")
 	if err != nil {

@@ -185,7 +185,7 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 	s.donePending(ss.pending)
 	close(ss.helloDone)
 	ss.log.Info("agent connected", "identity", wire.Printable(identity, 64), "agent", wire.Printable(h.Agent, 64))
-	s.goTracked(ss.heartbeat)
+	ss.keepAlive(min(h.Version, wire.Version))
 	return resp
 }
 
@@ -216,7 +216,10 @@ func (ss *session) decideHello(ctx context.Context, h *wire.Hello) (wire.Respons
 			s.auth.failed(ss.src, err)
 			s.obs().Refused(ReasonAuth)
 			ss.log.Debug("agent refused", "err", err)
-			return fail(wire.CodeUnauthorized, "authentication failed"), ""
+			if h.Token == "" {
+				return fail(wire.CodeUnauthorized, "no token was sent, and this edge admits only agents that present one"), ""
+			}
+			return fail(wire.CodeUnauthorized, "this edge refused the token"), ""
 		}
 		identity = id
 	} else if prev != nil && strings.HasPrefix(prev.identity, anonymousPrefix) {
@@ -417,13 +420,30 @@ func (ss *session) bindFirst(ctx context.Context, r router.Route, names iter.Seq
 		case errors.Is(err, errPortUnavailable):
 			return r, failure(wire.CodeUnavailable, "port unavailable: %s", name)
 		case errors.Is(err, router.ErrNameTaken):
-			return r, failure(wire.CodeNameTaken, "%s", strings.TrimPrefix(err.Error(), router.ErrNameTaken.Error()+": "))
+			return r, failure(wire.CodeNameTaken, "%s%s", strings.TrimPrefix(err.Error(), router.ErrNameTaken.Error()+": "), s.anonymousHint(ctx, r))
 		default:
 			ss.log.Warn("bind", "err", err)
 			return r, failure(wire.CodeUnavailable, "bind failed")
 		}
 	}
 	return r, failure(wire.CodeUnavailable, "no free name or port")
+}
+
+// anonymousHint explains a name taken between two agents without a
+// token, which people take for one owner: for an anonymous r whose exact
+// name another anonymous identity holds, it returns the hint to append
+// to the refusal; "" otherwise.
+func (s *Server) anonymousHint(ctx context.Context, r router.Route) string {
+	if !strings.HasPrefix(r.Identity, anonymousPrefix) {
+		return ""
+	}
+	routes, _ := s.router().Lookup(ctx, r.Proto, strings.TrimPrefix(r.Name, "*."))
+	for _, o := range routes {
+		if o.Name == r.Name && o.Identity != r.Identity && strings.HasPrefix(o.Identity, anonymousPrefix) {
+			return "; agents without a token are each an identity of their own: to share a pool, give them the same token"
+		}
+	}
+	return ""
 }
 
 // errPortUnavailable is a TCP port the edge could not listen on.

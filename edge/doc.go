@@ -21,6 +21,12 @@
 // interfaces over plain data, so that a control plane can keep routes in its
 // own store and reach agents connected to other edges.
 //
-// The protocol between agent and edge is described in PROTOCOL.md at the
-// root of the module.
+// Several edges form a cluster when they share a Router that implements
+// router.RouteWatcher (router/etcdrouter) and reach each other's agents
+// through a [Relay]: each edge's relay certificate names it
+// (tunnelkit-edge://<ID>, see [PeerURI]), and an edge relays only for
+// members of its cluster, and only streams for routes it holds.
+//
+// The protocol between agent and edge, and between the edges of a
+// cluster, is described in PROTOCOL.md at the root of the module.
 package edge

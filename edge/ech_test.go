@@ -64,7 +64,7 @@ type appHello struct {
 // answers "name: " and what it read.
 func tlsApp(t testing.TB, e *httpsEdge, url, name string, ca *testpki.CA, configure func(*tls.Config), seen chan<- appHello) *atomic.Int32 {
 	t.Helper()
-	c := &agent.Client{Addr: e.agentAddr}
+	c := &agent.Client{Addrs: []string{e.agentAddr}}
 	l, err := c.Listen(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +219,7 @@ func TestECHPublicNameIsTheOperators(t *testing.T) {
 		"http://*",
 		"tls://*.example.test",
 	} {
-		c := &agent.Client{Addr: e.agentAddr}
+		c := &agent.Client{Addrs: []string{e.agentAddr}}
 		_, err := c.Listen(context.Background(), url)
 		c.Close()
 		if !errors.Is(err, agent.ErrNameTaken) || !strings.Contains(err.Error(), deepPublicName) || !strings.Contains(err.Error(), "Encrypted ClientHello") {
@@ -232,7 +232,7 @@ func TestECHPublicNameIsTheOperators(t *testing.T) {
 		"http://app",
 		"http://", // random names
 	} {
-		c := &agent.Client{Addr: e.agentAddr}
+		c := &agent.Client{Addrs: []string{e.agentAddr}}
 		if _, err := c.Listen(context.Background(), url); err != nil {
 			t.Errorf("binding %s beside the public name: %v", url, err)
 		}
@@ -284,7 +284,7 @@ func TestECHStaleConfigWhileATenantHoldsAWildcardOverThePublicName(t *testing.T)
 		t.Errorf("the tenant holding *.edge.example.test got %d connections for the public name", n)
 	}
 	// And the edge itself refuses that wildcard to an agent.
-	c := &agent.Client{Addr: e.agentAddr}
+	c := &agent.Client{Addrs: []string{e.agentAddr}}
 	defer c.Close()
 	if _, err := c.Listen(context.Background(), "tls://*.edge.example.test"); !errors.Is(err, agent.ErrNameTaken) {
 		t.Errorf("binding the wildcard over the public name: %v, want ErrNameTaken", err)
@@ -323,7 +323,7 @@ func TestECHChromiumGREASEForThePublicName(t *testing.T) {
 	})
 	_, tlsPort, _ := net.SplitHostPort(e.tlsAddr)
 	tenantCert := ca.Issue(t, deepPublicName, "app.example.test")
-	c := &agent.Client{Addr: e.agentAddr}
+	c := &agent.Client{Addrs: []string{e.agentAddr}}
 	tl, err := c.Listen(context.Background(), "tls://app.example.test")
 	if err != nil {
 		t.Fatal(err)
@@ -386,7 +386,7 @@ func TestECHEdgeStillRoutesGREASEAndPlainClients(t *testing.T) {
 	_, tlsPort, _ := net.SplitHostPort(e.tlsAddr)
 	appCA := testpki.New(t)
 	appCert := appCA.Issue(t, "pass.example.test")
-	c := &agent.Client{Addr: e.agentAddr}
+	c := &agent.Client{Addrs: []string{e.agentAddr}}
 	tl, err := c.Listen(context.Background(), "tls://pass.example.test")
 	if err != nil {
 		t.Fatal(err)

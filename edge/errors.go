@@ -107,6 +107,12 @@ const (
 	// OrdersPerHour, OrdersPerWeek, OrdersPerIdentity, IdentityShare)
 	// refused to order one now.
 	ReasonACMEBudget Reason = "acme_budget"
+
+	// ReasonRelayRefused: a peer of Relay.Serve was refused a relay
+	// session (its TLS handshake failed, or its certificate names no edge
+	// of the cluster), or a relay session's stream named no route this
+	// edge holds (one that just went, or a forged one); it was closed.
+	ReasonRelayRefused Reason = "relay_refused"
 )
 
 // Reasons returns every Reason the edge reports, in a fixed order: the
@@ -119,7 +125,7 @@ func Reasons() []Reason {
 		ReasonAppUnreachable, ReasonAppError, ReasonAppTimeout, ReasonBodyTimeout,
 		ReasonBadRequest, ReasonMissingHost, ReasonHTTPSOnly, ReasonMisdirected,
 		ReasonRoutingUnavailable, ReasonProxyUntrusted, ReasonConnLimit, ReasonHandshakeLimit,
-		ReasonACMEBudget,
+		ReasonACMEBudget, ReasonRelayRefused,
 		ReasonPolicyDenied, ReasonUnauthorized, ReasonRateLimited, ReasonWebhookInvalid, ReasonBodyTooLarge,
 		ReasonLoginFailed, ReasonPolicyUnavailable,
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/agent/forward"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
 	"github.com/tunnelkit/tunnelkit/internal/testtools"
@@ -71,7 +72,7 @@ func tunnelHops(t *testing.T, appAddr string, configure func(*edge.Server)) []ho
 				configure(s)
 			}
 		})
-		c := &agent.Client{Addr: e.agentAddr}
+		c := &agent.Client{Addrs: []string{e.agentAddr}}
 		l, err := c.Listen(context.Background(), "https://app")
 		if err != nil {
 			t.Fatal(err)
@@ -80,10 +81,10 @@ func tunnelHops(t *testing.T, appAddr string, configure func(*edge.Server)) []ho
 		go func() {
 			defer close(done)
 			if mode == "bytes" {
-				agent.Forward(l, appAddr, nil)
+				forward.Bytes{To: appAddr}.Serve(l)
 				return
 			}
-			(&agent.Forwarder{To: appAddr, HTTP: true}).Serve(l)
+			forward.HTTP{To: appAddr}.Serve(l)
 		}()
 		t.Cleanup(func() { c.Close(); <-done })
 		// The agent's heartbeat stream stays open for the session: the
@@ -292,7 +293,7 @@ func TestClientThatLeavesCancelsTheApp(t *testing.T) {
 // before it cancels).
 func TestHalfClosedClientGetsTheAnswer(t *testing.T) {
 	te := startEdge(t)
-	c := &agent.Client{Addr: te.agentAddr}
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
 	l := bind(t, c, "app")
 	halfClosed := make(chan struct{}, 1)
@@ -460,7 +461,7 @@ func waitApp(t *testing.T, said <-chan string, want string) {
 func TestAccessLogSaysSwitchingProtocols(t *testing.T) {
 	var logged testtools.Buffer
 	te := edgeOn(t, &edge.Server{Domain: "example.test", AccessLog: slog.New(slog.NewTextHandler(&logged, nil))}, listen(t), listen(t))
-	c := &agent.Client{Addr: te.agentAddr}
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
 	l := bind(t, c, "ws")
 	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/agent/forward"
 	"github.com/tunnelkit/tunnelkit/internal/testtools"
 )
 
@@ -47,23 +48,21 @@ func BenchmarkH2LoadHTTPSRatio(b *testing.B) {
 	b.Cleanup(func() { base.Close() })
 
 	modes := []struct {
-		name string
-		fwd  agent.Forwarder
+		name  string
+		serve func(l net.Listener, to string) error
 	}{
-		{"bytes", agent.Forwarder{}},
-		{"http", agent.Forwarder{HTTP: true}},
+		{"bytes", func(l net.Listener, to string) error { return forward.Bytes{To: to}.Serve(l) }},
+		{"http", func(l net.Listener, to string) error { return forward.HTTP{To: to}.Serve(l) }},
 	}
 	urls := map[string]string{}
 	for i, m := range modes {
-		c := &agent.Client{Addr: e.agentAddr}
+		c := &agent.Client{Addrs: []string{e.agentAddr}}
 		l, err := c.ListenEndpoint(context.Background(), agent.Endpoint{URL: fmt.Sprintf("https://bench%d", i)})
 		if err != nil {
 			b.Fatal(err)
 		}
-		f := m.fwd
-		f.To = app.Addr().String()
 		done := make(chan struct{})
-		go func() { defer close(done); f.Serve(l) }()
+		go func() { defer close(done); m.serve(l, app.Addr().String()) }()
 		b.Cleanup(func() { c.Close(); <-done })
 		urls[m.name] = l.URL()
 	}

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/agent/forward"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
@@ -76,7 +77,7 @@ func TestConcurrentHellosNeverPanic(t *testing.T) {
 				t.Fatalf("auth %s: both hellos of one session were accepted", auth)
 			}
 		}
-		c := &agent.Client{Addr: te.agentAddr, Token: token}
+		c := &agent.Client{Addrs: []string{te.agentAddr}, Token: token}
 		l, err := c.Listen(context.Background(), "app")
 		if err != nil {
 			t.Fatalf("auth %s: a real agent after the hellos: %v", auth, err)
@@ -120,7 +121,7 @@ func TestStreamsBeforeHelloRefused(t *testing.T) {
 		})
 	}
 	// A real agent gets through while the attack runs.
-	c := &agent.Client{Addr: te.agentAddr}
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
 	l := bind(t, c, "app")
 	serve(t, l, "app")
@@ -178,7 +179,7 @@ func TestPendingSessionsBounded(t *testing.T) {
 			}
 		}
 	}
-	a := &agent.Client{Addr: te.agentAddr}
+	a := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer a.Close()
 	if _, err := a.Listen(context.Background(), "app"); err != nil {
 		t.Fatalf("a real agent beside 120 silent connections: %v", err)
@@ -203,10 +204,10 @@ func TestNoKeepAliveFloodKeepsTunnelUp(t *testing.T) {
 	}
 	app.Start()
 	defer app.Close()
-	c := &agent.Client{Addr: te.agentAddr}
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
 	l := bind(t, c, "app")
-	go agent.Forward(l, app.Listener.Addr().String(), nil)
+	go forward.Bytes{To: app.Listener.Addr().String()}.Serve(l)
 	n := 2000
 	if testing.Short() {
 		n = 300
@@ -298,7 +299,7 @@ func TestSlowBodiesCutAndOthersServed(t *testing.T) {
 	// on a loaded machine: a slow request cut off before the last ones
 	// arrived would free its place in the share for one more.
 	e := startProxiedEdge(t, &edge.Server{Domain: "example.test", Limits: edge.Limits{StreamsPerSession: 64, ClientShare: 0.25}, Timeouts: edge.Timeouts{Body: 3 * time.Second}})
-	c := &agent.Client{Addr: e.agentAddr}
+	c := &agent.Client{Addrs: []string{e.agentAddr}}
 	defer c.Close()
 	l := bind(t, c, "app")
 	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -366,10 +367,10 @@ func TestSlowBodiesCutAndOthersServed(t *testing.T) {
 func TestIdleConnsHoldOnlyTheirShare(t *testing.T) {
 	e := startProxiedEdge(t, &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, Limits: edge.Limits{StreamsPerSession: 64, ClientShare: 0.25}})
 	pki := testpki.New(t)
-	c := &agent.Client{Addr: e.agentAddr}
+	c := &agent.Client{Addrs: []string{e.agentAddr}}
 	defer c.Close()
 	tcpL := bind(t, c, "tcp://")
-	go agent.Forward(tcpL, startEchoUpstream(t), nil)
+	go forward.Bytes{To: startEchoUpstream(t)}.Serve(tcpL)
 	tlsL := bind(t, c, "tls://app.example.test")
 	tlsApp := &http.Server{Handler: nameHandler("tls"), ErrorLog: log.New(io.Discard, "", 0)}
 	go tlsApp.Serve(tls.NewListener(tlsL, &tls.Config{Certificates: []tls.Certificate{pki.Issue(t, "app.example.test")}}))
@@ -469,8 +470,12 @@ func TestWrongTokensThrottled(t *testing.T) {
 	unauthorized, cut := 0, 0
 	start := time.Now()
 	for range 100 {
-		c := &agent.Client{Addr: te.agentAddr, Token: "wrong"}
-		_, err := c.Listen(context.Background(), "x")
+		c := &agent.Client{Addrs: []string{te.agentAddr}, Token: "wrong"}
+		// A connection cut at accept may be an edge that restarts: the
+		// agent would wait for it; 100 ms at most.
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		_, err := c.Listen(ctx, "x")
+		cancel()
 		c.Close()
 		switch {
 		case errors.Is(err, agent.ErrUnauthorized):
@@ -486,7 +491,7 @@ func TestWrongTokensThrottled(t *testing.T) {
 	if unauthorized > allowed || unauthorized+cut != 100 {
 		t.Fatalf("%d refused with a reason, %d cut at accept; want at most %d (the burst of 5 and its refills) and the rest cut", unauthorized, cut, allowed)
 	}
-	good := &agent.Client{Addr: ln6.Addr().String(), Token: "alice-token"}
+	good := &agent.Client{Addrs: []string{ln6.Addr().String()}, Token: "alice-token"}
 	defer good.Close()
 	if _, err := good.Listen(context.Background(), "app"); err != nil {
 		t.Fatalf("an agent at another address: %v", err)
@@ -533,7 +538,7 @@ func rawHTTP(t testing.TB, addr, req string) (*http.Response, string) {
 func TestHalfCloseGetsTheAppsResponse(t *testing.T) {
 	te := startEdge(t)
 	var posts atomic.Int32
-	c := &agent.Client{Addr: te.agentAddr}
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
 	l := bind(t, c, "app")
 	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -559,11 +564,11 @@ func TestHalfCloseGetsTheAppsResponse(t *testing.T) {
 // status and a stable code.
 func TestEdgeErrorsSayWhy(t *testing.T) {
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Timeouts: edge.Timeouts{ResponseHeader: 200 * time.Millisecond}}, listen(t), listen(t))
-	c := &agent.Client{Addr: te.agentAddr}
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
 	// An app that is not running: the agent's dial is refused.
 	down := bind(t, c, "down")
-	go agent.Forward(down, deadAddr(t), nil)
+	go forward.Bytes{To: deadAddr(t)}.Serve(down)
 	up := bind(t, c, "up")
 	serve(t, up, "up")
 	slow := bind(t, c, "slow")
@@ -620,7 +625,7 @@ func deadAddr(t testing.TB) string {
 // anything is closed after IdleTimeout, like any other public connection.
 func TestUpgradedConnIdleTimeout(t *testing.T) {
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Timeouts: edge.Timeouts{HTTPIdle: 200 * time.Millisecond}}, listen(t), listen(t))
-	c := &agent.Client{Addr: te.agentAddr}
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
 	l := bind(t, c, "ws")
 	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -654,14 +659,17 @@ func TestUpgradedConnIdleTimeout(t *testing.T) {
 // MaxEndpointsPerSession endpoints.
 func TestEndpointsPerSessionBounded(t *testing.T) {
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Limits: edge.Limits{EndpointsPerSession: 20}}, listen(t), listen(t))
-	c := &agent.Client{Addr: te.agentAddr}
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
 	for i := range 20 {
 		if _, err := c.Listen(context.Background(), fmt.Sprintf("n%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.Listen(context.Background(), "one-too-many"); !errors.Is(err, agent.ErrUnavailable) {
+	// The agent waits for an edge that answers unavailable: 2 s at most.
+	wait, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := c.Listen(wait, "one-too-many"); !errors.Is(err, agent.ErrUnavailable) {
 		t.Fatalf("bind past the bound: %v, want ErrUnavailable", err)
 	}
 }
@@ -685,10 +693,10 @@ func TestStreamClosedByAppIsNotReused(t *testing.T) {
 	}
 	app.Start()
 	defer app.Close()
-	c := &agent.Client{Addr: te.agentAddr}
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
 	l := bind(t, c, "app")
-	go agent.Forward(l, app.Listener.Addr().String(), nil)
+	go forward.Bytes{To: app.Listener.Addr().String()}.Serve(l)
 	for i := range 6 {
 		if i > 0 {
 			time.Sleep(100 * time.Millisecond) // the app closes its idle conn meanwhile
@@ -717,7 +725,7 @@ func TestStreamClosedByAppIsNotReused(t *testing.T) {
 // request takes an idle stream's place rather than fail.
 func TestIdleStreamsYieldToLiveRequests(t *testing.T) {
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Limits: edge.Limits{StreamsPerSession: 8, ClientShare: -1}}, listen(t), listen(t))
-	c := &agent.Client{Addr: te.agentAddr}
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
 	l := bind(t, c, "app")
 	serve(t, l, "app")

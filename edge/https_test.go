@@ -106,7 +106,7 @@ func (e *httpsEdge) plainClient(t testing.TB, h2c bool) *http.Client {
 // (HTTP/1.1, and HTTP/2 with prior knowledge for an h2c endpoint).
 func (e *httpsEdge) serve(t testing.TB, ep agent.Endpoint, h http.Handler) *agent.Listener {
 	t.Helper()
-	c := &agent.Client{Addr: e.agentAddr}
+	c := &agent.Client{Addrs: []string{e.agentAddr}}
 	l, err := c.ListenEndpoint(context.Background(), ep)
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +158,7 @@ func TestHTTPSEndpointBesideTLSPassthrough(t *testing.T) {
 	// A tls endpoint on the same port: its app terminates TLS with a
 	// certificate of its own, which the client sees.
 	appCA := testpki.New(t)
-	c := &agent.Client{Addr: e.agentAddr}
+	c := &agent.Client{Addrs: []string{e.agentAddr}}
 	tl, err := c.Listen(context.Background(), "tls://pass.example.test")
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +205,7 @@ func TestHTTPSEndpointBesideTLSPassthrough(t *testing.T) {
 
 func TestHTTPSBindNeedsCertificates(t *testing.T) {
 	e := startHTTPSEdge(t, func(s *edge.Server) { s.Certificates = nil })
-	c := &agent.Client{Addr: e.agentAddr}
+	c := &agent.Client{Addrs: []string{e.agentAddr}}
 	defer c.Close()
 	_, err := c.Listen(context.Background(), "https://app")
 	if err == nil || !strings.Contains(err.Error(), "no https endpoints") {
@@ -476,7 +476,7 @@ func TestHostileTLSClientsOfHTTPS(t *testing.T) {
 func TestHTTPSAndHTTPSameNameSameOwner(t *testing.T) {
 	e := startHTTPSEdge(t, func(s *edge.Server) { s.Authenticate = identityIsToken })
 	for _, scheme := range []string{"http", "https"} {
-		c := &agent.Client{Addr: e.agentAddr, Token: "alice"}
+		c := &agent.Client{Addrs: []string{e.agentAddr}, Token: "alice"}
 		l, err := c.Listen(context.Background(), scheme+"://both")
 		if err != nil {
 			t.Fatal(err)
@@ -491,7 +491,7 @@ func TestHTTPSAndHTTPSameNameSameOwner(t *testing.T) {
 		t.Errorf("https got %q", got)
 	}
 	// Another identity cannot take the name over https.
-	c := &agent.Client{Addr: e.agentAddr, Token: "mallory"}
+	c := &agent.Client{Addrs: []string{e.agentAddr}, Token: "mallory"}
 	defer c.Close()
 	if _, err := c.Listen(context.Background(), "https://both"); !errors.Is(err, agent.ErrNameTaken) {
 		t.Errorf("another identity's https bind: %v, want ErrNameTaken", err)
@@ -531,7 +531,7 @@ func TestHTTP2ConnectionOutlivesItsRequests(t *testing.T) {
 // up to ResponseHeaderTimeout, as over HTTP/1.1.)
 func TestH2CAppThatLies(t *testing.T) {
 	e := startHTTPSEdge(t, nil)
-	c := &agent.Client{Addr: e.agentAddr}
+	c := &agent.Client{Addrs: []string{e.agentAddr}}
 	defer c.Close()
 	l, err := c.ListenEndpoint(context.Background(), agent.Endpoint{URL: "https://liar", AppProtocol: "h2c"})
 	if err != nil {

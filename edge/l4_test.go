@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/agent/forward"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
 	"github.com/tunnelkit/tunnelkit/internal/testnet"
@@ -56,7 +57,7 @@ func startL4Edge(t testing.TB) *l4Edge {
 // listener: the app terminates TLS and answers each line with name + line.
 func (e *l4Edge) serveTLSApp(t testing.TB, url, name string, cert tls.Certificate) *agent.Client {
 	t.Helper()
-	c := &agent.Client{Addr: e.agentAddr}
+	c := &agent.Client{Addrs: []string{e.agentAddr}}
 	l, err := c.Listen(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +167,7 @@ func startEchoUpstream(t testing.TB) string {
 // forwardTCP binds a TCP endpoint with its own agent, forwarding to to.
 func (e *l4Edge) forwardTCP(t testing.TB, ep agent.Endpoint, to string, proxyProto int) (*agent.Listener, *agent.Client) {
 	t.Helper()
-	c := &agent.Client{Addr: e.agentAddr}
+	c := &agent.Client{Addrs: []string{e.agentAddr}}
 	l, err := c.ListenEndpoint(context.Background(), ep)
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +175,7 @@ func (e *l4Edge) forwardTCP(t testing.TB, ep agent.Endpoint, to string, proxyPro
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		(&agent.Forwarder{To: to, ProxyProtocol: proxyProto}).Serve(l)
+		forward.Bytes{To: to, ProxyProtocol: proxyProto}.Serve(l)
 	}()
 	t.Cleanup(func() { c.Close(); <-done })
 	return l, c
@@ -244,7 +245,7 @@ func TestTCPEndpointLifetime(t *testing.T) {
 		t.Fatalf("URL = %q", l.URL())
 	}
 	// Taken by another agent, outside the range, in use.
-	other := &agent.Client{Addr: e.agentAddr}
+	other := &agent.Client{Addrs: []string{e.agentAddr}}
 	defer other.Close()
 	if _, err := other.Listen(context.Background(), "tcp://:"+port); !errors.Is(err, agent.ErrNameTaken) {
 		t.Errorf("second bind without pool: %v, want ErrNameTaken", err)
@@ -281,7 +282,7 @@ func TestPoolSpreadAndFailover(t *testing.T) {
 	for i := range members {
 		m := &member{}
 		members[i] = m
-		m.c = &agent.Client{Addr: e.agentAddr, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		m.c = &agent.Client{Addrs: []string{e.agentAddr}, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			if m.dead.Load() {
 				return nil, errors.New("this agent is gone")
 			}
@@ -454,7 +455,7 @@ func TestProxyProtocolFromLoadBalancer(t *testing.T) {
 	}
 
 	// HTTP: the header's client is the one in X-Forwarded-For.
-	c := &agent.Client{Addr: e.agentAddr}
+	c := &agent.Client{Addrs: []string{e.agentAddr}}
 	defer c.Close()
 	hl, err := c.Listen(context.Background(), "app")
 	if err != nil {
@@ -509,7 +510,7 @@ func TestHTTPPool(t *testing.T) {
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Authenticate: identityIsToken}, listen(t), listen(t))
 	var clients []*agent.Client
 	for i := range 2 {
-		c := &agent.Client{Addr: te.agentAddr}
+		c := &agent.Client{Addrs: []string{te.agentAddr}}
 		l, err := c.ListenEndpoint(context.Background(), agent.Endpoint{URL: "http://pool", Pool: true})
 		if err != nil {
 			t.Fatal(err)

@@ -74,7 +74,7 @@ func TestObserverCounts(t *testing.T) {
 			return "id-" + token, nil
 		}
 	})
-	c := &agent.Client{Addr: e.agentAddr, Token: "good"}
+	c := &agent.Client{Addrs: []string{e.agentAddr}, Token: "good"}
 	l, err := c.Listen(context.Background(), "https://app")
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func TestObserverCounts(t *testing.T) {
 		conn.Write(clientHelloFor(t, "nobody.example.test"))
 		conn.Close()
 	}
-	bad := &agent.Client{Addr: e.agentAddr, Token: "bad"}
+	bad := &agent.Client{Addrs: []string{e.agentAddr}, Token: "bad"}
 	bad.Listen(context.Background(), "http://x")
 	bad.Close()
 

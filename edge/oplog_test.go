@@ -159,7 +159,7 @@ func TestRefusedTokensLogged(t *testing.T) {
 	_, from6 := helloFrom(t, ln6.Addr().String(), "wrong too")
 	rec.await(t, "for a refused token from another address", func(r logRecord) bool { return isAuthLine(r) && r.attrs["agent_addr"] == from6 })
 
-	good := &agent.Client{Addr: te.agentAddr, Token: "alice-token"}
+	good := &agent.Client{Addrs: []string{te.agentAddr}, Token: "alice-token"}
 	defer good.Close()
 	l := bind(t, good, "http://app")
 	serve(t, l, "alice")

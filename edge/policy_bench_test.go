@@ -26,7 +26,7 @@ import (
 func BenchmarkPolicyRatio(b *testing.B) {
 	te := startEdge(b)
 	bindBench := func(name string, spec *policy.Spec) {
-		c := &agent.Client{Addr: te.agentAddr}
+		c := &agent.Client{Addrs: []string{te.agentAddr}}
 		l, err := c.ListenEndpoint(context.Background(), agent.Endpoint{URL: "http://" + name, Policy: spec})
 		if err != nil {
 			b.Fatal(err)

@@ -68,6 +68,9 @@ func startPolicyEdge(t testing.TB, configure func(*edge.Server)) *policyEdge {
 	logs := &testtools.Buffer{}
 	e := startHTTPSEdge(t, func(s *edge.Server) {
 		s.ProxyProtocolFrom = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+		// No pings either way (the agents of listen neither): the streams
+		// counted are the public connections' and requests'.
+		s.Timeouts.HeartbeatInterval, s.Timeouts.HeartbeatTimeout = time.Hour, time.Hour
 		s.TCPPorts = edge.PortRange{Min: 1024, Max: 65535}
 		s.Observer = obs
 		s.Authenticate = identityIsToken
@@ -102,7 +105,7 @@ func (e *policyEdge) bindApp(t testing.TB, token string, ep agent.Endpoint, h ht
 
 // listen binds ep with a new agent of token's identity.
 func (e *policyEdge) listen(t testing.TB, token string, ep agent.Endpoint) (*agent.Listener, error) {
-	c := &agent.Client{Addr: e.agentAddr, Token: token}
+	c := &agent.Client{Addrs: []string{e.agentAddr}, Token: token, HeartbeatInterval: time.Hour, HeartbeatTimeout: time.Hour}
 	t.Cleanup(func() { c.Close() })
 	return c.ListenEndpoint(context.Background(), ep)
 }
@@ -839,7 +842,7 @@ func TestPolicyPool(t *testing.T) {
 func TestPolicyAcrossEdges(t *testing.T) {
 	rt := &router.MemoryRouter{}
 	edges := startCluster(t, rt, "127.0.0.1", "127.0.0.1")
-	ag := &agent.Client{Addr: edges[0].agentAddr}
+	ag := &agent.Client{Addrs: []string{edges[0].agentAddr}}
 	t.Cleanup(func() { ag.Close() })
 	l, err := ag.ListenEndpoint(context.Background(), agent.Endpoint{URL: "http://app", Policy: &policy.Spec{
 		BasicAuth: &policy.BasicAuth{Credentials: []string{"ann:pw"}},

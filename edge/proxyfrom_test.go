@@ -121,7 +121,7 @@ func TestProxyHeaderBelievedFromLoadBalancersOnly(t *testing.T) {
 		Observer:          obs,
 		Logger:            slog.New(logs),
 	})
-	ac := &agent.Client{Addr: e.agentAddr}
+	ac := &agent.Client{Addrs: []string{e.agentAddr}}
 	t.Cleanup(func() { ac.Close() })
 	// Each app says what address the edge gave its client.
 	hl := bind(t, ac, "http://who")

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
@@ -34,13 +35,16 @@ func TestEndpointQuotaPerIdentity(t *testing.T) {
 		last = bind(t, second, fmt.Sprintf("http://second%d", i))
 	}
 	for _, c := range []*agent.Client{first, second} {
-		_, err := c.Listen(context.Background(), "http://one-too-many")
+		// The agent tries a refusal for now again, until its context ends.
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		_, err := c.Listen(ctx, "http://one-too-many")
+		cancel()
 		if !errors.Is(err, agent.ErrUnavailable) || !strings.Contains(err.Error(), "this identity") {
 			t.Fatalf("bob's bind past his quota: %v, want ErrUnavailable naming the quota per identity", err)
 		}
 	}
-	if n := obs.get("refused/" + string(edge.ReasonIdentityEndpointLimit)); n != 2 {
-		t.Fatalf("%d refusals counted as %s, want 2", n, edge.ReasonIdentityEndpointLimit)
+	if n := obs.get("refused/" + string(edge.ReasonIdentityEndpointLimit)); n < 2 {
+		t.Fatalf("%d refusals counted as %s, want 2 or more (one per attempt)", n, edge.ReasonIdentityEndpointLimit)
 	}
 	al := bind(t, tenant(t, te, "alice"), "http://alice")
 	serve(t, al, "alice")
@@ -72,9 +76,12 @@ func TestEndpointQuotaPerSource(t *testing.T) {
 		}
 	})
 	for i := range 6 {
-		c := &agent.Client{Addr: te.agentAddr}
+		c := &agent.Client{Addrs: []string{te.agentAddr}}
 		agents = append(agents, c)
-		_, err := c.Listen(context.Background(), fmt.Sprintf("http://flood%d", i))
+		// The agent tries a refusal for now again, until its context ends.
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		_, err := c.Listen(ctx, fmt.Sprintf("http://flood%d", i))
+		cancel()
 		switch {
 		case i < 5 && err != nil:
 			t.Fatalf("anonymous agent %d: %v", i, err)
@@ -82,10 +89,10 @@ func TestEndpointQuotaPerSource(t *testing.T) {
 			t.Fatalf("the sixth anonymous agent from one address: %v, want ErrUnavailable naming the quota per source", err)
 		}
 	}
-	if n := obs.get("refused/" + string(edge.ReasonSourceEndpointLimit)); n != 1 {
-		t.Fatalf("%d refusals counted as %s, want 1", n, edge.ReasonSourceEndpointLimit)
+	if n := obs.get("refused/" + string(edge.ReasonSourceEndpointLimit)); n < 1 {
+		t.Fatalf("%d refusals counted as %s, want 1 or more (one per attempt)", n, edge.ReasonSourceEndpointLimit)
 	}
-	good := &agent.Client{Addr: ln6.Addr().String()}
+	good := &agent.Client{Addrs: []string{ln6.Addr().String()}}
 	defer good.Close()
 	l := bind(t, good, "http://good")
 	serve(t, l, "good")
@@ -108,13 +115,16 @@ func TestEndpointQuotaPerEdge(t *testing.T) {
 		last = bind(t, bob, fmt.Sprintf("http://bob%d", i))
 	}
 	for _, c := range []*agent.Client{alice, bob} {
-		_, err := c.Listen(context.Background(), "http://more")
+		// The agent tries a refusal for now again, until its context ends.
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		_, err := c.Listen(ctx, "http://more")
+		cancel()
 		if !errors.Is(err, agent.ErrUnavailable) || !strings.Contains(err.Error(), "every agent's together") {
 			t.Fatalf("a bind past the edge's quota: %v, want ErrUnavailable naming it", err)
 		}
 	}
-	if n := obs.get("refused/" + string(edge.ReasonEdgeEndpointLimit)); n != 2 {
-		t.Fatalf("%d refusals counted as %s, want 2", n, edge.ReasonEdgeEndpointLimit)
+	if n := obs.get("refused/" + string(edge.ReasonEdgeEndpointLimit)); n < 2 {
+		t.Fatalf("%d refusals counted as %s, want 2 or more (one per attempt)", n, edge.ReasonEdgeEndpointLimit)
 	}
 	if resp, body := get(t, te, te.url("alice")+"/", nil); resp.StatusCode != 200 || body != "alice /" {
 		t.Fatalf("alice with the edge at its quota: %d %q", resp.StatusCode, body)

@@ -3,10 +3,13 @@ package edge
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +31,32 @@ import (
 // X-Forwarded-For hop and the real client as RemoteAddr, whichever edge the
 // client reached. Each edge keeps one session to each peer it sends
 // connections to, opened on first use and again after it breaks.
+//
+// Edges authenticate each other by certificate, both ways, and only a
+// member of the cluster opens a relay session. An edge's relay
+// certificate is signed by the cluster's CA (TLSConfig) and names the
+// edge: its ID in a subject alternative name of type URI,
+// tunnelkit-edge://<ID> (see PeerURI), with the extended key usages
+// serverAuth and clientAuth; and, as any TLS server's, the host it is
+// dialled at (Resolve) in a DNS or IP SAN. Serve admits a peer only if
+// its certificate names an edge (PeerIDs) that is a member of the cluster:
+// when the Server's Router implements router.MemberChecker (etcdrouter
+// does), one that it says is live; otherwise any edge the CA named.
+// DialRoute talks only to a peer whose certificate names the edge it
+// dialled. Any other certificate of the CA (another service's, one without
+// extended key usages) opens nothing. A refused peer is counted as
+// ReasonRelayRefused and logged at most once per 10 seconds (at the Warn
+// level, with how many were refused since), so that strangers cannot
+// choose the log volume.
+//
+// A relay stream names an agent session, an endpoint of it, the client
+// and the host. The edge serves it only if it holds that session now,
+// with that endpoint bound, of the stream's protocol, answering for the
+// stream's host: the route a peer could have looked up. Otherwise it
+// closes the stream (ReasonRelayRefused, logged at the Debug level). The
+// client's address, and the forwarding headers in the stream's bytes, are
+// taken as the peer wrote them: they are trusted because the peer is a
+// member of the cluster, which is what admission is for.
 type Relay struct {
 	// Server is this edge. Routes whose Edge is its ID, or empty, are
 	// dialled on it directly.
@@ -35,10 +64,20 @@ type Relay struct {
 
 	// TLSConfig authenticates edges to each other, both ways: its
 	// Certificates are this edge's, its RootCAs and ClientCAs the
-	// authority that signs the cluster's edges. Serve requires and
-	// verifies the client's certificate whatever ClientAuth says.
-	// Required.
+	// authority that signs the cluster's edges (and only them: see
+	// PeerIDs). Serve requires and verifies the client's certificate
+	// whatever ClientAuth says. Required.
 	TLSConfig *tls.Config
+
+	// PeerIDs returns the IDs of the edges that a peer's certificate,
+	// verified against TLSConfig's CAs, stands for; none refuses the
+	// peer. Serve admits a peer one of whose IDs is a member of the
+	// cluster; DialRoute requires the ID of the edge it dials among them,
+	// and Serve requires this edge's Server.ID among those of its own
+	// certificate (when TLSConfig.Certificates holds it). Nil:
+	// CertPeerIDs, the tunnelkit-edge://<ID> URIs of a certificate for
+	// both serverAuth and clientAuth.
+	PeerIDs func(cert *x509.Certificate) []string
 
 	// Resolve returns the address of the relay listener of the edge with
 	// ID id. Nil: the ID is the address ("10.0.0.2:7443").
@@ -53,6 +92,7 @@ type Relay struct {
 	listeners map[net.Listener]struct{}
 	sessions  map[*wire.Session]struct{} // accepted from peers
 	wg        sync.WaitGroup
+	refusals  refusalLog
 }
 
 // peer is the session to one other edge, dialled on first use.
@@ -74,6 +114,71 @@ func (rl *Relay) log() *slog.Logger {
 		return rl.Logger
 	}
 	return rl.Server.log()
+}
+
+func (rl *Relay) peerIDs(cert *x509.Certificate) []string {
+	if rl.PeerIDs != nil {
+		return rl.PeerIDs(cert)
+	}
+	return CertPeerIDs(cert)
+}
+
+// admit returns the ID of the member of the cluster that cert, verified
+// against the cluster's CA, names; an error if it names none.
+func (rl *Relay) admit(ctx context.Context, cert *x509.Certificate) (string, error) {
+	ids := rl.peerIDs(cert)
+	if len(ids) == 0 {
+		return "", errNotAnEdge
+	}
+	mc, ok := rl.Server.router().(router.MemberChecker)
+	if !ok {
+		return ids[0], nil
+	}
+	var errs errorList
+	for _, id := range ids {
+		member, err := mc.IsMember(ctx, id)
+		if err == nil && member {
+			return id, nil
+		}
+		errs.add(err)
+	}
+	if err := errs.err(); err != nil {
+		return "", fmt.Errorf("edge: relay peer: membership of %q unknown: %w", ids, err)
+	}
+	return "", fmt.Errorf("edge: relay peer: %q not a member of the cluster", ids)
+}
+
+// relayLogWindow is the least time between two log lines about refused
+// relay peers.
+const relayLogWindow = 10 * time.Second
+
+// refusalLog logs refused relay peers: the first at once, then at most
+// one line per relayLogWindow, saying how many were refused since the
+// last line and why the latest was.
+type refusalLog struct {
+	mu   sync.Mutex
+	last time.Time // of the last line
+	n    int       // refusals not logged yet
+}
+
+func (l *refusalLog) note(log *slog.Logger, peer string, err error) {
+	l.mu.Lock()
+	l.n++
+	now := time.Now()
+	if !l.last.IsZero() && now.Sub(l.last) < relayLogWindow {
+		l.mu.Unlock()
+		return
+	}
+	n := l.n
+	l.n, l.last = 0, now
+	l.mu.Unlock()
+	log.Warn("relay peers refused", "refused", n, "last_peer", peer, "last_err", err)
+}
+
+// refuse counts and logs a refused relay peer.
+func (rl *Relay) refuse(peer net.Addr, err error) {
+	rl.Server.obs().Refused(ReasonRelayRefused)
+	rl.refusals.note(rl.log(), peer.String(), err)
 }
 
 // DialRoute opens the conn to r's agent: on this edge when it holds the
@@ -144,6 +249,12 @@ func (rl *Relay) session(ctx context.Context, id string) (*wire.Session, error) 
 	if cfg.ServerName == "" {
 		cfg.ServerName, _, _ = net.SplitHostPort(addr)
 	}
+	cfg.VerifyConnection = rl.verifyWith(cfg.VerifyConnection, func(cert *x509.Certificate) error {
+		if !slices.Contains(rl.peerIDs(cert), id) {
+			return fmt.Errorf("edge: relay: the certificate of %s names edges %q, not %q", addr, rl.peerIDs(cert), id)
+		}
+		return nil
+	})
 	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: rl.Server.cfg.handshake, KeepAlive: 15 * time.Second}, Config: cfg}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -191,6 +302,10 @@ func (rl *Relay) Serve(ln net.Listener) error {
 	}
 	cfg := rl.TLSConfig.Clone()
 	cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	if err := rl.checkOwnCertificate(cfg); err != nil {
+		ln.Close()
+		return err
+	}
 	rl.mu.Lock()
 	if rl.closed {
 		rl.mu.Unlock()
@@ -232,15 +347,58 @@ func (rl *Relay) goTracked(f func()) bool {
 	return true
 }
 
+// checkOwnCertificate makes sure that this edge's own certificate, if cfg
+// holds it, names this edge: its peers would refuse it otherwise.
+func (rl *Relay) checkOwnCertificate(cfg *tls.Config) error {
+	id := rl.Server.ID
+	if id == "" || len(cfg.Certificates) == 0 || len(cfg.Certificates[0].Certificate) == 0 {
+		return nil
+	}
+	leaf, err := x509.ParseCertificate(cfg.Certificates[0].Certificate[0])
+	if err != nil {
+		return fmt.Errorf("edge: Relay.TLSConfig's certificate: %w", err)
+	}
+	if ids := rl.peerIDs(leaf); !slices.Contains(ids, id) {
+		return fmt.Errorf("edge: Relay.TLSConfig's certificate names edges %q, not this one (%q): the other edges would refuse it; issue it with the SAN URI:%s and the serverAuth and clientAuth extended key usages", ids, id, PeerURIScheme+"://"+id)
+	}
+	return nil
+}
+
+// verifyWith returns a tls.Config.VerifyConnection that runs next (when
+// not nil), then check on the peer's leaf certificate.
+func (rl *Relay) verifyWith(next func(tls.ConnectionState) error, check func(*x509.Certificate) error) func(tls.ConnectionState) error {
+	return func(cs tls.ConnectionState) error {
+		if next != nil {
+			if err := next(cs); err != nil {
+				return err
+			}
+		}
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("edge: relay peer sent no certificate")
+		}
+		return check(cs.PeerCertificates[0])
+	}
+}
+
 // serveSession authenticates a peer edge and serves its relay streams.
-func (rl *Relay) serveSession(c net.Conn, cfg *tls.Config) {
+func (rl *Relay) serveSession(c net.Conn, base *tls.Config) {
+	var peerID string
+	ctx, cancel := context.WithTimeout(context.Background(), rl.Server.cfg.handshake)
+	defer cancel()
+	cfg := base.Clone()
+	cfg.VerifyConnection = rl.verifyWith(cfg.VerifyConnection, func(cert *x509.Certificate) error {
+		var err error
+		peerID, err = rl.admit(ctx, cert)
+		return err
+	})
 	tc := tls.Server(c, cfg)
 	tc.SetDeadline(time.Now().Add(rl.Server.cfg.handshake))
-	if err := tc.Handshake(); err != nil {
-		rl.log().Info("relay handshake", "peer", c.RemoteAddr().String(), "err", err)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		rl.refuse(c.RemoteAddr(), err)
 		c.Close()
 		return
 	}
+	cancel()
 	tc.SetDeadline(time.Time{})
 	sess := wire.NewSession(tc, rl.Server.cfg.window, false, relayBacklog)
 	rl.mu.Lock()
@@ -260,39 +418,47 @@ func (rl *Relay) serveSession(c net.Conn, cfg *tls.Config) {
 		rl.mu.Unlock()
 		sess.Close()
 	}()
-	peerName := tc.ConnectionState().PeerCertificates[0].Subject.CommonName
-	rl.log().Info("relay session accepted", "peer", c.RemoteAddr().String(), "name", peerName)
+	rl.log().Info("relay session accepted", "edge", peerID, "peer", c.RemoteAddr().String())
 	for {
 		st, err := sess.AcceptStream()
 		if err != nil {
 			return
 		}
-		if !rl.goTracked(func() { rl.serveStream(st) }) {
+		if !rl.goTracked(func() { rl.serveStream(st, peerID) }) {
 			st.Close()
 			return
 		}
 	}
 }
 
-// serveStream connects a relay stream to the agent it names, on this edge.
-func (rl *Relay) serveStream(st *wire.Stream) {
+// serveStream connects a relay stream from the edge peer to the agent it
+// names, if this edge holds the route it names.
+func (rl *Relay) serveStream(st *wire.Stream, peer string) {
 	defer st.Close()
 	s := rl.Server
 	st.SetReadDeadline(time.Now().Add(s.cfg.handshake))
 	session, h, err := wire.ReadRelayHeader(st)
 	if err != nil {
-		rl.log().Debug("relay stream header", "err", err)
+		rl.log().Debug("relay stream header", "edge", peer, "err", err)
 		return
 	}
 	st.SetReadDeadline(time.Time{})
-	r := router.Route{Proto: h.Proto, SessionID: session, TunnelID: h.TunnelID}
+	r, err := s.heldRoute(session, h)
+	if err != nil {
+		// A route that went while the stream was on its way, or a forged
+		// one: the other edge hears it as a stream ending before the
+		// agent's reply.
+		s.obs().Refused(ReasonRelayRefused)
+		rl.log().Debug("relay stream refused", "edge", peer, "err", err)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.handshake)
 	up, err := s.dialRaw(ctx, r, ConnInfo{Client: h.Client, Host: h.Host})
 	cancel()
 	if err != nil {
 		// The other edge hears it as a stream ending before the agent's
 		// reply, and tries the route's other agents.
-		rl.log().Info("relay: agent unreachable", "session", wire.Printable(session, 64), "err", err)
+		rl.log().Info("relay: agent unreachable", "edge", peer, "session", wire.Printable(session, 64), "err", err)
 		return
 	}
 	if !s.trackConn(up, true) {
@@ -340,4 +506,53 @@ func (c *relayStream) Read(b []byte) (int, error) {
 		return 0, err
 	}
 	return c.Stream.Read(b)
+}
+
+// heldRoute returns the route a relay stream names, if this edge holds it
+// now: the stream's session is an agent session of this Server, its
+// tunnel an endpoint bound on that session, of the stream's protocol, and
+// its host one that the endpoint's name answers for.
+func (s *Server) heldRoute(session string, h wire.ProxyHeader) (router.Route, error) {
+	s.mu.Lock()
+	ss := s.sessions[session]
+	s.mu.Unlock()
+	if ss == nil {
+		return router.Route{}, fmt.Errorf("%w: %s", ErrNoSession, wire.Printable(session, 64))
+	}
+	ss.mu.Lock()
+	r, ok := ss.routes[h.TunnelID]
+	ss.mu.Unlock()
+	switch {
+	case !ok:
+		return router.Route{}, fmt.Errorf("edge: session %s holds no endpoint %s", wire.Printable(session, 64), wire.Printable(h.TunnelID, 64))
+	case r.Proto != h.Proto:
+		return router.Route{}, fmt.Errorf("edge: endpoint %s is %s, not %s", r.Name, r.Proto, wire.Printable(h.Proto, 16))
+	case !answersFor(r, h.Host):
+		return router.Route{}, fmt.Errorf("edge: endpoint %s %s does not answer for host %q", r.Proto, r.Name, wire.Printable(h.Host, 256))
+	}
+	return r, nil
+}
+
+// answersFor reports whether a connection for host may go to r: for tcp,
+// one without a host; otherwise, one whose host (an HTTP Host, with a
+// port or not, or a TLS server name) r's name or wildcard covers.
+func answersFor(r router.Route, host string) bool {
+	if r.Proto == wire.ProtoTCP {
+		return host == ""
+	}
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && r.Proto != wire.ProtoTLS {
+		host = host[:i] // a port: an IPv6 literal would not be a name anyway
+	}
+	host, ok := router.Normalise(host)
+	if !ok {
+		return false
+	}
+	name, ok := router.NormalisePattern(r.Name)
+	if !ok {
+		return false
+	}
+	if base, wild := strings.CutPrefix(name, "*."); wild {
+		return strings.HasSuffix(host, "."+base)
+	}
+	return host == name
 }

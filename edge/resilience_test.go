@@ -78,7 +78,7 @@ func tokens(_ context.Context, token string) (string, error) {
 func TestWrongTokenRefused(t *testing.T) {
 	rt := &router.MemoryRouter{}
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Router: rt, Authenticate: tokens}, listen(t), listen(t))
-	good := &agent.Client{Addr: te.agentAddr, Token: "alice-token"}
+	good := &agent.Client{Addrs: []string{te.agentAddr}, Token: "alice-token"}
 	defer good.Close()
 	l, err := good.Listen(context.Background(), "app")
 	if err != nil {
@@ -87,7 +87,7 @@ func TestWrongTokenRefused(t *testing.T) {
 	go http.Serve(l, nameHandler("app"))
 
 	for _, tok := range []string{"", "wrong", "alice-token-x"} {
-		bad := &agent.Client{Addr: te.agentAddr, Token: tok}
+		bad := &agent.Client{Addrs: []string{te.agentAddr}, Token: tok}
 		_, err := bad.Listen(context.Background(), "other")
 		bad.Close()
 		if !errors.Is(err, agent.ErrUnauthorized) {
@@ -111,7 +111,7 @@ func TestGraceKeepsNameForIdentity(t *testing.T) {
 	var conn atomic.Pointer[net.Conn]
 	gate := make(chan struct{})
 	dials := 0
-	alice := &agent.Client{Addr: te.agentAddr, Token: "alice-token", MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond,
+	alice := &agent.Client{Addrs: []string{te.agentAddr}, Token: "alice-token", MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			if dials++; dials > 1 {
 				<-gate // reconnect only once bob has tried
@@ -135,7 +135,7 @@ func TestGraceKeepsNameForIdentity(t *testing.T) {
 		routes, _ := rt.Lookup(context.Background(), "http", "app.example.test")
 		return len(routes) == 0
 	})
-	bob := &agent.Client{Addr: te.agentAddr, Token: "bob-token"}
+	bob := &agent.Client{Addrs: []string{te.agentAddr}, Token: "bob-token"}
 	defer bob.Close()
 	if _, err := bob.Listen(context.Background(), "app"); !errors.Is(err, agent.ErrNameTaken) {
 		t.Fatalf("bob took alice's name during the grace period: %v", err)
@@ -273,7 +273,7 @@ func TestHostileEdgeProxyHeaders(t *testing.T) {
 		edgeDone <- nil
 		s.Wait()
 	}()
-	c := &agent.Client{Addr: ln.Addr().String()}
+	c := &agent.Client{Addrs: []string{ln.Addr().String()}}
 	defer c.Close()
 	l, err := c.Listen(context.Background(), "app")
 	if err != nil {
@@ -444,7 +444,7 @@ func TestFrozenNetworkDetectedByHeartbeat(t *testing.T) {
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Router: rt, Timeouts: edge.Timeouts{HeartbeatInterval: interval, HeartbeatTimeout: timeout}}, listen(t), listen(t))
 	r := newRelay(t, te.agentAddr)
 	disconnected := make(chan time.Time, 1)
-	c := &agent.Client{Addr: r.ln.Addr().String(), HeartbeatInterval: interval, HeartbeatTimeout: timeout, MinBackoff: time.Hour,
+	c := &agent.Client{Addrs: []string{r.ln.Addr().String()}, HeartbeatInterval: interval, HeartbeatTimeout: timeout, MinBackoff: time.Hour,
 		OnEvent: func(e agent.Event) {
 			if e.Kind == agent.Disconnected {
 				select {
@@ -483,7 +483,7 @@ func TestEdgeRestartSameURL(t *testing.T) {
 	srv1 := &edge.Server{Domain: "example.test"}
 	te := edgeOn(t, srv1, agentsLn, pubLn)
 	reconnected := make(chan time.Time, 4)
-	c := &agent.Client{Addr: agentsAddr, MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+	c := &agent.Client{Addrs: []string{agentsAddr}, MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
 		OnEvent: func(e agent.Event) {
 			if e.Kind == agent.Connected {
 				reconnected <- time.Now()
@@ -527,7 +527,7 @@ func TestKillAgentMidTransfer(t *testing.T) {
 	te := startEdge(t)
 	base := runtime.NumGoroutine()
 	var conn atomic.Pointer[net.Conn]
-	c := &agent.Client{Addr: te.agentAddr, MinBackoff: time.Hour, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+	c := &agent.Client{Addrs: []string{te.agentAddr}, MinBackoff: time.Hour, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 		if err == nil {
 			conn.Store(&nc)
@@ -577,10 +577,13 @@ func TestSessionsPerIdentityAndStreamLimits(t *testing.T) {
 			c.Close()
 		}
 	}()
+	// The agent waits for an edge that answers unavailable: 2 s at most.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
 	for i := range 3 {
-		c := &agent.Client{Addr: te.agentAddr}
+		c := &agent.Client{Addrs: []string{te.agentAddr}}
 		clients = append(clients, c)
-		_, err := c.Listen(context.Background(), fmt.Sprintf("n%d", i))
+		_, err := c.Listen(ctx, fmt.Sprintf("n%d", i))
 		if i < 2 && err != nil {
 			t.Fatalf("session %d: %v", i, err)
 		}
@@ -641,7 +644,7 @@ func TestStreamWindowNegotiated(t *testing.T) {
 	} {
 		srv := &edge.Server{Domain: "example.test", Limits: edge.Limits{StreamWindow: c.edge}}
 		te := edgeOn(t, srv, listen(t), listen(t))
-		a := &agent.Client{Addr: te.agentAddr, StreamWindow: c.agent}
+		a := &agent.Client{Addrs: []string{te.agentAddr}, StreamWindow: c.agent}
 		l, err := a.Listen(context.Background(), "app")
 		if err != nil {
 			t.Fatal(err)

@@ -70,7 +70,7 @@ func gatedClient(t testing.TB, addr, token string) (c *agent.Client, gate chan s
 	gate = make(chan struct{})
 	conn = new(atomic.Pointer[net.Conn])
 	var dials atomic.Int32
-	c = &agent.Client{Addr: addr, Token: token, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+	c = &agent.Client{Addrs: []string{addr}, Token: token, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
 		DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
 			if dials.Add(1) > 1 {
 				select {

@@ -55,7 +55,7 @@ func TestThousandSessionsThousandClients(t *testing.T) {
 		setup.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			c := &agent.Client{Addr: te.agentAddr}
+			c := &agent.Client{Addrs: []string{te.agentAddr}}
 			clients[i] = c
 			l, err := c.Listen(context.Background(), fmt.Sprintf("s%d", i))
 			if err != nil {

@@ -38,6 +38,7 @@ type session struct {
 	identity string
 	routes   map[string]router.Route // by tunnel ID
 	binding  int                     // binds under way, counted against the endpoint bound
+	stopPing func()                  // stops the version 3 pinger; nil before the hello, or for version 2
 	closed   bool
 	streams  sync.WaitGroup // stream handlers
 }
@@ -208,6 +209,9 @@ func (ss *session) close(reserve time.Duration) {
 	}
 	ss.closed = true
 	close(ss.done)
+	if ss.stopPing != nil {
+		ss.stopPing()
+	}
 	routes := ss.routes
 	ss.routes = nil
 	counted := ss.hello == helloAccepted
@@ -262,13 +266,19 @@ func (ss *session) handleStream(st *wire.Stream) {
 	switch wire.StreamType(t[0]) {
 	case wire.StreamControl:
 		ss.handleControl(st)
-	case wire.StreamHeartbeat:
+	case wire.StreamHeartbeat: // a version 2 agent's: the edge echoes its pings
 		if ss.helloState() != helloAccepted {
 			ss.close(0)
 			return
 		}
 		st.SetReadDeadline(time.Time{})
 		wire.Echo(st)
+	case wire.StreamPing: // a version 3 agent's: heard, which is all it is for
+		if ss.helloState() != helloAccepted {
+			ss.close(0)
+			return
+		}
+		wire.ReadPing(st)
 	default:
 		ss.log.Debug("unexpected stream type from agent", "type", t[0])
 		if ss.helloState() != helloAccepted {
@@ -277,7 +287,36 @@ func (ss *session) handleStream(st *wire.Stream) {
 	}
 }
 
-// heartbeat pings the agent and closes the session when it stops answering.
+// keepAlive starts pinging the agent, and closes the session when nothing
+// comes from it for the heartbeat's interval and timeout: with ping
+// streams and a timer for an agent of version 3 (no goroutine at rest),
+// with a heartbeat stream and its goroutines for an older one.
+func (ss *session) keepAlive(version int) {
+	s := ss.srv
+	if version < wire.PingVersion {
+		s.goTracked(ss.heartbeat)
+		return
+	}
+	p := &wire.Pinger{
+		Interval: s.cfg.heartbeatInterval,
+		Timeout:  s.cfg.heartbeatTimeout,
+		Dead: func() {
+			ss.log.Warn("agent missed its heartbeat; closing the session")
+			ss.close(s.cfg.grace)
+		},
+	}
+	stop := p.Start(ss.mux)
+	ss.mu.Lock()
+	closed := ss.closed
+	ss.stopPing = stop
+	ss.mu.Unlock()
+	if closed {
+		stop()
+	}
+}
+
+// heartbeat pings the agent of a version 2 session and closes the session
+// when it stops answering.
 func (ss *session) heartbeat() {
 	st, err := ss.mux.OpenStream()
 	if err != nil {

@@ -64,7 +64,7 @@ func (e *httpsEdge) clientFrom(t testing.TB, ip string, tlsTo, h2 bool) *http.Cl
 // serves h on both.
 func (e *httpsEdge) serveBoth(t testing.TB, name string, h http.Handler) {
 	t.Helper()
-	c := &agent.Client{Addr: e.agentAddr}
+	c := &agent.Client{Addrs: []string{e.agentAddr}}
 	var servers []*http.Server
 	var wg sync.WaitGroup
 	for _, url := range []string{"http://" + name, "https://" + name} {

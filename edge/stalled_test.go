@@ -19,6 +19,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/agent/forward"
 	"github.com/tunnelkit/tunnelkit/edge"
 )
 
@@ -39,7 +40,7 @@ func stalledReaders(t *testing.T, sources, streams int) {
 	}
 	e := startProxiedEdge(t, srv)
 	events := make(chan agent.Event, 16)
-	c := &agent.Client{Addr: e.agentAddr, Logger: logger, OnEvent: func(ev agent.Event) {
+	c := &agent.Client{Addrs: []string{e.agentAddr}, Logger: logger, OnEvent: func(ev agent.Event) {
 		if ev.Kind == agent.Disconnected && os.Getenv("STALLED_DEBUG") != "" {
 			f, _ := os.Create("/tmp/stall_at_disconnect.txt")
 			pprof.Lookup("goroutine").WriteTo(f, 2)
@@ -56,13 +57,13 @@ func stalledReaders(t *testing.T, sources, streams int) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		(&agent.Forwarder{To: serveAppOn(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		(forward.HTTP{To: serveAppOn(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/big" {
 				w.Write(body)
 				return
 			}
 			io.WriteString(w, "ok")
-		})), HTTP: true}).Serve(l)
+		}))}).Serve(l)
 	}()
 	t.Cleanup(func() { l.Close(); <-done })
 	<-events // connected

@@ -47,7 +47,7 @@ func tenantEdge(t testing.TB, srv *edge.Server) (*testEdge, *router.MemoryRouter
 // tenant returns a client of the edge with who's token.
 func tenant(t testing.TB, te *testEdge, who string) *agent.Client {
 	t.Helper()
-	c := &agent.Client{Addr: te.agentAddr, Token: who + "-token", MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
+	c := &agent.Client{Addrs: []string{te.agentAddr}, Token: who + "-token", MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -184,7 +184,7 @@ func TestEdgeRestartGivesNamesBackToOwners(t *testing.T) {
 
 	var dials atomic.Int32
 	gate := make(chan struct{})
-	alice := &agent.Client{Addr: agentsAddr, Token: "alice-token", MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+	alice := &agent.Client{Addrs: []string{agentsAddr}, Token: "alice-token", MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			if dials.Add(1) > 1 {
 				select {
@@ -203,7 +203,7 @@ func TestEdgeRestartGivesNamesBackToOwners(t *testing.T) {
 	// The same record, and an in-memory router: names held before the
 	// restart go back only to their owners for Grace.
 	te2 := te1.restart(t, &edge.Server{TicketKey: key, StateDir: dir, Authenticate: tokens, Domain: "example.test", Timeouts: edge.Timeouts{Grace: time.Minute}})
-	bob := &agent.Client{Addr: agentsAddr, Token: "bob-token"}
+	bob := &agent.Client{Addrs: []string{agentsAddr}, Token: "bob-token"}
 	defer bob.Close()
 	if _, err := bob.Listen(context.Background(), "http://app"); !errors.Is(err, agent.ErrNameTaken) {
 		t.Fatalf("bob asking for alice's name right after the restart: %v, want ErrNameTaken", err)
@@ -232,7 +232,7 @@ func TestAgentSideDropTakesOverOldSession(t *testing.T) {
 	te, rt := tenantEdge(t, &edge.Server{TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, Timeouts: edge.Timeouts{HeartbeatInterval: time.Hour}})
 	r := newRelay(t, te.agentAddr)
 	var connects atomic.Int32
-	a := &agent.Client{Addr: r.ln.Addr().String(), Token: "alice-token", MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+	a := &agent.Client{Addrs: []string{r.ln.Addr().String()}, Token: "alice-token", MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
 		OnEvent: func(e agent.Event) {
 			if e.Kind == agent.Connected {
 				connects.Add(1)
@@ -316,7 +316,7 @@ func TestTransientBindErrorRetried(t *testing.T) {
 	agentsAddr := agentsLn.Addr().String()
 	srv1 := &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 1024, Max: 65535}}
 	te1 := edgeOn(t, srv1, agentsLn, listen(t))
-	a := &agent.Client{Addr: agentsAddr, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}
+	a := &agent.Client{Addrs: []string{agentsAddr}, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}
 	defer a.Close()
 	port := freePort(t)
 	l := bind(t, a, "tcp://:"+port)
@@ -460,7 +460,7 @@ func TestLostNameEndsListener(t *testing.T) {
 	var conn atomic.Pointer[net.Conn]
 	gate := make(chan struct{})
 	var dials atomic.Int32
-	alice := &agent.Client{Addr: te.agentAddr, Token: "alice-token", MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+	alice := &agent.Client{Addrs: []string{te.agentAddr}, Token: "alice-token", MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			if dials.Add(1) > 1 {
 				<-gate

@@ -83,7 +83,7 @@ func (te *testEdge) url(name string) string {
 // the listener; it returns the listener and a func that kills the agent.
 func (te *testEdge) serveApp(t testing.TB, name string, h http.Handler) (*agent.Listener, *agent.Client) {
 	t.Helper()
-	c := &agent.Client{Addr: te.agentAddr}
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	l, err := c.Listen(context.Background(), "http://"+name)
 	if err != nil {
 		t.Fatal(err)
@@ -450,7 +450,7 @@ func TestServerSentEventsStream(t *testing.T) {
 
 func TestRandomNameAndNameTaken(t *testing.T) {
 	te := startEdge(t)
-	c := &agent.Client{Addr: te.agentAddr}
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
 	l, err := c.Listen(context.Background(), "")
 	if err != nil {
@@ -460,7 +460,7 @@ func TestRandomNameAndNameTaken(t *testing.T) {
 		t.Fatalf("random URL = %q", l.URL())
 	}
 	te.serveApp(t, "taken", nameHandler("taken"))
-	other := &agent.Client{Addr: te.agentAddr}
+	other := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer other.Close()
 	if _, err := other.Listen(context.Background(), "http://taken.example.test"); !errors.Is(err, agent.ErrNameTaken) {
 		t.Fatalf("second bind of a held name: %v, want ErrNameTaken", err)
@@ -553,7 +553,7 @@ func TestCloseAndShutdownLeaveNoGoroutine(t *testing.T) {
 				var wg sync.WaitGroup
 				wg.Go(func() { srv.ServeAgents(agents) })
 				wg.Go(func() { srv.ServeHTTPListener(pub) })
-				c := &agent.Client{Addr: agents.Addr().String(), HeartbeatInterval: 10 * time.Millisecond}
+				c := &agent.Client{Addrs: []string{agents.Addr().String()}, HeartbeatInterval: 10 * time.Millisecond}
 				l, err := c.Listen(context.Background(), "app")
 				if err != nil {
 					t.Fatal(err)

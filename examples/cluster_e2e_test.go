@@ -29,10 +29,11 @@ type clusterEdge struct {
 	stderr                   *strings.Builder
 }
 
-// startClusterEdge starts the edge binary sharing routes through etcd,
-// with its public listeners on host (127.0.0.1 or ::1; TCP endpoints
-// listen there too).
-func startClusterEdge(t *testing.T, bin, name, host, etcd, tcpPort, dir string) *clusterEdge {
+// startClusterEdge starts the edge binary sharing routes through etcd, a
+// client of it by the certificate in dir, with its public listeners on
+// host (127.0.0.1 or ::1; TCP endpoints listen there too), and a relay
+// certificate of ca naming it.
+func startClusterEdge(t *testing.T, bin, name, host, etcd, tcpPort, dir string, ca *testpki.CA) *clusterEdge {
 	t.Helper()
 	free := func() string {
 		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
@@ -43,10 +44,13 @@ func startClusterEdge(t *testing.T, bin, name, host, etcd, tcpPort, dir string) 
 		return ln.Addr().String()
 	}
 	e := &clusterEdge{name: name, agents: freePort(t), http: free(), tls: free(), relay: freePort(t), stderr: new(strings.Builder)}
+	certPEM, keyPEM := testpki.PEMFiles(t, ca.IssueEdge(t, []string{e.relay}, "127.0.0.1", "::1"))
+	writeFiles(t, dir, map[string][]byte{"relay-" + name + ".pem": certPEM, "relay-" + name + "-key.pem": keyPEM})
 	e.cmd = exec.Command(bin, "-domain", "example.test", "-agents", e.agents, "-http", e.http, "-tls", e.tls,
 		"-tcp-ports", tcpPort, "-ticket-key", filepath.Join(dir, "ticket.key"),
 		"-etcd", etcd, "-etcd-ttl", "3s",
-		"-relay", e.relay, "-relay-cert", filepath.Join(dir, "relay.pem"), "-relay-key", filepath.Join(dir, "relay-key.pem"), "-relay-ca", filepath.Join(dir, "ca.pem"))
+		"-etcd-cert", filepath.Join(dir, "etcd-client.pem"), "-etcd-key", filepath.Join(dir, "etcd-client-key.pem"), "-etcd-ca", filepath.Join(dir, "etcd-ca.pem"),
+		"-relay", e.relay, "-relay-cert", filepath.Join(dir, "relay-"+name+".pem"), "-relay-key", filepath.Join(dir, "relay-"+name+"-key.pem"), "-relay-ca", filepath.Join(dir, "ca.pem"))
 	e.cmd.Stderr = e.stderr
 	if err := e.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -69,6 +73,16 @@ func startClusterEdge(t *testing.T, bin, name, host, etcd, tcpPort, dir string) 
 	return e
 }
 
+// writeFiles writes files, by name, into dir.
+func writeFiles(t *testing.T, dir string, files map[string][]byte) {
+	t.Helper()
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // eventually retries f until it succeeds, for up to 30 s, and fails the
 // test with f's last error otherwise.
 func eventually(t *testing.T, what string, f func() error) {
@@ -87,35 +101,40 @@ func eventually(t *testing.T, what string, f func() error) {
 }
 
 // TestClusterOnEtcd runs three edge processes sharing routes through a real
-// etcd, and agents connected to the first: clients of every edge reach
-// them (http, tls, tcp), with one X-Forwarded-For hop. Then the first edge
-// is killed (SIGKILL): the agents move to the next edge, and the same URLs
-// answer on the two left. Then etcd stops for 10 s: cached routes keep
-// answering; once it is back, a new endpoint is seen by every edge.
+// etcd, which requires TLS client certificates (-etcd-cert, -etcd-key,
+// -etcd-ca), each edge with a relay certificate naming it, and agents
+// connected to the first: clients of every edge reach them (http, tls,
+// tcp), with one X-Forwarded-For hop. Then the first edge is killed
+// (SIGKILL): the agents move to the next edge, and the same URLs answer on
+// the two left. Then etcd stops for 10 s: cached routes keep answering;
+// once it is back, a new endpoint is seen by every edge.
 func TestClusterOnEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
 	bin := build(t, "edge", "agent")
-	etcd := etcdtest.Start(t)
 	dir := t.TempDir()
-	ca := testpki.New(t)
-	certPEM, keyPEM := testpki.PEMFiles(t, ca.Issue(t, "127.0.0.1", "::1"))
+	ca, etcdCA := testpki.New(t), testpki.New(t)
+	etcdCert, etcdKey := testpki.PEMFiles(t, etcdCA.Issue(t, "127.0.0.1"))
+	clientCert, clientKey := testpki.PEMFiles(t, etcdCA.Issue(t, "edges"))
 	key := make([]byte, 32)
 	for i := range key {
 		key[i] = byte(i * 7)
 	}
-	for name, b := range map[string][]byte{"relay.pem": certPEM, "relay-key.pem": keyPEM, "ca.pem": ca.PEM, "ticket.key": []byte(hex.EncodeToString(key))} {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeFiles(t, dir, map[string][]byte{
+		"ca.pem": ca.PEM, "ticket.key": []byte(hex.EncodeToString(key)),
+		"etcd-ca.pem": etcdCA.PEM, "etcd.pem": etcdCert, "etcd-key.pem": etcdKey,
+		"etcd-client.pem": clientCert, "etcd-client-key.pem": clientKey,
+	})
+	etcd := etcdtest.StartTLS(t, etcdtest.TLS{
+		CertFile: filepath.Join(dir, "etcd.pem"), KeyFile: filepath.Join(dir, "etcd-key.pem"), ClientCAFile: filepath.Join(dir, "etcd-ca.pem"),
+	})
 	_, tcpPort, _ := net.SplitHostPort(freePort(t))
 	// A and C listen on 127.0.0.1, B on ::1: only one process can have a
 	// TCP endpoint's port on one address, so C gets it once A is gone.
-	a := startClusterEdge(t, filepath.Join(bin, "edge"), "A", "127.0.0.1", etcd.Endpoint, tcpPort, dir)
-	b := startClusterEdge(t, filepath.Join(bin, "edge"), "B", "::1", etcd.Endpoint, tcpPort, dir)
-	c := startClusterEdge(t, filepath.Join(bin, "edge"), "C", "127.0.0.1", etcd.Endpoint, tcpPort, dir)
+	a := startClusterEdge(t, filepath.Join(bin, "edge"), "A", "127.0.0.1", etcd.Endpoint, tcpPort, dir, ca)
+	b := startClusterEdge(t, filepath.Join(bin, "edge"), "B", "::1", etcd.Endpoint, tcpPort, dir, ca)
+	c := startClusterEdge(t, filepath.Join(bin, "edge"), "C", "127.0.0.1", etcd.Endpoint, tcpPort, dir, ca)
 	edgeList := strings.Join([]string{a.agents, b.agents, c.agents}, ",")
 
 	// The apps, and agents that connect to A first.
@@ -240,6 +259,40 @@ func TestClusterOnEtcd(t *testing.T) {
 	for _, e := range []*clusterEdge{b, c} {
 		if err := httpVia(e); err != nil {
 			t.Errorf("after the outage: %v", err)
+		}
+	}
+}
+
+// TestClusterEdgeRefusesBadSetups: the edge binary exits at once, saying
+// what to fix, with a relay certificate that does not name its ID (every
+// other edge would refuse it), and with etcd TLS flags that would not
+// apply (-etcd-cert without -etcd-key; TLS files for http:// endpoints).
+func TestClusterEdgeRefusesBadSetups(t *testing.T) {
+	bin := filepath.Join(build(t, "edge"), "edge")
+	dir := t.TempDir()
+	ca := testpki.New(t)
+	oldCert, oldKey := testpki.PEMFiles(t, ca.Issue(t, "127.0.0.1")) // no tunnelkit-edge:// URI
+	writeFiles(t, dir, map[string][]byte{"ca.pem": ca.PEM, "old.pem": oldCert, "old-key.pem": oldKey})
+	relay := freePort(t)
+	base := []string{"-agents", freePort(t), "-http", freePort(t), "-relay", relay,
+		"-relay-cert", filepath.Join(dir, "old.pem"), "-relay-key", filepath.Join(dir, "old-key.pem"), "-relay-ca", filepath.Join(dir, "ca.pem")}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"a relay certificate without the edge's ID", nil, "tunnelkit-edge://" + relay},
+		{"-etcd-cert without -etcd-key", []string{"-etcd", "https://127.0.0.1:1", "-etcd-cert", filepath.Join(dir, "old.pem")}, "-etcd-cert and -etcd-key go together"},
+		{"-etcd-ca with an http:// endpoint", []string{"-etcd", "http://127.0.0.1:1", "-etcd-ca", filepath.Join(dir, "ca.pem")}, "every endpoint must be https://"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second) // a safety net: it exits at once
+		cmd := exec.CommandContext(ctx, bin, append(append([]string{}, base...), tc.args...)...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		cancel()
+		if err == nil || cmd.ProcessState.ExitCode() != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%s: %v, exit code %d; want exit code 2 and %q in:\n%s", tc.name, err, cmd.ProcessState.ExitCode(), tc.want, stderr.String())
 		}
 	}
 }

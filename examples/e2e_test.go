@@ -338,7 +338,7 @@ func TestTokenAndTLS(t *testing.T) {
 		want string
 	}{
 		{[]string{"-token", "wrong", "-edge-ca", caFile}, "refused the token"},
-		{[]string{"-token", "s3cret"}, "does the edge expect TLS?"}, // plaintext to a loopback edge that speaks TLS
+		{[]string{"-token", "s3cret"}, "the edge expects TLS"}, // plaintext to a loopback edge that speaks TLS
 		{[]string{"-token", "s3cret", "-edge-ca", otherCA}, "certificate"},
 	} {
 		args, want := c.args, c.want
@@ -357,7 +357,7 @@ func TestBadFlags(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "edge", "agent", "hello")
 	dir := t.TempDir()
 	badTokens := filepath.Join(dir, "tokens")
 	os.WriteFile(badTokens, []byte("only-a-token\n"), 0o600)
@@ -382,6 +382,9 @@ func TestBadFlags(t *testing.T) {
 		{"agent", "-to", "127.0.0.1:1", "-proxy", "ftp://proxy:21"},
 		{"agent", "-to", "127.0.0.1:1", "-proxy", "http://user:pw@proxy:bad"},
 		{"agent", "-to", "127.0.0.1:1", "-proxy-ca", "/nonexistent"},
+		{"agent", "-to", "127.0.0.1:1", "-wait", "-1s"},
+		{"hello", "-wait", "-1s"},
+		{"hello", "extra"},
 		{"edge", "-acme-orders-per-identity", "2"}, // without -acme-directory
 	} {
 		out, err := exec.Command(filepath.Join(bin, c[0]), c[1:]...).CombinedOutput()

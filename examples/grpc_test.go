@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/agent/forward"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
 )
@@ -106,7 +107,7 @@ func startGRPC(t *testing.T, mode string) *grpcThroughTunnel {
 	}
 	t.Cleanup(func() { srv.Close() })
 
-	c := &agent.Client{Addr: agents.Addr().String()}
+	c := &agent.Client{Addrs: []string{agents.Addr().String()}}
 	l, err := c.ListenEndpoint(context.Background(), agent.Endpoint{URL: "https://grpc", AppProtocol: "h2c"})
 	if err != nil {
 		t.Fatal(err)
@@ -115,10 +116,10 @@ func startGRPC(t *testing.T, mode string) *grpcThroughTunnel {
 	go func() {
 		defer close(done)
 		if mode == "bytes" {
-			agent.Forward(l, appLn.Addr().String(), nil)
+			forward.Bytes{To: appLn.Addr().String()}.Serve(l)
 			return
 		}
-		(&agent.Forwarder{To: appLn.Addr().String(), HTTP: true}).Serve(l)
+		forward.HTTP{To: appLn.Addr().String()}.Serve(l)
 	}()
 	t.Cleanup(func() { c.Close(); <-done })
 

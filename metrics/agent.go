@@ -6,11 +6,13 @@ import (
 	"github.com/tunnelkit/tunnelkit/agent"
 )
 
-// Agent counts what an agent.Client tells its Observer, as the metrics
-// tunnelkit_agent_* (see the package documentation). Set it as one
-// Client's Observer and register it on a prometheus.Registerer. Make one
-// with NewAgent; its zero value is not usable. Its methods are safe for
-// concurrent use.
+// Agent counts what an agent.Client tells its Observer and its OnEvent,
+// as the metrics tunnelkit_agent_* (see the package documentation). Set it
+// as one Client's Observer and its Event method as the same Client's
+// OnEvent (agent.Client{Observer: m, OnEvent: m.Event}; an OnEvent of
+// your own calls m.Event too), and register it on a
+// prometheus.Registerer. Make one with NewAgent; its zero value is not
+// usable. Its methods are safe for concurrent use.
 type Agent struct {
 	connected  prometheus.Gauge
 	reconnects prometheus.Counter
@@ -36,7 +38,7 @@ func NewAgent() *Agent {
 		}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tunnelkit_agent_reconnects_total",
-			Help: "Reconnection attempts: to open a session to an edge again after one ended, or to bind endpoints the edge could not grant yet.",
+			Help: "Reconnection attempts: to open a session to an edge again after one ended, to bind endpoints the edge could not grant yet, or, while Listen waits for its edge, to open the first session.",
 		}),
 		conns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tunnelkit_agent_connections_total",
@@ -73,10 +75,9 @@ func (m *Agent) collectors() [4]prometheus.Collector {
 	return [...]prometheus.Collector{m.connected, m.reconnects, m.conns, m.bytes}
 }
 
-// Event implements agent.Observer: Connected sets the connected gauge to
-// 1, Disconnected to 0, and each Reconnecting counts one reconnect. A
-// Client tells of no event when it is closed: the gauge keeps the value
-// it had.
+// Event is a Client's OnEvent: Connected sets the connected gauge to 1,
+// Disconnected to 0 (a Client's Close ends with one), and each
+// Reconnecting counts one reconnect.
 func (m *Agent) Event(e agent.Event) {
 	switch e.Kind {
 	case agent.Connected:

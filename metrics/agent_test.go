@@ -74,12 +74,13 @@ func TestAgentMetrics(t *testing.T) {
 	connected := make(chan agent.Event, 16)
 	disconnected := make(chan agent.Event, 16)
 	c := &agent.Client{
-		Addr:       agentAddr,
+		Addrs:      []string{agentAddr},
 		MinBackoff: 10 * time.Millisecond,
 		MaxBackoff: 50 * time.Millisecond,
 		Observer:   m,
-		// The Observer hears of each event before OnEvent does.
+		// The metrics hear of each event before the test does.
 		OnEvent: func(ev agent.Event) {
+			m.Event(ev)
 			switch ev.Kind {
 			case agent.Connected:
 				notify(connected, ev)

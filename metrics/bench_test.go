@@ -51,11 +51,11 @@ func startTunnelTarget(tb testing.TB, observed bool) benchTarget {
 	agents, pub := listen(tb), listen(tb)
 	_, port, _ := net.SplitHostPort(pub.Addr().String())
 	srv := &edge.Server{Domain: "example.test", HTTPPort: port}
-	c := &agent.Client{Addr: agents.Addr().String()}
+	c := &agent.Client{Addrs: []string{agents.Addr().String()}}
 	if observed {
 		em, am := metrics.NewEdge(), metrics.NewAgent()
 		prometheus.NewRegistry().MustRegister(em, am)
-		srv.Observer, c.Observer = em, am
+		srv.Observer, c.Observer, c.OnEvent = em, am, am.Event
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { srv.ServeAgents(agents) })

@@ -4,9 +4,9 @@
 // (packages edge and agent) knows nothing of Prometheus and tells what it
 // counts to an Observer, which this package implements.
 //
-// An Edge is an edge.Observer and an Agent an agent.Observer; each is also
-// a prometheus.Collector, to register on any prometheus.Registerer. Typical
-// use:
+// An Edge is an edge.Observer; an Agent is an agent.Observer, and its Event
+// method an agent.Client's OnEvent. Each is also a prometheus.Collector, to
+// register on any prometheus.Registerer. Typical use:
 //
 //	m := metrics.NewEdge()
 //	prometheus.MustRegister(m)
@@ -17,7 +17,7 @@
 //
 //	m := metrics.NewAgent()
 //	prometheus.MustRegister(m)
-//	c := &agent.Client{Addr: "edge.example.com:7000", Observer: m}
+//	c := &agent.Client{Addrs: []string{"edge.example.com:7000"}, Observer: m, OnEvent: m.Event}
 //
 // To tell several edges or clients in one process apart, give each its own
 // Edge or Agent and register it through prometheus.WrapRegistererWith, with
@@ -52,7 +52,7 @@
 // # Metrics of an Agent
 //
 //	tunnelkit_agent_connected                       gauge    1 while the client holds a session to an edge, else 0
-//	tunnelkit_agent_reconnects_total                counter  reconnection attempts (agent.Reconnecting events): to open a session again, or to bind endpoints not granted yet
+//	tunnelkit_agent_reconnects_total                counter  reconnection attempts (agent.Reconnecting events): to open a session again, to bind endpoints not granted yet, or to open the first while Listen waits for the edge
 //	tunnelkit_agent_connections_total{proto}        counter  public connections that reached the client's listeners
 //	tunnelkit_agent_bytes_total{proto,direction}    counter  bytes of those connections, counted when each closes; direction "in" (from the client) or "out"
 //

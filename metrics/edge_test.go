@@ -165,7 +165,7 @@ func TestEdgeMetrics(t *testing.T) {
 		}
 	}
 
-	c := &agent.Client{Addr: e.agentAddr, Token: "good"}
+	c := &agent.Client{Addrs: []string{e.agentAddr}, Token: "good"}
 	t.Cleanup(func() { c.Close() })
 	serveHTTP(t, c, "http://app", app)
 	serveHTTP(t, c, "https://secure", app)
@@ -258,7 +258,7 @@ func TestEdgeMetrics(t *testing.T) {
 	}
 	tcpConn.Close()
 	// A refused token.
-	bad := &agent.Client{Addr: e.agentAddr, Token: "bad"}
+	bad := &agent.Client{Addrs: []string{e.agentAddr}, Token: "bad"}
 	if _, err := bad.Listen(context.Background(), "http://x"); !errors.Is(err, agent.ErrUnauthorized) {
 		t.Fatalf("bad token: %v", err)
 	}

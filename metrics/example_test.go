@@ -49,7 +49,7 @@ func ExampleNewAgent() {
 	m := metrics.NewAgent()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
-	c := &agent.Client{Addr: ln.Addr().String(), Observer: m}
+	c := &agent.Client{Addrs: []string{ln.Addr().String()}, Observer: m, OnEvent: m.Event}
 	defer c.Close()
 	if _, err := c.Listen(context.Background(), "http://app"); err != nil {
 		log.Fatal(err)

@@ -145,6 +145,19 @@ type RouteWatcher interface {
 	WatchRoutes(f func(r Route, bound bool)) (stop func())
 }
 
+// MemberChecker is implemented by Routers shared between edges that know
+// which edges are in the cluster now (etcdrouter: those whose lease is
+// alive). An edge's Relay asks it, before it accepts a relay session,
+// whether the edge the peer's certificate names is one of them: so the
+// certificate of an edge that left the cluster, or of one that never
+// joined it, opens no session. Without one, the certificate alone decides.
+type MemberChecker interface {
+	// IsMember reports whether the edge with ID id is in the cluster
+	// now. It may ask a shared store, within ctx; a nil error and false
+	// mean it is not.
+	IsMember(ctx context.Context, id string) (bool, error)
+}
+
 // ErrNameTaken is returned, wrapped, by Router.Bind for a route that breaks
 // the ownership rules.
 var ErrNameTaken = errors.New("router: name taken")

@@ -12,11 +12,18 @@
 //	agent -edge 127.0.0.1:7000 -url tls://app.example.test -to 127.0.0.1:9443
 //	agent -edge 127.0.0.1:7000 -url tcp://:20001 -proxy-proto 2 -pool -to 127.0.0.1:22
 //	agent -edge edge1.example.com:7000,edge2.example.com:7000 -url https://abc.example.com -to 127.0.0.1:3001
+//	agent -edge edge.example.com:7000 -token T -wait 1m -url https://abc.example.com -to 127.0.0.1:3001
 //	agent -edge edge.example.com:7000 -proxy http://user:password@proxy.corp:3128 -url https://abc.example.com -to 127.0.0.1:3001
 //	HTTPS_PROXY=socks5://proxy.corp:1080 agent -edge edge.example.com:7000 -url https://abc.example.com -to 127.0.0.1:3001
 //
 // Without -proxy, the agent takes its proxy from HTTPS_PROXY, else
 // ALL_PROXY, unless NO_PROXY lists the edge (agent.ProxyFromEnvironment).
+//
+// The agent waits for its edge at startup: while the edge is not up, or
+// refuses for now, it tries again with backoff, logging a line for each
+// attempt (what failed, when the next comes), for good or for -wait. A
+// token refused, a name taken or an address that is not an edge's agent
+// port end it at once, with a message that says which flag to change.
 //
 // The traffic policy flags (-cidr-allow, -basic-auth, -oidc-issuer,
 // -rate-limit, -verify-webhook, ...) declare rules the edge enforces before
@@ -51,6 +58,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/agent/forward"
+	"github.com/tunnelkit/tunnelkit/agent/inspect"
 	"github.com/tunnelkit/tunnelkit/metrics"
 )
 
@@ -61,12 +70,32 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0) // the usage is out
 		}
-		if !strings.HasPrefix(err.Error(), "agent:") {
-			err = fmt.Errorf("agent: %w", err)
-		}
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintln(os.Stderr, message(err))
 		os.Exit(2)
 	}
+}
+
+// message is err as the agent prints it: once prefixed "agent: " (the
+// agent package's errors have it already), with the flag to change when
+// the error says which.
+func message(err error) string {
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "agent: ") {
+		msg = "agent: " + msg
+	}
+	switch {
+	case errors.Is(err, agent.ErrNoToken):
+		msg += " (give the edge's token with -token)"
+	case errors.Is(err, agent.ErrUnauthorized):
+		msg += " (check -token)"
+	case errors.Is(err, agent.ErrNotAgentPort):
+		msg += "; -edge takes the edge's agent address: its -agents flag, 127.0.0.1:7000 by default"
+	case errors.Is(err, agent.ErrTLSExpected):
+		msg += "; turn TLS on with -edge-ca FILE, the CA of the edge's certificate, and without -plaintext (TLS is the default for an edge not on loopback)"
+	case errors.Is(err, agent.ErrPlaintextExpected):
+		msg += "; -plaintext connects without TLS (only on a private network: the token travels in the clear)"
+	}
+	return msg
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -85,7 +114,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	proxyFlag := fs.String("proxy", "", "reach the edges through this proxy: http://[user:password@]host:port or https://... (CONNECT), socks5://[user:password@]host:port or socks5h://... (default: HTTPS_PROXY, else ALL_PROXY, from the environment, except for edges NO_PROXY lists and loopback edges)")
 	proxyCA := fs.String("proxy-ca", "", "PEM file of the CA that signed an https:// proxy's certificate (default: the system's roots)")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (empty: none)")
-	inspect := fs.String("inspect", "", "serve the request inspector (the last requests, live, with replay) on this loopback address, e.g. 127.0.0.1:4040; http and https URLs with -log-requests (empty: none)")
+	wait := fs.Duration("wait", 0, "how long to wait for the edge at startup: while it is not up, or refuses for now, the agent tries again with backoff and logs each attempt; a token refused, a name taken or a wrong port end it at once (0: for good)")
+	inspectAddr := fs.String("inspect", "", "serve the request inspector (the last requests, live, with replay) on this loopback address, e.g. 127.0.0.1:4040; http and https URLs with -log-requests (empty: none)")
 	var pf policyFlags
 	pf.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -103,6 +133,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if _, _, err := net.SplitHostPort(*to); err != nil {
 		return fmt.Errorf("-to %q: %v", *to, err)
+	}
+	if *wait < 0 {
+		return fmt.Errorf("-wait %v: want a duration, or 0 for good", *wait)
 	}
 	if *proxyProto < 0 || *proxyProto > 2 {
 		return fmt.Errorf("-proxy-proto %d: want 1 or 2 (0: none)", *proxyProto)
@@ -130,15 +163,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("traffic policy for a %s URL: %w", scheme, err)
 		}
 	}
-	var insp *agent.Inspector
-	if *inspect != "" {
+	var insp *inspect.Inspector
+	if *inspectAddr != "" {
 		if !httpMode {
 			return errors.New("-inspect: for an http or https URL with -log-requests")
 		}
-		if err := loopback(*inspect); err != nil {
-			return fmt.Errorf("-inspect %q: %v", *inspect, err)
+		if err := loopback(*inspectAddr); err != nil {
+			return fmt.Errorf("-inspect %q: %v", *inspectAddr, err)
 		}
-		insp = new(agent.Inspector)
+		insp = new(inspect.Inspector)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	c := &agent.Client{Addrs: edges, Token: *token, Plaintext: *plaintext, Logger: log}
@@ -178,19 +211,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go hs.Serve(ln)
 		defer hs.Close()
-		c.Observer = m
+		c.Observer, c.OnEvent = m, m.Event
 		log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 	}
-	// Time for each edge to be tried, one that does not answer too.
-	setup, cancel := context.WithTimeout(ctx, time.Duration(len(edges))*15*time.Second)
+	// The wait for the edge: for good, or -wait.
+	setup, cancel := ctx, context.CancelFunc(func() {})
+	if *wait > 0 {
+		setup, cancel = context.WithTimeoutCause(ctx, *wait, fmt.Errorf("-wait %v passed", *wait))
+	}
 	defer cancel()
 	l, err := c.ListenEndpoint(setup, agent.Endpoint{URL: *url, AppProtocol: *appProto, Pool: *pool, Policy: pol})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // interrupted while it waited
+		}
 		return err
 	}
 	fmt.Fprintln(stdout, l.URL())
 	if insp != nil {
-		ln, err := net.Listen("tcp", *inspect)
+		ln, err := net.Listen("tcp", *inspectAddr)
 		if err != nil {
 			return fmt.Errorf("-inspect: %w", err)
 		}
@@ -205,8 +244,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		log.Info("forwarding", "url", l.URL(), "to", *to)
 	}
 	go func() { <-ctx.Done(); l.Close() }()
-	// The forwarder takes the app protocol from l.
-	fwd := &agent.Forwarder{To: *to, HTTP: httpMode, ProxyProtocol: *proxyProto, Logger: log, Inspector: insp}
+	var fwd interface{ Serve(net.Listener) error } = forward.Bytes{To: *to, ProxyProtocol: *proxyProto, Logger: log}
+	if httpMode {
+		// The app protocol is l's.
+		fwd = forward.HTTP{To: *to, Logger: log, Inspector: insp}
+	}
 	if err := fwd.Serve(l); err != nil {
 		return err
 	}

@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -41,7 +42,10 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			return // -h: the usage is printed
 		}
-		fmt.Fprintln(os.Stderr, "demo:", err)
+		// The agent's and the edge's errors carry their package's name,
+		// which the demo's would double.
+		msg := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "agent: "), "edge: ")
+		fmt.Fprintln(os.Stderr, "demo:", msg)
 		os.Exit(2)
 	}
 }
@@ -109,7 +113,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}()
 
 	// The app: an HTTP server whose listener is the tunnel.
-	c := &agent.Client{Addr: agentLn.Addr().String(), Logger: logger.With("side", "agent")}
+	c := &agent.Client{Addrs: []string{agentLn.Addr().String()}, Logger: logger.With("side", "agent")}
 	defer c.Close()
 	l, err := c.Listen(ctx, "http://"+*name)
 	if err != nil {

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -25,8 +28,9 @@ import (
 // cluster adds routes shared through etcd and Prometheus metrics to the
 // edge command.
 type cluster struct {
-	etcd, prefix, metrics *string
-	ttl                   *time.Duration
+	etcd, prefix, metrics     *string
+	etcdCert, etcdKey, etcdCA *string
+	ttl                       *time.Duration
 }
 
 func (c *cluster) extension() *edgecmd.Extension {
@@ -34,7 +38,10 @@ func (c *cluster) extension() *edgecmd.Extension {
 }
 
 func (c *cluster) flags(fs *flag.FlagSet) {
-	c.etcd = fs.String("etcd", "", "etcd endpoints, comma-separated (http://127.0.0.1:2379): share routes with the other edges using them (needs -relay; empty: routes in memory)")
+	c.etcd = fs.String("etcd", "", "etcd endpoints, comma-separated (https://127.0.0.1:2379): share routes with the other edges using them (needs -relay; empty: routes in memory). Whoever can write to etcd decides where names go and which edges may relay: use https:// with -etcd-cert")
+	c.etcdCert = fs.String("etcd-cert", "", "PEM client certificate of this edge for etcd, which etcd checks (--client-cert-auth) (with -etcd-key; needs https:// endpoints)")
+	c.etcdKey = fs.String("etcd-key", "", "PEM private key of -etcd-cert")
+	c.etcdCA = fs.String("etcd-ca", "", "PEM file of the CA that signs etcd's server certificate (empty: the system's roots)")
 	c.prefix = fs.String("etcd-prefix", "/tunnelkit/", "etcd key prefix of the cluster's name space")
 	c.ttl = fs.Duration("etcd-ttl", 10*time.Second, "lease TTL of this edge's routes in etcd: a dead edge's routes vanish within it")
 	c.metrics = fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (empty: none)")
@@ -68,7 +75,16 @@ func (c *cluster) configure(ctx context.Context, srv *edge.Server, log *slog.Log
 			done()
 			return nil, errors.New("-etcd: the edges of a cluster relay to each other: give -relay (and its certificate flags)")
 		}
-		cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*c.etcd, ","), DialTimeout: 5 * time.Second})
+		endpoints := strings.Split(*c.etcd, ",")
+		tlsConfig, err := c.etcdTLS(endpoints)
+		if err != nil {
+			done()
+			return nil, err
+		}
+		if tlsConfig == nil {
+			log.Warn("etcd without TLS: whoever reaches it can take names and make edges members of the cluster; use https:// endpoints and -etcd-cert", "endpoints", *c.etcd)
+		}
+		cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: tlsConfig, DialTimeout: 5 * time.Second})
 		if err != nil {
 			done()
 			return nil, fmt.Errorf("-etcd: %w", err)
@@ -86,4 +102,44 @@ func (c *cluster) configure(ctx context.Context, srv *edge.Server, log *slog.Log
 		log.Info("routes shared through etcd", "endpoints", *c.etcd, "prefix", *c.prefix, "edge", srv.ID)
 	}
 	return done, nil
+}
+
+// etcdTLS returns the TLS configuration of the etcd client: nil for
+// http:// endpoints, which may not be mixed with https:// ones or given
+// -etcd-cert, -etcd-key or -etcd-ca.
+func (c *cluster) etcdTLS(endpoints []string) (*tls.Config, error) {
+	var secure int
+	for _, ep := range endpoints {
+		if strings.HasPrefix(ep, "https://") {
+			secure++
+		}
+	}
+	flags := *c.etcdCert != "" || *c.etcdKey != "" || *c.etcdCA != ""
+	switch {
+	case (*c.etcdCert == "") != (*c.etcdKey == ""):
+		return nil, errors.New("-etcd-cert and -etcd-key go together")
+	case secure == 0 && !flags:
+		return nil, nil
+	case secure < len(endpoints):
+		return nil, fmt.Errorf("-etcd %s: with TLS (https:// or -etcd-cert, -etcd-key, -etcd-ca), every endpoint must be https://", *c.etcd)
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if *c.etcdCert != "" {
+		cert, err := tls.LoadX509KeyPair(*c.etcdCert, *c.etcdKey)
+		if err != nil {
+			return nil, fmt.Errorf("-etcd-cert: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	if *c.etcdCA != "" {
+		pem, err := os.ReadFile(*c.etcdCA)
+		if err != nil {
+			return nil, fmt.Errorf("-etcd-ca: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("-etcd-ca %s: no PEM certificate", *c.etcdCA)
+		}
+	}
+	return cfg, nil
 }

@@ -20,9 +20,16 @@
 // With -etcd, edges share their routes through etcd (router/etcdrouter), and
 // with -relay (and -relay-cert, -relay-key, -relay-ca) the others relay
 // public connections to the agents this one holds: a cluster, where an
-// agent connects to any edge and clients reach it through every one.
+// agent connects to any edge and clients reach it through every one. An
+// edge's relay certificate names its ID (-id, by default the -relay
+// address) in the SAN URI:tunnelkit-edge://<ID>, for serverAuth and
+// clientAuth; edges relay only for the edges registered in etcd. Whoever
+// can write to etcd can route names and register edges: give etcd TLS
+// client certificates (-etcd-cert, -etcd-key, -etcd-ca) from a CA of the
+// edges' own.
 //
-//	edge -etcd http://127.0.0.1:2379 -relay 10.0.0.1:7443 -relay-cert e1.pem \
+//	edge -etcd https://10.0.0.9:2379 -etcd-cert e1-etcd.pem -etcd-key e1-etcd-key.pem \
+//	     -etcd-ca etcd-ca.pem -relay 10.0.0.1:7443 -relay-cert e1.pem \
 //	     -relay-key e1-key.pem -relay-ca edges-ca.pem -domain example.test ...
 //
 // -metrics ADDR serves Prometheus metrics at /metrics.

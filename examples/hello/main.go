@@ -1,8 +1,9 @@
 // Command hello is an HTTP app that exposes itself through a tunnel edge
 // with an agent.Client's Listen and http.Serve. It prints its public URL
-// alone on one stdout line and logs to stderr.
+// alone on one stdout line and logs to stderr. It waits for its edge at
+// startup, as the agent does: for good, or for -wait.
 //
-//	hello -edge 127.0.0.1:7000 [-url http://hello.example.test]
+//	hello -edge 127.0.0.1:7000 [-token T] [-url http://hello.example.test] [-wait D]
 package main
 
 import (
@@ -15,8 +16,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
-	"time"
 
 	"github.com/tunnelkit/tunnelkit/agent"
 )
@@ -28,26 +29,56 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			return // -h: the usage is printed
 		}
-		fmt.Fprintln(os.Stderr, "hello:", err)
+		fmt.Fprintln(os.Stderr, "hello:", message(err))
 		os.Exit(2)
 	}
+}
+
+// message is err as hello prints it after its name: without the agent
+// package's own prefix, which would double it, and with the flag to
+// change when the error says which.
+func message(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "agent: ")
+	switch {
+	case errors.Is(err, agent.ErrNoToken):
+		msg += " (give the edge's token with -token)"
+	case errors.Is(err, agent.ErrUnauthorized):
+		msg += " (check -token)"
+	case errors.Is(err, agent.ErrNotAgentPort):
+		msg += "; -edge takes the edge's agent address: its -agents flag, 127.0.0.1:7000 by default"
+	}
+	return msg
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hello", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	edgeAddr := fs.String("edge", "127.0.0.1:7000", "the edge's agent address")
+	token := fs.String("token", "", "token to present to the edge")
 	url := fs.String("url", "", "public URL to ask for (empty: a random name)")
+	wait := fs.Duration("wait", 0, "how long to wait for the edge at startup, trying again with backoff (0: for good)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	setup, cancel := context.WithTimeout(ctx, 15*time.Second)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *wait < 0 {
+		return fmt.Errorf("-wait %v: want a duration, or 0 for good", *wait)
+	}
+	setup, cancel := ctx, context.CancelFunc(func() {})
+	if *wait > 0 {
+		setup, cancel = context.WithTimeoutCause(ctx, *wait, fmt.Errorf("-wait %v passed", *wait))
+	}
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	c := &agent.Client{Addr: *edgeAddr, Logger: log}
+	c := &agent.Client{Addrs: []string{*edgeAddr}, Token: *token, Logger: log}
 	defer c.Close()
 	l, err := c.Listen(setup, *url)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // interrupted while it waited
+		}
 		return err
 	}
 	fmt.Fprintln(stdout, l.URL())

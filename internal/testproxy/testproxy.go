@@ -5,7 +5,7 @@
 // by its peer's address.
 //
 //	p := testproxy.Tinyproxy(t, testproxy.TinyproxyConfig{User: "u", Password: "p", ConnectPorts: []int{port}})
-//	c := &agent.Client{Addr: edgeAddr, Proxy: agent.ProxyURL(p.URL)}
+//	c := &agent.Client{Addrs: []string{edgeAddr}, Proxy: agent.ProxyURL(p.URL)}
 //
 // Both skip the test when their command is missing, or fail it under
 // TUNNELKIT_REQUIRE_TOOLS=1 (see testtools.Need).

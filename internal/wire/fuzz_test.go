@@ -739,7 +739,9 @@ func FuzzReplyRoundTrip(f *testing.F) {
 // FuzzReadPreamble reads 0-16 arbitrary bytes as a session preamble.
 // ReadPreamble must never panic, must succeed exactly when the magic is
 // right and the window within [MinWindow, MaxWindow], must read only the
-// 8 bytes of a preamble, and must wrap ErrPreamble in every failure.
+// 8 bytes of a preamble, and must fail with a *PreambleError wrapping
+// ErrPreamble, holding the bytes read, in every failure: saying that the
+// input ended when it ended within a preamble's beginning.
 func FuzzReadPreamble(f *testing.F) {
 	for _, s := range []string{
 		"TKT1\x00\x04\x00\x00",
@@ -778,10 +780,16 @@ func FuzzReadPreamble(f *testing.F) {
 			}
 			return
 		}
-		if !errors.Is(err, ErrPreamble) || w != 0 {
-			t.Fatalf("ReadPreamble(%q) = %d, %v; want ErrPreamble", data, w, err)
+		var pe *PreambleError
+		if !errors.Is(err, ErrPreamble) || !errors.As(err, &pe) || w != 0 {
+			t.Fatalf("ReadPreamble(%q) = %d, %v; want a PreambleError", data, w, err)
 		}
-		if len(data) < 8 && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		if !bytes.Equal(pe.Got, data[:cr.n]) {
+			t.Fatalf("ReadPreamble(%q): Got %q, want the %d bytes read", data, pe.Got, cr.n)
+		}
+		magic := "TKT1"[:min(len(data), 4)]
+		ended := errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+		if len(data) < 8 && string(data[:len(magic)]) == magic && !ended {
 			t.Fatalf("ReadPreamble of %d bytes: %v, want it to say the input ended", len(data), err)
 		}
 	})

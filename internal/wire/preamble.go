@@ -45,22 +45,65 @@ func WritePreamble(w io.Writer, window uint32) error {
 	return err
 }
 
-// ReadPreamble reads a session preamble and returns its window. It fails
-// with ErrPreamble when the magic is wrong or the window outside
-// [MinWindow, MaxWindow].
+// ReadPreamble reads a session preamble and returns its window. It reads
+// at most its 8 bytes, as they arrive, and fails as soon as a byte differs
+// from a preamble's magic, without waiting for the others: a peer that is
+// not a tunnelkit edge (an HTTP or TLS server) is told apart by its first
+// bytes. Every failure is a *PreambleError, which wraps ErrPreamble: the
+// magic is wrong, the window outside [MinWindow, MaxWindow], or the input
+// ended first (it wraps the read's error too, io.ErrUnexpectedEOF for an
+// input that ended within the preamble).
 func ReadPreamble(r io.Reader) (uint32, error) {
 	var b [8]byte
-	if _, err := io.ReadFull(r, b[:]); err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrPreamble, err)
-	}
-	if [4]byte(b[:4]) != preambleMagic {
-		return 0, fmt.Errorf("%w: starts with %q", ErrPreamble, b[:4])
+	n := 0
+	for n < len(b) {
+		m, err := r.Read(b[n:])
+		n += m
+		if k := min(n, len(preambleMagic)); string(b[:k]) != string(preambleMagic[:k]) {
+			return 0, &PreambleError{Got: append([]byte(nil), b[:n]...)}
+		}
+		if err != nil && n < len(b) {
+			if err == io.EOF && n > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, &PreambleError{Got: append([]byte(nil), b[:n]...), Err: err}
+		}
 	}
 	w := binary.BigEndian.Uint32(b[4:])
 	if w < MinWindow || w > MaxWindow {
-		return 0, fmt.Errorf("%w: window %d outside %d-%d", ErrPreamble, w, MinWindow, MaxWindow)
+		return 0, &PreambleError{Got: append([]byte(nil), b[:]...)}
 	}
 	return w, nil
+}
+
+// PreambleError is a session that did not start with a valid preamble.
+type PreambleError struct {
+	// Got holds the bytes read: at most 8, up to the first that is not a
+	// preamble's.
+	Got []byte
+
+	// Err is the read's error when the input ended or failed first (with
+	// the bytes read so far a preamble's beginning); nil when the bytes
+	// were wrong.
+	Err error
+}
+
+func (e *PreambleError) Error() string {
+	switch {
+	case e.Err != nil:
+		return fmt.Sprintf("%v: %v", ErrPreamble, e.Err)
+	case len(e.Got) == 8 && string(e.Got[:4]) == string(preambleMagic[:]):
+		return fmt.Sprintf("%v: window %d outside %d-%d", ErrPreamble, binary.BigEndian.Uint32(e.Got[4:]), MinWindow, MaxWindow)
+	}
+	return fmt.Sprintf("%v: starts with %q", ErrPreamble, e.Got)
+}
+
+// Unwrap returns ErrPreamble, and Err when set.
+func (e *PreambleError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrPreamble, e.Err}
+	}
+	return []error{ErrPreamble}
 }
 
 // MuxConfig returns the muxado configuration of a session whose streams

@@ -3,7 +3,10 @@ package wire
 import (
 	"bytes"
 	"errors"
+	"io"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestPreamble(t *testing.T) {
@@ -26,5 +29,28 @@ func TestPreamble(t *testing.T) {
 		if got := ClampWindow(in); got != want {
 			t.Errorf("ClampWindow(%d) = %d, want %d", in, got, want)
 		}
+	}
+}
+
+// TestPreambleFailsAtTheFirstWrongByte: a peer that answers with
+// something else is told at its first bytes, without waiting for the
+// eighth, which may never come (an alert of 7 bytes, an HTTP server that
+// sent its status line and waits).
+func TestPreambleFailsAtTheFirstWrongByte(t *testing.T) {
+	for _, first := range []string{"HTTP/1.1 400", "\x15\x03\x01\x00\x02\x02\x46", "H", "TKT2"} {
+		r, w := io.Pipe()
+		go w.Write([]byte(first)) // and nothing more, until r is closed
+		done := make(chan error, 1)
+		go func() { _, err := ReadPreamble(r); done <- err }()
+		select {
+		case err := <-done:
+			var pe *PreambleError
+			if !errors.As(err, &pe) || !errors.Is(err, ErrPreamble) || pe.Err != nil || !strings.HasPrefix(first, string(pe.Got)) || len(pe.Got) == 0 {
+				t.Errorf("ReadPreamble(%q...) = %v, want a PreambleError holding the first bytes", first, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("ReadPreamble(%q...) still waits for more bytes after 10 s", first)
+		}
+		r.Close()
 	}
 }

@@ -19,7 +19,11 @@ import (
 // Version is the protocol version this package speaks. An edge and an agent
 // exchange theirs in the hello and use the lower one; an edge refuses a
 // version below MinVersion.
-const Version = 2
+const Version = 3
+
+// PingVersion is the first version whose sessions keep alive with ping
+// streams (StreamPing) rather than heartbeat streams (StreamHeartbeat).
+const PingVersion = 3
 
 // MinVersion is the oldest version an edge accepts. Version 2 added the
 // reply at the start of every proxy stream, tickets and the renew request.
@@ -44,6 +48,11 @@ const (
 	// [type][u32 length][JSON GoAway]. The agent expects the session to
 	// end, and reconnects then.
 	StreamGoAway StreamType = 4
+	// StreamPing is opened by either side of a version 3 session every
+	// heartbeat interval: [type][u64 send time, Unix ns], then the end of
+	// the stream; the other side reads it and closes it. Neither side
+	// answers: each takes any frame from the other as a sign of life.
+	StreamPing StreamType = 5
 )
 
 // GoAway tells an agent why the edge is going away.

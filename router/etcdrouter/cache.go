@@ -115,6 +115,15 @@ func (r *Router) apply(events []*clientv3.Event, rev int64) int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, ev := range events {
+		if id, ok := r.memberOf(string(ev.Kv.Key)); ok {
+			if ev.Type == mvccpb.PUT {
+				r.members[id] = struct{}{}
+			} else {
+				delete(r.members, id)
+			}
+			rev = max(rev, ev.Kv.ModRevision)
+			continue
+		}
 		if !r.isRoute(string(ev.Kv.Key)) {
 			rev = max(rev, ev.Kv.ModRevision)
 			continue
@@ -144,10 +153,11 @@ func (r *Router) apply(events []*clientv3.Event, rev int64) int64 {
 	return rev
 }
 
-// load reads every route under the prefix, at one revision, into the
-// cache, and returns that revision.
+// load reads every route and member under the prefix, at one revision,
+// into the cache, and returns that revision.
 func (r *Router) load(ctx context.Context) (int64, error) {
 	fresh := map[router.Route]struct{}{}
+	members := map[string]struct{}{}
 	key, end := r.prefix, clientv3.GetPrefixRangeEnd(r.prefix)
 	var rev int64
 	for {
@@ -163,6 +173,10 @@ func (r *Router) load(ctx context.Context) (int64, error) {
 			rev = resp.Header.Revision
 		}
 		for _, kv := range resp.Kvs {
+			if id, ok := r.memberOf(string(kv.Key)); ok {
+				members[id] = struct{}{}
+				continue
+			}
 			if !r.isRoute(string(kv.Key)) {
 				continue
 			}
@@ -180,6 +194,7 @@ func (r *Router) load(ctx context.Context) (int64, error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.members = members
 	for _, rt := range r.allLocked() {
 		if _, ok := fresh[rt]; ok {
 			delete(fresh, rt) // cached already

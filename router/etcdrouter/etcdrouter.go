@@ -48,18 +48,28 @@
 //	<prefix>host/test.example.abc./http/*.abc.example.test/r/<edge>/<session>/<tunnel>   a route
 //	<prefix>host/test.example.abc./http/*.abc.example.test/reserved                       a reservation
 //	<prefix>tcp/20001./tcp/20001/r/<edge>/<session>/<tunnel>
+//	<prefix>edges/<edge>                                                                  an edge of the cluster
 //
 // Edge, session and tunnel are path-escaped. A value is the route (or, for a
-// reservation, its Proto, Name and Identity) in JSON.
+// reservation, its Proto, Name and Identity) in JSON; an edge's value is
+// its ID.
+//
+// # Members
+//
+// Each Router registers its edge under <prefix>edges/, attached to its
+// lease, at New (and again under a new lease, if its lease expired): the
+// edges there are the cluster's members, which IsMember reports
+// ([router.MemberChecker]); an edge.Relay relays only for them. Whoever can
+// write under the prefix can make an edge a member, or take routes: give
+// the edges, and only them, access to etcd, with TLS client certificates
+// (clientv3.Config.TLS) from a CA of their own, or etcd's users and roles.
 //
 // # Secrets
 //
 // A route's value holds its traffic policy (router.Route's Policy), with
 // the policy's secrets: basic-auth passwords, OIDC client secrets, webhook
 // secrets. Whoever reads the keys can use them, and whoever writes them can
-// change what the edges let through. Give etcd TLS with client certificates
-// (clientv3.Config's TLS) and, with etcd's authentication, a user for the
-// edges alone with access to Config.Prefix.
+// change what the edges let through: keep them to the edges, as above.
 package etcdrouter
 
 import (
@@ -102,6 +112,7 @@ type Router struct {
 	rev      int64         // the store revision the cache reflects
 	revCh    chan struct{} // closed when rev advances
 	watchers map[*router.RouteFeed]struct{}
+	members  map[string]struct{} // the edges registered under the prefix
 
 	// The routes bound through this Router, to bind again under a new
 	// lease if this edge's lease expires, and those whose Unbind failed,
@@ -160,11 +171,13 @@ var (
 	_ router.Router         = (*Router)(nil)
 	_ router.HealthReporter = (*Router)(nil)
 	_ router.RouteWatcher   = (*Router)(nil)
+	_ router.MemberChecker  = (*Router)(nil)
 )
 
-// New grants this edge's lease, loads every route under cfg.Prefix into the
-// cache and starts keeping the lease alive and the cache current. ctx bounds
-// the setup only.
+// New grants this edge's lease, registers this edge as a member under it,
+// loads every route and member under cfg.Prefix into the cache and starts
+// keeping the lease alive and the cache current. ctx bounds the setup
+// only.
 func New(ctx context.Context, cfg Config) (*Router, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("etcdrouter: Config.Client is nil")
@@ -195,6 +208,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		log:      log,
 		revCh:    make(chan struct{}),
 		watchers: map[*router.RouteFeed]struct{}{},
+		members:  map[string]struct{}{},
 		own:      map[string]router.Route{},
 		pending:  map[string]pendingUnbind{},
 		syncCh:   make(chan struct{}, 1),
@@ -209,12 +223,18 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcdrouter: grant lease: %w", err)
 	}
-	rev, err := r.load(ctx)
-	if err != nil {
+	fail := func(err error) (*Router, error) {
 		rctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
 		r.client.Revoke(rctx, g.ID)
 		cancel()
-		return nil, fmt.Errorf("etcdrouter: load routes: %w", err)
+		return nil, err
+	}
+	if err := r.register(ctx, g.ID); err != nil {
+		return fail(err)
+	}
+	rev, err := r.load(ctx)
+	if err != nil {
+		return fail(fmt.Errorf("etcdrouter: load routes: %w", err))
 	}
 	r.setLease(g.ID)
 	r.ctx, r.cancel = context.WithCancel(context.Background())

@@ -267,8 +267,9 @@ func TestOutage(t *testing.T) {
 }
 
 // TestLeaseExpired has an edge's lease expire under it: the edge grants a
-// new one and binds its routes again, but for one whose name another owner
-// took meanwhile, which it drops with a warning.
+// new one, registers itself as a member again and binds its routes again,
+// but for one whose name another owner took meanwhile, which it drops with
+// a warning.
 func TestLeaseExpired(t *testing.T) {
 	prefix := uniquePrefix(t)
 	lost := make(chan struct{})
@@ -298,11 +299,13 @@ func TestLeaseExpired(t *testing.T) {
 		t.Fatal("edge-a did not notice its lease was gone")
 	}
 	waitFor(t, callTimeout, "edge-b rid of edge-a's routes", sees(t, b, "http", "keep.example.test"))
+	waitFor(t, callTimeout, "edge-a no member for edge-b while its lease is gone", isMember(t, b, "edge-a", false))
 	bobs := router.Route{Proto: "tls", Name: "taken.example.test", Identity: "bob", SessionID: "s2", TunnelID: "t3"}
 	bind(t, b, bobs)
 	close(resume)
 
 	waitFor(t, 20*time.Second, "edge-b sees edge-a's route bound again", sees(t, b, "http", "keep.example.test", at(keep, "edge-a")))
+	waitFor(t, callTimeout, "edge-a a member again for edge-b, under its new lease", isMember(t, b, "edge-a", true))
 	waitFor(t, callTimeout, "edge-a rid of its route whose name bob took", sees(t, a, "http", "taken.example.test"))
 	waitFor(t, callTimeout, "edge-a warned of the route it dropped", func() bool {
 		return strings.Contains(logs.String(), "level=WARN msg=\"etcdrouter: route dropped") && strings.Contains(logs.String(), "taken.example.test")

@@ -2,6 +2,8 @@ package etcdrouter_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"log"
 	"time"
 
@@ -11,11 +13,19 @@ import (
 	"github.com/tunnelkit/tunnelkit/router/etcdrouter"
 )
 
-// An edge of a cluster whose edges share names through etcd. (It needs an
-// etcd server, so it runs nothing here.)
+// An edge of a cluster whose edges share names through etcd. Whoever can
+// write to etcd decides where names go and which edges are members, so
+// the client speaks TLS with a certificate that etcd requires
+// (--client-cert-auth) from a CA of the edges' own. (It needs an etcd
+// server, so it runs nothing here.)
 func ExampleNew() {
+	var (
+		etcdClientCert tls.Certificate // this edge's, for etcd
+		etcdCA         *x509.CertPool  // signs etcd's server certificate
+	)
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{"10.0.0.1:2379", "10.0.0.2:2379", "10.0.0.3:2379"},
+		Endpoints:   []string{"https://10.0.0.1:2379", "https://10.0.0.2:2379", "https://10.0.0.3:2379"},
+		TLS:         &tls.Config{Certificates: []tls.Certificate{etcdClientCert}, RootCAs: etcdCA},
 		DialTimeout: 5 * time.Second,
 	})
 	if err != nil {

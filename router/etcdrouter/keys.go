@@ -59,6 +59,21 @@ func (r *Router) keysOf(rt router.Route) keys {
 	return k
 }
 
+// memberKey returns the key that registers the edge id as a member.
+func (r *Router) memberKey(id string) string {
+	return r.prefix + "edges/" + url.PathEscape(id)
+}
+
+// memberOf returns the ID of the edge whose member key key is.
+func (r *Router) memberOf(key string) (id string, ok bool) {
+	escaped, ok := strings.CutPrefix(key, r.prefix+"edges/")
+	if !ok || strings.Contains(escaped, "/") {
+		return "", false
+	}
+	id, err := url.PathUnescape(escaped)
+	return id, err == nil
+}
+
 // reversed returns a host name's labels in reverse order, each followed by a
 // dot: "test.example.abc." for "abc.example.test".
 func reversed(name string) string {

@@ -202,7 +202,7 @@ func (r *Router) syncOwn(bound clientv3.LeaseID) {
 		}
 		done := true
 		if id := r.currentLease(); id != 0 && id != bound {
-			if r.rebind(id) {
+			if r.registerAgain(id) && r.rebind(id) {
 				bound = id
 			} else {
 				done = false

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/agent/forward"
 	"github.com/tunnelkit/tunnelkit/examples/internal/edgecmd"
 )
 
@@ -120,9 +121,10 @@ func (u *upWatcher) Write(p []byte) (int, error) {
 }
 
 // runAgent exposes -to at -url through the edge at -edge, as
-// examples/agent does: an agent.Client, its listener, and an
-// agent.Forwarder that forwards request by request for http and https
-// URLs (-log-requests, the example's default) or copies bytes.
+// examples/agent does: an agent.Client, its listener, and a forward.HTTP
+// that forwards request by request for http and https URLs
+// (-log-requests, the example's default), or a forward.Bytes that copies
+// bytes.
 //
 //	-role agent -edge ADDR -url URL -to ADDR [-app-protocol h2c] [-log-requests=false] [-edge-ca FILE] [-quiet]
 func runAgent(ctx context.Context, ctl *control, args []string) error {
@@ -155,7 +157,10 @@ func runAgent(ctx context.Context, ctl *control, args []string) error {
 	}
 	scheme := urlScheme(*url)
 	httpMode := (scheme == "http" || scheme == "https") && *logRequests
-	fwd := &agent.Forwarder{To: *to, HTTP: httpMode, Logger: log}
+	var fwd interface{ Serve(net.Listener) error } = forward.Bytes{To: *to, Logger: log}
+	if httpMode {
+		fwd = forward.HTTP{To: *to, Logger: log}
+	}
 	served := make(chan error, 1)
 	go func() { served <- fwd.Serve(l) }()
 	ctl.ready("url=" + l.URL())

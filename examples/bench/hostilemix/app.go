@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/agent/forward"
 )
 
 // appHost is the public name of the app.
@@ -57,26 +58,26 @@ func startBackend(ctx context.Context, agentAddr string) (*backend, error) {
 	b.wg.Go(func() { b.app.Serve(b.appLn) })
 	b.wg.Go(b.serveEcho)
 
-	b.agent = &agent.Client{Addr: agentAddr, Token: "alice-token", OnEvent: b.onEvent}
+	b.agent = &agent.Client{Addrs: []string{agentAddr}, Token: "alice-token", OnEvent: b.onEvent}
 	fail := func(err error) (*backend, error) {
 		b.close()
 		return nil, err
 	}
 	httpL, err := b.agent.Listen(ctx, "http://app")
 	if err != nil {
-		return fail(fmt.Errorf("agent: bind http://app: %w", err))
+		return fail(fmt.Errorf("bind http://app: %w", err))
 	}
 	tcpL, err := b.agent.Listen(ctx, "tcp://")
 	if err != nil {
-		return fail(fmt.Errorf("agent: bind tcp://: %w", err))
+		return fail(fmt.Errorf("bind tcp://: %w", err))
 	}
 	u, err := url.Parse(tcpL.URL())
 	if err != nil {
-		return fail(fmt.Errorf("agent: tcp endpoint %q: %w", tcpL.URL(), err))
+		return fail(fmt.Errorf("tcp endpoint %q: %w", tcpL.URL(), err))
 	}
 	b.tcpAddr = u.Host
-	b.forwardWG.Go(func() { agent.Forward(httpL, b.appLn.Addr().String(), nil) })
-	b.forwardWG.Go(func() { agent.Forward(tcpL, b.echoLn.Addr().String(), nil) })
+	b.forwardWG.Go(func() { forward.Bytes{To: b.appLn.Addr().String()}.Serve(httpL) })
+	b.forwardWG.Go(func() { forward.Bytes{To: b.echoLn.Addr().String()}.Serve(tcpL) })
 	return b, nil
 }
 

@@ -288,7 +288,7 @@ func wrongTokens(ctx context.Context, tg *target, a *attack) {
 // the edge refuses one, then holds them. up is closed once the session
 // is open.
 func hoardEndpoints(ctx context.Context, tg *target, a *attack, up chan<- struct{}) {
-	c := &agent.Client{Addr: tg.agentAddr, Token: "bob-token", MinBackoff: 100 * time.Millisecond, MaxBackoff: time.Second}
+	c := &agent.Client{Addrs: []string{tg.agentAddr}, Token: "bob-token", MinBackoff: 100 * time.Millisecond, MaxBackoff: time.Second}
 	defer c.Close()
 	bound := 0
 	var upOnce sync.Once

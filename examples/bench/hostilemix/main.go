@@ -15,7 +15,7 @@
 // Attackers come from 198.51.100.0/24, a few addresses per attack; the
 // well-behaved client comes from 203.0.113.5.
 //
-// In its own process it runs the app (net/http, behind agent.Forward), an
+// In its own process it runs the app (net/http, behind forward.Bytes), an
 // echo server and the agent, which binds http://app and a tcp:// endpoint.
 //
 // The attacks are sized so that this process holds about 8000 descriptors

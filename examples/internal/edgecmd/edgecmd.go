@@ -56,7 +56,9 @@ func Main(name string, ext *Extension) {
 		if errors.Is(err, flag.ErrHelp) {
 			return // -h: the usage is printed
 		}
-		fmt.Fprintln(os.Stderr, name+":", err)
+		// The edge package's errors carry "edge: ", which the name would
+		// double.
+		fmt.Fprintln(os.Stderr, name+":", strings.TrimPrefix(err.Error(), "edge: "))
 		os.Exit(2)
 	}
 }
@@ -110,7 +112,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	accessLog := fs.Bool("access-log", true, "log one line per public HTTP request")
 	relayAddr := fs.String("relay", "", "address other edges of the cluster reach this one on, relaying connections to the agents it holds (empty: no relay; a lone edge)")
 	id := fs.String("id", "", "this edge's ID in the cluster, which other edges dial to relay (default: -relay's address; it must be reachable by them)")
-	relayCert := fs.String("relay-cert", "", "PEM certificate of this edge for relay sessions, both ways (with -relay-key and -relay-ca)")
+	relayCert := fs.String("relay-cert", "", "PEM certificate of this edge for relay sessions, both ways (with -relay-key and -relay-ca): it names the edge's ID in the SAN URI:tunnelkit-edge://<ID>, for serverAuth and clientAuth")
 	relayKey := fs.String("relay-key", "", "PEM private key of -relay-cert")
 	relayCA := fs.String("relay-ca", "", "PEM file of the CA that signs every edge's -relay-cert")
 	echKey := fs.String("ech-key", "", "PEM file of an ECH key (PRIVATE KEY and ECHCONFIG blocks, as OpenSSL and nginx read): route -tls connections that use Encrypted ClientHello by the name inside, without terminating them")

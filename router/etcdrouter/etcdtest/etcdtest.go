@@ -14,18 +14,46 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
 
 // Server is an etcd server for one test.
 type Server struct {
-	// Endpoint is the client URL, "http://127.0.0.1:PORT".
+	// Endpoint is the client URL, "http://127.0.0.1:PORT" ("https://" for
+	// a server of StartTLS).
 	Endpoint string
 
 	dir, client, peer string
+	tls               *TLS // nil: plain HTTP to clients
 	mu                sync.Mutex
 	e                 *embed.Etcd
+}
+
+// TLS are the files of a server that speaks TLS to its clients: its
+// certificate (which etcd also presents as a client, to itself: give it
+// the clientAuth extended key usage too) and key, and the CA whose
+// certificates clients must present.
+type TLS struct {
+	CertFile, KeyFile string
+	// ClientCAFile is the PEM file of the CA that signs the clients'
+	// certificates: a client without one is refused, as etcd's
+	// --client-cert-auth --trusted-ca-file do.
+	ClientCAFile string
+}
+
+// StartTLS is Start for a server that speaks TLS to its clients and
+// requires a client certificate (see TLS); Endpoint is
+// "https://127.0.0.1:PORT".
+func StartTLS(t testing.TB, files TLS) *Server {
+	t.Helper()
+	s, err := newServer(filepath.Join(t.TempDir(), "etcd"), &files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
 }
 
 // Start starts a server with its data in a temporary directory and stops
@@ -43,6 +71,10 @@ func Start(t testing.TB) *Server {
 // New starts a server with its data in dir, on loopback ports it picks,
 // for a TestMain; the caller stops it.
 func New(dir string) (*Server, error) {
+	return newServer(dir, nil)
+}
+
+func newServer(dir string, files *TLS) (*Server, error) {
 	client, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -51,7 +83,10 @@ func New(dir string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{dir: dir, client: client, peer: peer, Endpoint: "http://" + client}
+	s := &Server{dir: dir, client: client, peer: peer, tls: files, Endpoint: "http://" + client}
+	if files != nil {
+		s.Endpoint = "https://" + client
+	}
 	return s, s.start()
 }
 
@@ -95,6 +130,15 @@ func (s *Server) start() error {
 	cfg := embed.NewConfig()
 	cfg.Dir = s.dir
 	cu := url.URL{Scheme: "http", Host: s.client}
+	if s.tls != nil {
+		cu.Scheme = "https"
+		cfg.ClientTLSInfo = transport.TLSInfo{
+			CertFile:       s.tls.CertFile,
+			KeyFile:        s.tls.KeyFile,
+			TrustedCAFile:  s.tls.ClientCAFile,
+			ClientCertAuth: true,
+		}
+	}
 	pu := url.URL{Scheme: "http", Host: s.peer}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}

@@ -1,4 +1,4 @@
-package agent
+package inspect
 
 import (
 	"cmp"
@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -24,16 +25,16 @@ import (
 //go:embed inspect.html
 var inspectorPage []byte
 
-// inspectorCSP is the page's Content-Security-Policy: its own inline
+// inspectorCSP returns the page's Content-Security-Policy: its own inline
 // script and style, by their hashes, and requests to its own origin,
 // nothing else; no framing.
-var inspectorCSP = func() string {
+var inspectorCSP = sync.OnceValue(func() string {
 	hash := func(open, close string) string {
 		s := string(inspectorPage)
 		i := strings.Index(s, open)
 		j := strings.Index(s, close)
 		if i < 0 || j < i {
-			panic("agent: inspect.html has no " + open)
+			panic("inspect: inspect.html has no " + open)
 		}
 		sum := sha256.Sum256([]byte(s[i+len(open) : j]))
 		return "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
@@ -41,7 +42,7 @@ var inspectorCSP = func() string {
 	return "default-src 'none'; script-src " + hash("<script>", "</script>") +
 		"; style-src " + hash("<style>", "</style>") +
 		"; connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-}()
+})
 
 // inspectorHeader is the header that the page's requests carry, and that
 // a replay needs: a page of another origin cannot send it without a CORS
@@ -52,6 +53,8 @@ const inspectorHeader = "X-Tunnelkit-Inspector"
 // sends them.
 const eventsBatch = 50 * time.Millisecond
 
+// initHandler sets up the page and the API, at the first request: an
+// Inspector that records only needs neither.
 func (in *Inspector) initHandler() {
 	in.csrf = http.NewCrossOriginProtection()
 	mux := http.NewServeMux()
@@ -66,6 +69,7 @@ func (in *Inspector) initHandler() {
 // ServeHTTP serves the inspector's page and API; see [Inspector].
 func (in *Inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	in.init()
+	in.handlerOnce.Do(in.initHandler)
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -101,7 +105,7 @@ func (in *Inspector) hostAllowed(host string) bool {
 func (in *Inspector) servePage(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Content-Security-Policy", inspectorCSP)
+	h.Set("Content-Security-Policy", inspectorCSP())
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "no-referrer")
 	w.Write(inspectorPage)

@@ -1,7 +1,6 @@
-package agent
+package forward
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -12,37 +11,92 @@ import (
 	"net/http/httptrace"
 	"net/http/httputil"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/tunnelkit/tunnelkit/agent/inspect"
 	"github.com/tunnelkit/tunnelkit/internal/pipe"
-	"github.com/tunnelkit/tunnelkit/internal/wire"
 )
 
-// serveHTTP is Serve with f.HTTP: an http.Server over l whose handler
-// forwards each request to f.To with a reverse proxy.
-func (f *Forwarder) serveHTTP(l net.Listener) error {
-	if f.ProxyProtocol != 0 {
-		return errors.New("agent: Forwarder.ProxyProtocol with HTTP: requests reach the app over pooled connections that no one client owns, so a PROXY header could not name the client (the app finds it in X-Forwarded-For)")
+// The app protocols of HTTP.AppProtocol, as agent.Endpoint names them.
+const (
+	appProtocolHTTP1 = "http1"
+	appProtocolH2C   = "h2c"
+)
+
+// HTTP forwards the HTTP requests that a listener's conns carry to a local
+// address, one by one: an http.Server reads them (HTTP/1.1, and HTTP/2
+// with prior knowledge when the app protocol is h2c) and an
+// httputil.ReverseProxy forwards each to To over pooled connections, so
+// that Logger gets one line per request, with its method, path, status,
+// bytes and duration.
+//
+// The app gets each request as the edge sent it, less the hop-by-hop
+// headers (and with header names in canonical case): Host,
+// X-Forwarded-For, -Proto and -Host unchanged, no header added. Bodies and
+// trailers stream both ways, as do upgraded connections (WebSocket),
+// whose line comes when they end. When To cannot be reached, the client
+// gets 502 with Tunnelkit-Error app_unreachable, as from the edge; 502
+// app_error when the app closes without a whole response. There is no
+// PROXY protocol header: the connections to To are not one client's (the
+// app finds the client in X-Forwarded-For); use [Bytes] for one.
+//
+// Its zero value with To set is ready to use; it holds no state, so one
+// HTTP may serve several listeners at once.
+type HTTP struct {
+	// To is the local address the requests are forwarded to,
+	// "127.0.0.1:3000".
+	To string
+
+	// AppProtocol is what the conns carry and the app at To speaks:
+	// "http1" for HTTP/1.1, "h2c" for HTTP/2 without TLS (prior
+	// knowledge; the server still takes HTTP/1.1 too). Empty: what the
+	// listener's AppProtocol method says when it has one (an
+	// *agent.Listener; "" there means http1), else http1.
+	AppProtocol string
+
+	// DialTimeout bounds each connection to To. Zero or negative: 10 s.
+	DialTimeout time.Duration
+
+	// Logger gets one line per request, when its response has ended. Nil:
+	// discarded.
+	Logger *slog.Logger
+
+	// Inspector records each request and its response, for its page and
+	// API, and replays them to To on request (see [inspect.Inspector]).
+	// Nil: none.
+	Inspector *inspect.Inspector
+}
+
+// Serve accepts l's conns and forwards the requests they carry to h.To
+// until l is closed. It returns nil when l is closed (Accept fails with an
+// error wrapping net.ErrClosed), and the error of Accept otherwise, after
+// closing the conns it still serves, ending the requests under way (their
+// contexts are done) and waiting for them, and closing its connections to
+// the app. It fails at once for an AppProtocol it does not know.
+func (h HTTP) Serve(l net.Listener) error {
+	proto := h.AppProtocol
+	switch proto {
+	case "", appProtocolHTTP1, appProtocolH2C:
+	default:
+		return fmt.Errorf("forward: app protocol %q: want http1 or h2c", proto)
 	}
-	proto := f.AppProtocol
 	if proto == "" {
 		if ap, ok := l.(interface{ AppProtocol() string }); ok {
 			proto = ap.AppProtocol()
 		}
 	}
 	if proto == "" {
-		proto = wire.AppProtocolHTTP1
+		proto = appProtocolHTTP1
 	}
 
-	p := newHTTPProxy(f, proto)
+	p := newHTTPProxy(h, proto)
 	ctx, cancel := context.WithCancel(context.Background())
 	p.ctx = ctx
 	var protos http.Protocols
 	protos.SetHTTP1(true)
-	protos.SetUnencryptedHTTP2(proto == wire.AppProtocolH2C)
+	protos.SetUnencryptedHTTP2(proto == appProtocolH2C)
 	srv := &http.Server{
 		Handler:     p,
 		Protocols:   &protos,
@@ -74,13 +128,13 @@ func (f *Forwarder) serveHTTP(l net.Listener) error {
 	return err
 }
 
-// httpProxy is the handler of Forwarder's HTTP mode: a ReverseProxy to
-// the app that logs each request.
+// httpProxy is the handler of HTTP.Serve: a ReverseProxy to the app that
+// logs each request.
 type httpProxy struct {
 	to        string
 	logger    *slog.Logger
-	insp      *Inspector      // nil: none
-	ctx       context.Context // done when Serve returns
+	insp      *inspect.Inspector // nil: none
+	ctx       context.Context    // done when Serve returns
 	rp        httputil.ReverseProxy
 	transport *http.Transport
 
@@ -90,18 +144,11 @@ type httpProxy struct {
 	upstream map[*appConn]struct{} // open connections to the app
 }
 
-func newHTTPProxy(f *Forwarder, proto string) *httpProxy {
-	p := &httpProxy{to: f.To, logger: f.Logger, insp: f.Inspector, upstream: map[*appConn]struct{}{}}
-	if p.logger == nil {
-		p.logger = discard
-	}
-	timeout := f.DialTimeout
-	if timeout <= 0 {
-		timeout = 10 * time.Second
-	}
-	dialer := &net.Dialer{Timeout: timeout}
+func newHTTPProxy(h HTTP, proto string) *httpProxy {
+	p := &httpProxy{to: h.To, logger: orDiscard(h.Logger), insp: h.Inspector, upstream: map[*appConn]struct{}{}}
+	dialer := &net.Dialer{Timeout: dialTimeout(h.DialTimeout)}
 	var protos http.Protocols
-	if proto == wire.AppProtocolH2C {
+	if proto == appProtocolH2C {
 		protos.SetUnencryptedHTTP2(true)
 	} else {
 		protos.SetHTTP1(true)
@@ -190,9 +237,17 @@ func (p *httpProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.insp != nil {
 		// Beneath lw: the recording sees the status and body as the
 		// client does.
-		rec := p.insp.begin(p, w, r)
-		defer rec.end()
-		lw.ResponseWriter = rec
+		rw, end := p.insp.Record(w, r, p.to, p)
+		defer func() {
+			// ReverseProxy aborts a response that broke off with a panic,
+			// which goes on.
+			v := recover()
+			end(v != nil)
+			if v != nil {
+				panic(v)
+			}
+		}()
+		lw.ResponseWriter = rw
 	}
 	defer p.logRequest(r, lw, lw.start)
 	p.rp.ServeHTTP(lw, r)
@@ -266,7 +321,7 @@ func (p *httpProxy) proxyError(w http.ResponseWriter, r *http.Request, err error
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Tunnelkit-Error", code)
 	w.WriteHeader(http.StatusBadGateway)
-	io.WriteString(w, code+": "+msg+": "+wire.Printable(err.Error(), 1024)+"\n")
+	io.WriteString(w, code+": "+msg+": "+printable(err.Error(), 1024)+"\n")
 }
 
 // close waits for the running requests, then closes the connections to
@@ -297,7 +352,7 @@ func (p *httpProxy) track(c net.Conn) (net.Conn, error) {
 	defer p.mu.Unlock()
 	if p.closed {
 		c.Close()
-		return nil, fmt.Errorf("agent: %w", net.ErrClosed)
+		return nil, fmt.Errorf("forward: %w", net.ErrClosed)
 	}
 	ac := &appConn{Conn: c, p: p}
 	p.upstream[ac] = struct{}{}
@@ -333,153 +388,3 @@ type dialError struct{ err error }
 
 func (e *dialError) Error() string { return e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
-
-// loggingWriter is the ResponseWriter a request is answered through: it
-// notes the status and counts the body's bytes for the request's line.
-type loggingWriter struct {
-	http.ResponseWriter
-	start  time.Time     // when the request arrived
-	status int           // the final status; 0 until written
-	bytes  int64         // the response body's bytes written
-	sized  bool          // the response has a Content-Length
-	up     *upgradedConn // the client's connection, after a protocol switch
-
-	app atomic.Pointer[appConn] // the connection to the app, for an upgrade
-}
-
-// WriteHeader passes informational (1xx) headers on, and notes the final
-// status.
-func (w *loggingWriter) WriteHeader(code int) {
-	if w.status == 0 && (code < 100 || code > 199 || code == http.StatusSwitchingProtocols) {
-		w.status = code
-		// The server would add what the app left out.
-		h := w.ResponseWriter.Header()
-		if _, ok := h["Content-Type"]; !ok {
-			h["Content-Type"] = nil
-		}
-		if _, ok := h["Date"]; !ok {
-			h["Date"] = nil
-		}
-		_, w.sized = h["Content-Length"]
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *loggingWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	n, err := w.ResponseWriter.Write(b)
-	w.bytes += int64(n)
-	return n, err
-}
-
-// FlushError sends what was written so far, for http.ResponseController.
-//
-// ReverseProxy flushes the header of a streamed response (one of unknown
-// length) at once and then each write. The header of a response with a
-// Content-Length waits for the body's first bytes instead: in one write
-// with them, rather than a write, and a packet, of its own.
-func (w *loggingWriter) FlushError() error {
-	if w.sized && w.bytes == 0 {
-		return nil
-	}
-	return http.NewResponseController(w.ResponseWriter).Flush()
-}
-
-// Hijack hands over the client's connection after the app switched
-// protocols, counting the app's bytes to the client.
-func (w *loggingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
-	if err != nil {
-		return nil, nil, err
-	}
-	if w.status == 0 {
-		w.status = http.StatusSwitchingProtocols
-	}
-	w.up = &upgradedConn{Conn: c, app: w.app.Load(), done: make(chan struct{})}
-	if brw.Reader.Buffered() > 0 {
-		w.up.buffered = brw.Reader
-	}
-	return w.up, brw, nil
-}
-
-// Unwrap gives http.ResponseController the server's ResponseWriter.
-func (w *loggingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// upgradedConn is a client's connection after a protocol switch.
-//
-// ReverseProxy copies both ways and ends both when one side ends, unless
-// the other side can half-close, which the app's side cannot as
-// ReverseProxy sees it. So upgradedConn half-closes the app's side itself
-// when the client's ends, and reports that end to ReverseProxy only once
-// the app's side has ended too: the bytes still on their way, both ways,
-// arrive, as without HTTP.
-type upgradedConn struct {
-	net.Conn
-	app      *appConn      // the app's side; nil: unknown
-	buffered *bufio.Reader // the client's bytes that the server read ahead; nil once read
-	n        atomic.Int64  // bytes written
-
-	done     chan struct{} // closed when the app's side ended: CloseWrite or Close
-	doneOnce sync.Once
-}
-
-// Read returns the bytes the server read ahead first: ReverseProxy reads
-// the connection only.
-func (c *upgradedConn) Read(b []byte) (int, error) {
-	var (
-		n   int
-		err error
-	)
-	if r := c.buffered; r != nil {
-		n, err = r.Read(b)
-		if r.Buffered() == 0 {
-			c.buffered = nil
-		}
-	} else {
-		n, err = c.Conn.Read(b)
-	}
-	if err == io.EOF && c.app != nil && c.app.CloseWrite() == nil {
-		<-c.done
-	}
-	return n, err
-}
-
-func (c *upgradedConn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
-	c.n.Add(int64(n))
-	return n, err
-}
-
-// CloseWrite half-closes the connection when it can: the app's end of
-// stream reaches the client while the client may still send.
-func (c *upgradedConn) CloseWrite() error {
-	defer c.end()
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return errors.ErrUnsupported
-}
-
-func (c *upgradedConn) Close() error {
-	c.end()
-	return c.Conn.Close()
-}
-
-func (c *upgradedConn) end() { c.doneOnce.Do(func() { close(c.done) }) }
-
-// printable is wire.Printable without a copy for the common string that
-// needs no change.
-func printable(s string, max int) string {
-	if len(s) <= max {
-		i := 0
-		for i < len(s) && s[i] >= 0x20 && s[i] <= 0x7e {
-			i++
-		}
-		if i == len(s) {
-			return s
-		}
-	}
-	return wire.Printable(s, max)
-}

@@ -1,4 +1,4 @@
-package agent_test
+package inspect_test
 
 import (
 	"bufio"
@@ -20,16 +20,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/agent/forward"
+	"github.com/tunnelkit/tunnelkit/agent/inspect"
+	"github.com/tunnelkit/tunnelkit/internal/testnet"
 )
 
-// The inspector's tests put a Forwarder in HTTP mode, with an Inspector,
-// in front of a real app on loopback, and serve the Inspector's handler
-// on loopback too, as the example agent does.
+// The inspector's tests put a forward.HTTP with an Inspector in front of
+// a real app on loopback, and serve the Inspector's handler on loopback
+// too, as the example agent does.
 
 // inspected is a forwarder with an inspector and the inspector's server.
 type inspected struct {
-	insp *agent.Inspector
+	insp *inspect.Inspector
 	fwd  string       // the forwarder's address, where the edge's conns come
 	ui   string       // the inspector's URL, "http://127.0.0.1:port/"
 	stop func() error // stops the forwarder
@@ -37,16 +39,55 @@ type inspected struct {
 
 // startInspected forwards to app through a forwarder with insp, and
 // serves insp; h2c makes the app and the forwarder speak h2c.
-func startInspected(t testing.TB, app http.Handler, insp *agent.Inspector, h2c bool) *inspected {
+func startInspected(t testing.TB, app http.Handler, insp *inspect.Inspector, h2c bool) *inspected {
 	t.Helper()
-	fwd, stop := startForwarder(t, &agent.Forwarder{To: serveApp(t, app, h2c), HTTP: true, AppProtocol: appProtocol(h2c), Inspector: insp})
+	fwd, stop := startForwarder(t, forward.HTTP{To: testnet.ServeHTTP(t, app, h2c), AppProtocol: appProtocol(h2c), Inspector: insp})
 	return &inspected{insp: insp, fwd: fwd, ui: serveInspector(t, insp), stop: stop}
 }
 
-// serveInspector serves insp on loopback and returns its URL.
-func serveInspector(t testing.TB, insp *agent.Inspector) string {
+// startForwarder serves a loopback listener with f and returns its
+// address, and stop, which closes the listener and returns what Serve
+// returned. The test's end stops it too and wants nil.
+func startForwarder(t testing.TB, f forward.HTTP) (addr string, stop func() error) {
 	t.Helper()
-	ln := listenLoopback(t)
+	ln := testnet.Listen(t)
+	done := make(chan error, 1)
+	go func() { done <- f.Serve(ln) }()
+	stop = sync.OnceValue(func() error {
+		ln.Close()
+		return <-done
+	})
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return ln.Addr().String(), stop
+}
+
+func client(t testing.TB, addr string, h2c bool) *http.Client {
+	return testnet.HTTPClient(t, addr, h2c)
+}
+
+// modes are the two ways the edge speaks to an app: the forwarder's
+// AppProtocol, and so the protocol of the client standing for the edge
+// and of the app.
+var modes = []struct {
+	name string
+	h2c  bool
+}{{"http1", false}, {"h2c", true}}
+
+func appProtocol(h2c bool) string {
+	if h2c {
+		return "h2c"
+	}
+	return "http1"
+}
+
+// serveInspector serves insp on loopback and returns its URL.
+func serveInspector(t testing.TB, insp *inspect.Inspector) string {
+	t.Helper()
+	ln := testnet.Listen(t)
 	srv := &http.Server{Handler: insp}
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(ln) }()
@@ -63,7 +104,7 @@ type sseStream struct {
 
 type sseEvent struct {
 	id uint64
-	ex agent.Exchange
+	ex inspect.Exchange
 }
 
 // openEvents subscribes to the events at url, with the request's header
@@ -160,9 +201,9 @@ func getJSON(t testing.TB, ui, path string, v any) int {
 	return resp.StatusCode
 }
 
-func exchange(t testing.TB, ui string, id uint64) agent.Exchange {
+func exchange(t testing.TB, ui string, id uint64) inspect.Exchange {
 	t.Helper()
-	var x agent.Exchange
+	var x inspect.Exchange
 	if code := getJSON(t, ui, fmt.Sprint("api/requests/", id), &x); code != 200 {
 		t.Fatalf("exchange %d: status %d", id, code)
 	}
@@ -170,12 +211,12 @@ func exchange(t testing.TB, ui string, id uint64) agent.Exchange {
 }
 
 type exchangeList struct {
-	Max       int              `json:"max"`
-	Version   uint64           `json:"version"`
-	Exchanges []agent.Exchange `json:"exchanges"`
+	Max       int                `json:"max"`
+	Version   uint64             `json:"version"`
+	Exchanges []inspect.Exchange `json:"exchanges"`
 }
 
-func ids(xs []agent.Exchange) []uint64 {
+func ids(xs []inspect.Exchange) []uint64 {
 	var out []uint64
 	for _, x := range xs {
 		out = append(out, x.ID)
@@ -219,7 +260,7 @@ func TestInspectorRecords(t *testing.T) {
 	})
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			in := startInspected(t, app, new(agent.Inspector), m.h2c)
+			in := startInspected(t, app, new(inspect.Inspector), m.h2c)
 			ev := openEvents(t, in.ui+"api/events", nil)
 			c := client(t, in.fwd, m.h2c)
 			before := time.Now()
@@ -258,7 +299,7 @@ func TestInspectorRecords(t *testing.T) {
 			if x.ResponseHeader.Get("X-App") != "yes" || x.ResponseHeader.Get("Content-Type") != "application/json" {
 				t.Errorf("response header %v", x.ResponseHeader)
 			}
-			if want := (agent.Body{Data: []byte(`{"hello":"world"}`), Size: 17}); !reflect.DeepEqual(x.RequestBody, want) {
+			if want := (inspect.Body{Data: []byte(`{"hello":"world"}`), Size: 17}); !reflect.DeepEqual(x.RequestBody, want) {
 				t.Errorf("request body %+v, want %+v", x.RequestBody, want)
 			}
 			if string(x.ResponseBody.Data) != string(body) || x.ResponseBody.Size != int64(len(body)) || x.ResponseBody.Truncated {
@@ -318,7 +359,7 @@ func TestInspectorRing(t *testing.T) {
 		io.Copy(io.Discard, r.Body)
 		w.Write(payload)
 	})
-	in := startInspected(t, app, &agent.Inspector{Max: max}, false)
+	in := startInspected(t, app, &inspect.Inspector{Max: max}, false)
 	ev := openEvents(t, in.ui+"api/events", nil)
 	c := client(t, in.fwd, false)
 	send := func(i int) {
@@ -341,7 +382,7 @@ func TestInspectorRing(t *testing.T) {
 	// until the garbage collector frees it.
 	freed := make(chan int, 2*max)
 	for _, x := range in.insp.Exchanges() {
-		for _, b := range []agent.Body{x.RequestBody, x.ResponseBody} {
+		for _, b := range []inspect.Body{x.RequestBody, x.ResponseBody} {
 			if len(b.Data) != 64<<10 {
 				t.Fatalf("exchange %d keeps %d bytes of a body", x.ID, len(b.Data))
 			}
@@ -358,7 +399,7 @@ func TestInspectorRing(t *testing.T) {
 	if want := []uint64{15, 14, 13, 12, 11}; l.Max != max || !reflect.DeepEqual(ids(l.Exchanges), want) {
 		t.Errorf("list: max %d, ids %v; want %d, %v", l.Max, ids(l.Exchanges), max, want)
 	}
-	var x agent.Exchange
+	var x inspect.Exchange
 	if code := getJSON(t, in.ui, "api/requests/10", &x); code != http.StatusNotFound {
 		t.Errorf("exchange 10: status %d, want 404", code)
 	}
@@ -390,7 +431,7 @@ func TestInspectorEvents(t *testing.T) {
 		<-release
 		io.WriteString(w, "released")
 	})
-	in := startInspected(t, app, new(agent.Inspector), false)
+	in := startInspected(t, app, new(inspect.Inspector), false)
 	ev := openEvents(t, in.ui+"api/events", nil)
 	c := client(t, in.fwd, false)
 
@@ -440,7 +481,7 @@ func TestInspectorEvents(t *testing.T) {
 // replayResult posts a replay of id to ui with the header h and body
 // body, and returns the status and the decoded exchange (or the error
 // message).
-func replayResult(t testing.TB, ui string, id uint64, h http.Header, body string) (int, agent.Exchange, string) {
+func replayResult(t testing.TB, ui string, id uint64, h http.Header, body string) (int, inspect.Exchange, string) {
 	t.Helper()
 	req, _ := http.NewRequest("POST", fmt.Sprint(ui, "api/requests/", id, "/replay"), strings.NewReader(body))
 	for k, v := range h {
@@ -455,7 +496,7 @@ func replayResult(t testing.TB, ui string, id uint64, h http.Header, body string
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	var x agent.Exchange
+	var x inspect.Exchange
 	if resp.StatusCode == 200 {
 		if err := json.Unmarshal(b, &x); err != nil {
 			t.Fatalf("replay: %v: %s", err, b)
@@ -491,7 +532,7 @@ func TestInspectorReplay(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			var count atomic.Int64
 			app, seen := recordingApp(&count)
-			in := startInspected(t, app, new(agent.Inspector), m.h2c)
+			in := startInspected(t, app, new(inspect.Inspector), m.h2c)
 			ev := openEvents(t, in.ui+"api/events", nil)
 			req, _ := http.NewRequest("POST", "http://app.example.test/orig?q=1", strings.NewReader("payload"))
 			req.Header.Set("X-Custom", "one")
@@ -561,7 +602,7 @@ func TestInspectorReplay(t *testing.T) {
 func TestInspectorRefuses(t *testing.T) {
 	var count atomic.Int64
 	app, _ := recordingApp(&count)
-	in := startInspected(t, app, &agent.Inspector{BodyLimit: 4, Hosts: []string{"inspector.test"}}, false)
+	in := startInspected(t, app, &inspect.Inspector{BodyLimit: 4, Hosts: []string{"inspector.test"}}, false)
 	ev := openEvents(t, in.ui+"api/events", nil)
 	c := client(t, in.fwd, false)
 	for _, body := range []string{"abc", "longer than 4"} {
@@ -658,7 +699,7 @@ func TestInspectorReplayUnderWay(t *testing.T) {
 			<-release
 		}
 	})
-	in := startInspected(t, app, new(agent.Inspector), false)
+	in := startInspected(t, app, new(inspect.Inspector), false)
 	ev := openEvents(t, in.ui+"api/events", nil)
 	c := client(t, in.fwd, false)
 	var wg sync.WaitGroup
@@ -703,7 +744,7 @@ func TestInspectorAborted(t *testing.T) {
 		w.(http.Flusher).Flush()
 		panic(http.ErrAbortHandler)
 	})
-	in := startInspected(t, app, new(agent.Inspector), false)
+	in := startInspected(t, app, new(inspect.Inspector), false)
 	ev := openEvents(t, in.ui+"api/events", nil)
 	resp, err := client(t, in.fwd, false).Get("http://app.example.test/")
 	if err == nil {
@@ -732,7 +773,7 @@ func TestInspectorUpgrade(t *testing.T) {
 		brw.Flush()
 		io.Copy(c, brw)
 	})
-	in := startInspected(t, app, new(agent.Inspector), false)
+	in := startInspected(t, app, new(inspect.Inspector), false)
 	ev := openEvents(t, in.ui+"api/events", nil)
 	c, err := net.Dial("tcp", in.fwd)
 	if err != nil {
@@ -766,7 +807,7 @@ func TestInspectorUpgrade(t *testing.T) {
 // TestInspectorPage: the page is one self-contained response that loads
 // nothing, and that may run only its own script.
 func TestInspectorPage(t *testing.T) {
-	ui := serveInspector(t, new(agent.Inspector))
+	ui := serveInspector(t, new(inspect.Inspector))
 	resp, err := http.Get(ui)
 	if err != nil {
 		t.Fatal(err)
@@ -790,20 +831,6 @@ func TestInspectorPage(t *testing.T) {
 	}
 }
 
-// TestInspectorBytesMode: a Forwarder without HTTP records nothing.
-func TestInspectorBytesMode(t *testing.T) {
-	insp := new(agent.Inspector)
-	addr, _ := startForwarder(t, &agent.Forwarder{To: serveApp(t, http.NotFoundHandler(), false), Inspector: insp})
-	resp, err := client(t, addr, false).Get("http://app.example.test/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if xs := insp.Exchanges(); len(xs) != 0 {
-		t.Errorf("exchanges: %+v", xs)
-	}
-}
-
 // BenchmarkInspector measures the inspector's cost on requests through
 // the forwarder: one request at a time, in turn through a forwarder
 // without and one with an inspector, to the same app, so that both see
@@ -813,7 +840,7 @@ func TestInspectorBytesMode(t *testing.T) {
 // page follows the events.
 func BenchmarkInspector(b *testing.B) {
 	resp16k := pattern(16<<10, 4)
-	app := serveApp(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	app := testnet.ServeHTTP(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/plain")
 		if r.Method == "POST" {
@@ -842,9 +869,9 @@ func BenchmarkInspector(b *testing.B) {
 		post, watched bool
 	}{{"get", false, false}, {"post", true, false}, {"watched", false, true}} {
 		b.Run(bc.name, func(b *testing.B) {
-			insp := new(agent.Inspector)
-			offAddr, _ := startForwarder(b, &agent.Forwarder{To: app, HTTP: true})
-			onAddr, _ := startForwarder(b, &agent.Forwarder{To: app, HTTP: true, Inspector: insp})
+			insp := new(inspect.Inspector)
+			offAddr, _ := startForwarder(b, forward.HTTP{To: app})
+			onAddr, _ := startForwarder(b, forward.HTTP{To: app, Inspector: insp})
 			if bc.watched {
 				ev := openEvents(b, serveInspector(b, insp)+"api/events", nil)
 				var wg sync.WaitGroup

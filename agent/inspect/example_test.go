@@ -1,4 +1,4 @@
-package agent_test
+package inspect_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/agent/forward"
+	"github.com/tunnelkit/tunnelkit/agent/inspect"
 	"github.com/tunnelkit/tunnelkit/edge"
 )
 
@@ -31,7 +33,7 @@ func ExampleInspector() {
 	// The inspector: its page and API on loopback only (the example
 	// agent's -inspect serves them on 127.0.0.1:4040), and the
 	// forwarder's exchanges in it.
-	insp := new(agent.Inspector)
+	insp := new(inspect.Inspector)
 	ui, _ := net.Listen("tcp", "127.0.0.1:0")
 	go http.Serve(ui, insp)
 	l, err := agent.Listen(context.Background(), agents.Addr().String(), "http://shop")
@@ -39,8 +41,7 @@ func ExampleInspector() {
 		panic(err)
 	}
 	defer l.Close()
-	f := &agent.Forwarder{To: app.Addr().String(), HTTP: true, Inspector: insp}
-	go f.Serve(l)
+	go forward.HTTP{To: app.Addr().String(), Inspector: insp}.Serve(l)
 
 	// A client of the public URL (DNS for example.test points at the edge).
 	client := &http.Client{Transport: &http.Transport{

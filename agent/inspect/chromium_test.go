@@ -1,4 +1,4 @@
-package agent_test
+package inspect_test
 
 import (
 	"bytes"
@@ -20,7 +20,7 @@ import (
 
 	"golang.org/x/net/websocket"
 
-	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/agent/inspect"
 	"github.com/tunnelkit/tunnelkit/internal/testtools"
 )
 
@@ -70,7 +70,7 @@ func TestInspectorChromium(t *testing.T) {
 			http.NotFound(w, r)
 		}
 	})
-	in := startInspected(t, app, new(agent.Inspector), false)
+	in := startInspected(t, app, new(inspect.Inspector), false)
 	page := startChromium(t, in.ui)
 
 	// The page is up, its event stream open.

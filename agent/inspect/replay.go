@@ -1,4 +1,4 @@
-package agent
+package inspect
 
 import (
 	"bytes"
@@ -16,9 +16,10 @@ import (
 // replayKey is the context key of a replayed request's replayInfo.
 type replayKey struct{}
 
-// replayInfo marks a request as the replay of exchange of, and gets the
+// replayInfo marks a request as in's replay of exchange of, and gets the
 // replay's own exchange when it ends.
 type replayInfo struct {
+	in     *Inspector
 	of     uint64
 	result *entry
 }
@@ -43,7 +44,7 @@ type replayError struct {
 func (e *replayError) Error() string { return "replay: " + e.msg }
 
 // replay sends e's request again, as edit changes it, through the
-// Forwarder that recorded it, for client, and returns the exchange it
+// forwarder that recorded it, for client, and returns the exchange it
 // recorded, when the response has ended or ctx is done.
 func (in *Inspector) replay(ctx context.Context, e *entry, edit *replayEdit, client string) (*Exchange, error) {
 	x := &e.ex
@@ -96,12 +97,10 @@ func (in *Inspector) replay(ctx context.Context, e *entry, edit *replayEdit, cli
 	h.Del("Content-Length")
 	h.Del("Transfer-Encoding")
 
-	p := e.proxy
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// The forwarder's requests end when its Serve returns: so does this.
-	defer context.AfterFunc(p.ctx, cancel)()
-	ri := &replayInfo{of: x.ID}
+	if e.replay == nil {
+		return nil, &replayError{http.StatusConflict, fmt.Sprintf("exchange %d was recorded by a forwarder that does not replay", x.ID)}
+	}
+	ri := &replayInfo{in: in, of: x.ID}
 	r := &http.Request{
 		Method:        method,
 		URL:           u,
@@ -118,50 +117,14 @@ func (in *Inspector) replay(ctx context.Context, e *entry, edit *replayEdit, cli
 		r.Body = io.NopCloser(bytes.NewReader(body))
 	}
 	r = r.WithContext(context.WithValue(ctx, replayKey{}, ri))
-	if err := p.replay(r); err != nil {
+	if err := e.replay.Replay(r); err != nil {
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil, &replayError{http.StatusServiceUnavailable, fmt.Sprintf("the forwarder that recorded exchange %d has stopped", x.ID)}
+		}
 		return nil, err
 	}
 	if ri.result == nil {
-		return nil, errors.New("replay: the forwarder has another inspector")
+		return nil, errors.New("replay: the forwarder records with another inspector")
 	}
 	return &ri.result.ex, nil
 }
-
-// replay serves r, a replayed request, as a request from the edge, and
-// discards the response, which the inspector records.
-func (p *httpProxy) replay(r *http.Request) (err error) {
-	defer func() {
-		v := recover()
-		if v == nil {
-			return
-		}
-		if v != http.ErrAbortHandler {
-			panic(v)
-		}
-		p.mu.Lock()
-		closed := p.closed
-		p.mu.Unlock()
-		if closed {
-			err = &replayError{http.StatusServiceUnavailable, "the forwarder that recorded the exchange has stopped"}
-		} else {
-			err = errors.New("replay: the response broke off")
-		}
-	}()
-	p.ServeHTTP(&replayWriter{}, r)
-	return nil
-}
-
-// replayWriter is the ResponseWriter of a replay: it discards the
-// response, which the inspector has seen.
-type replayWriter struct{ h http.Header }
-
-func (w *replayWriter) Header() http.Header {
-	if w.h == nil {
-		w.h = http.Header{}
-	}
-	return w.h
-}
-
-func (w *replayWriter) WriteHeader(int) {}
-
-func (w *replayWriter) Write(b []byte) (int, error) { return len(b), nil }

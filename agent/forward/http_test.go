@@ -1,4 +1,4 @@
-package agent_test
+package forward_test
 
 import (
 	"bufio"
@@ -18,41 +18,29 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/agent/forward"
+	"github.com/tunnelkit/tunnelkit/internal/testnet"
 	"github.com/tunnelkit/tunnelkit/internal/testtools"
 )
 
-// The tests of Forwarder's HTTP mode serve a plain loopback listener,
+// The tests of HTTP serve a plain loopback listener,
 // which stands in for a tunnel's: the edge's conns carry the same bytes.
 
-func listenLoopback(t testing.TB) net.Listener {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ln
+func listenLoopback(t testing.TB) net.Listener { return testnet.Listen(t) }
+
+func serveApp(t testing.TB, h http.Handler, h2c bool) string { return testnet.ServeHTTP(t, h, h2c) }
+
+func client(t testing.TB, addr string, h2c bool) *http.Client {
+	return testnet.HTTPClient(t, addr, h2c)
 }
 
-// serveApp runs h as the app on loopback, speaking HTTP/1.1, and h2c
-// (prior knowledge) too with h2c, and returns its address.
-func serveApp(t testing.TB, h http.Handler, h2c bool) string {
-	t.Helper()
-	ln := listenLoopback(t)
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(h2c)
-	srv := &http.Server{Handler: h, Protocols: &p}
-	done := make(chan struct{})
-	go func() { defer close(done); srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Close(); <-done })
-	return ln.Addr().String()
-}
+// server is a forwarder of either mode.
+type server interface{ Serve(net.Listener) error }
 
 // startForwarder serves a loopback listener with f and returns its
 // address, and stop, which closes the listener and returns what Serve
 // returned. The test's end stops it too and wants nil.
-func startForwarder(t testing.TB, f *agent.Forwarder) (addr string, stop func() error) {
+func startForwarder(t testing.TB, f server) (addr string, stop func() error) {
 	t.Helper()
 	ln := listenLoopback(t)
 	return ln.Addr().String(), serve(t, f, ln)
@@ -60,7 +48,7 @@ func startForwarder(t testing.TB, f *agent.Forwarder) (addr string, stop func() 
 
 // serve serves ln with f; stop closes ln and returns what Serve returned.
 // The test's end stops it too and wants nil.
-func serve(t testing.TB, f *agent.Forwarder, ln net.Listener) (stop func() error) {
+func serve(t testing.TB, f server, ln net.Listener) (stop func() error) {
 	done := make(chan error, 1)
 	go func() { done <- f.Serve(ln) }()
 	stop = sync.OnceValue(func() error {
@@ -73,27 +61,6 @@ func serve(t testing.TB, f *agent.Forwarder, ln net.Listener) (stop func() error
 		}
 	})
 	return stop
-}
-
-// client returns an HTTP client whose every connection goes to addr: an
-// HTTP/1.1 one, or with h2c one speaking HTTP/2 with prior knowledge.
-func client(t testing.TB, addr string, h2c bool) *http.Client {
-	var p http.Protocols
-	if h2c {
-		p.SetUnencryptedHTTP2(true)
-	} else {
-		p.SetHTTP1(true)
-	}
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, network, addr)
-		},
-		Protocols:           &p,
-		DisableCompression:  true,
-		MaxIdleConnsPerHost: 64,
-	}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr}
 }
 
 // debugLogger returns a logger of every level into b.
@@ -137,7 +104,7 @@ func TestHTTPForwardHeaders(t *testing.T) {
 	})
 
 	t.Run("http1", func(t *testing.T) {
-		addr, _ := startForwarder(t, &agent.Forwarder{To: serveApp(t, app, false), HTTP: true})
+		addr, _ := startForwarder(t, forward.HTTP{To: serveApp(t, app, false)})
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
@@ -177,7 +144,7 @@ func TestHTTPForwardHeaders(t *testing.T) {
 	})
 
 	t.Run("h2c", func(t *testing.T) {
-		addr, _ := startForwarder(t, &agent.Forwarder{To: serveApp(t, app, true), HTTP: true, AppProtocol: "h2c"})
+		addr, _ := startForwarder(t, forward.HTTP{To: serveApp(t, app, true), AppProtocol: "h2c"})
 		req, _ := http.NewRequest("GET", "http://app.example.test/a%20b/c?x=1;y=2&z", nil)
 		req.Header = http.Header{
 			"User-Agent":        {"test/1"},
@@ -236,7 +203,7 @@ func TestHTTPForwardRequestTrailers(t *testing.T) {
 				}
 				fmt.Fprintf(w, "%s %s %v %q", r.Proto, body, r.TransferEncoding, r.Trailer.Get("X-Checksum"))
 			})
-			addr, _ := startForwarder(t, &agent.Forwarder{To: serveApp(t, app, m.h2c), HTTP: true, AppProtocol: appProtocol(m.h2c)})
+			addr, _ := startForwarder(t, forward.HTTP{To: serveApp(t, app, m.h2c), AppProtocol: appProtocol(m.h2c)})
 			trailer := http.Header{"X-Checksum": nil}
 			req, _ := http.NewRequest("POST", "http://app.example.test/upload", &trailerReader{strings.NewReader("payload"), trailer})
 			req.ContentLength = -1
@@ -269,7 +236,7 @@ func TestHTTPForwardResponseTrailers(t *testing.T) {
 				w.Header().Set("X-Result", "done")
 				w.Header().Set(http.TrailerPrefix+"X-Late", "late")
 			})
-			addr, _ := startForwarder(t, &agent.Forwarder{To: serveApp(t, app, m.h2c), HTTP: true, AppProtocol: appProtocol(m.h2c)})
+			addr, _ := startForwarder(t, forward.HTTP{To: serveApp(t, app, m.h2c), AppProtocol: appProtocol(m.h2c)})
 			resp, err := client(t, addr, m.h2c).Get("http://app.example.test/")
 			if err != nil {
 				t.Fatal(err)
@@ -300,7 +267,7 @@ func TestHTTPForwardStreamsResponse(t *testing.T) {
 				}
 				io.WriteString(w, "data: two\n\n")
 			})
-			addr, _ := startForwarder(t, &agent.Forwarder{To: serveApp(t, app, m.h2c), HTTP: true, AppProtocol: appProtocol(m.h2c)})
+			addr, _ := startForwarder(t, forward.HTTP{To: serveApp(t, app, m.h2c), AppProtocol: appProtocol(m.h2c)})
 			resp, err := client(t, addr, m.h2c).Get("http://app.example.test/events")
 			if err != nil {
 				close(release)
@@ -340,7 +307,7 @@ func TestHTTPForwardUpgrade(t *testing.T) {
 		io.Copy(c, brw) // echo until the client's half-close
 	})
 	var log testtools.Buffer
-	addr, stop := startForwarder(t, &agent.Forwarder{To: serveApp(t, app, false), HTTP: true, Logger: debugLogger(&log)})
+	addr, stop := startForwarder(t, forward.HTTP{To: serveApp(t, app, false), Logger: debugLogger(&log)})
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -402,7 +369,7 @@ func TestHTTPForwardBidiStream(t *testing.T) {
 	// The listener says h2c, as an *agent.Listener of an h2c endpoint.
 	ln := h2cListener{listenLoopback(t)}
 	addr := ln.Addr().String()
-	serve(t, &agent.Forwarder{To: serveApp(t, app, true), HTTP: true}, ln)
+	serve(t, forward.HTTP{To: serveApp(t, app, true)}, ln)
 	pr, pw := io.Pipe()
 	req, _ := http.NewRequest("POST", "http://app.example.test/echo.Echo/Stream", pr)
 	req.Header.Set("Content-Type", "application/grpc")
@@ -441,7 +408,7 @@ func TestHTTPForwardExpectContinue(t *testing.T) {
 				body, _ := io.ReadAll(r.Body)
 				fmt.Fprintf(w, "%s %s", r.Header.Get("Expect"), body)
 			})
-			addr, _ := startForwarder(t, &agent.Forwarder{To: serveApp(t, app, m.h2c), HTTP: true, AppProtocol: appProtocol(m.h2c)})
+			addr, _ := startForwarder(t, forward.HTTP{To: serveApp(t, app, m.h2c), AppProtocol: appProtocol(m.h2c)})
 			c := client(t, addr, m.h2c)
 			c.Transport.(*http.Transport).ExpectContinueTimeout = time.Hour // wait for the 100
 			continued := make(chan struct{}, 1)
@@ -492,7 +459,7 @@ func TestHTTPForwardAppUnreachable(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var log testtools.Buffer
-			addr, stop := startForwarder(t, &agent.Forwarder{To: tc.to, HTTP: true, Logger: debugLogger(&log)})
+			addr, stop := startForwarder(t, forward.HTTP{To: tc.to, Logger: debugLogger(&log)})
 			resp, err := client(t, addr, false).Post("http://app.example.test/x", "text/plain", strings.NewReader("data"))
 			if err != nil {
 				t.Fatal(err)
@@ -523,7 +490,7 @@ func TestHTTPForwardLogLine(t *testing.T) {
 				io.WriteString(w, "hello")
 			})
 			var log testtools.Buffer
-			addr, stop := startForwarder(t, &agent.Forwarder{To: serveApp(t, app, m.h2c), HTTP: true, AppProtocol: appProtocol(m.h2c), Logger: debugLogger(&log)})
+			addr, stop := startForwarder(t, forward.HTTP{To: serveApp(t, app, m.h2c), AppProtocol: appProtocol(m.h2c), Logger: debugLogger(&log)})
 			c := client(t, addr, m.h2c)
 			for _, path := range []string{"/hello/world", "/x%0Ay%1B" + strings.Repeat("z", 300)} {
 				resp, err := c.Get("http://app.example.test" + path + "?q=1")
@@ -553,45 +520,6 @@ func TestHTTPForwardLogLine(t *testing.T) {
 	}
 }
 
-// TestHTTPForwardThroughEdge serves an endpoint's listener: the app gets
-// the edge's forwarding headers, and the log line names the public
-// client.
-func TestHTTPForwardThroughEdge(t *testing.T) {
-	srv, _, agents := startEdge(t)
-	public := listenLoopback(t)
-	go srv.ServeHTTPListener(public)
-	got := make(chan *http.Request, 1)
-	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got <- r
-		io.WriteString(w, "through")
-	})
-	c := &agent.Client{Addr: agents}
-	t.Cleanup(func() { c.Close() })
-	l, err := c.Listen(context.Background(), "app")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var log testtools.Buffer
-	stop := serve(t, &agent.Forwarder{To: serveApp(t, app, false), HTTP: true, Logger: debugLogger(&log)}, l)
-	resp, err := client(t, public.Addr().String(), false).Get(l.URL() + "/through?x=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	r := <-got
-	if string(body) != "through" || r.Header.Get("X-Forwarded-For") != "127.0.0.1" || len(r.Header["X-Forwarded-For"]) != 1 ||
-		r.Header.Get("X-Forwarded-Proto") != "http" || r.Host != strings.TrimPrefix(l.URL(), "http://") {
-		t.Errorf("body %q; the app got Host %q, header %v", body, r.Host, r.Header)
-	}
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	if want := "msg=http method=GET path=/through status=200 bytes=7 "; !strings.Contains(log.String(), want) || !strings.Contains(log.String(), " client=127.0.0.1:") {
-		t.Errorf("log:\n%s\nwant a line with %s... client=127.0.0.1:...", log.String(), want)
-	}
-}
-
 // proxyGoroutines counts the goroutines that run this package's code or
 // serve or hold HTTP connections: those of a forwarder, or of the app at
 // the other end of its connections.
@@ -607,7 +535,7 @@ func proxyGoroutines() int {
 	}
 	n := 0
 	for g := range bytes.SplitSeq(buf, []byte("\n\n")) {
-		for _, mark := range []string{"tunnelkit/tunnelkit/agent.", "net/http.(*persistConn)", "net/http.(*conn).serve", "net/http.(*http2"} {
+		for _, mark := range []string{"tunnelkit/tunnelkit/agent/forward.", "net/http.(*persistConn)", "net/http.(*conn).serve", "net/http.(*http2"} {
 			if bytes.Contains(g, []byte(mark)) {
 				n++
 				break
@@ -642,7 +570,7 @@ func TestHTTPForwardServeReturns(t *testing.T) {
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
 	})
-	addr, stop := startForwarder(t, &agent.Forwarder{To: serveApp(t, app, false), HTTP: true})
+	addr, stop := startForwarder(t, forward.HTTP{To: serveApp(t, app, false)})
 	c := client(t, addr, false)
 
 	resp, err := c.Get("http://app.example.test/events")
@@ -699,9 +627,9 @@ func isReset(err error) bool {
 
 // TestHTTPForwardConfigErrors checks what Serve refuses.
 func TestHTTPForwardConfigErrors(t *testing.T) {
-	for _, f := range []*agent.Forwarder{
-		{To: "127.0.0.1:1", HTTP: true, ProxyProtocol: 2},
-		{To: "127.0.0.1:1", HTTP: true, AppProtocol: "h3"},
+	for _, f := range []server{
+		forward.HTTP{To: "127.0.0.1:1", AppProtocol: "h3"},
+		forward.Bytes{To: "127.0.0.1:1", ProxyProtocol: 3},
 	} {
 		ln := listenLoopback(t)
 		err := f.Serve(ln)
@@ -731,9 +659,12 @@ func BenchmarkForwarder(b *testing.B) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
-	for _, mode := range []string{"bytes", "http"} {
-		b.Run(mode, func(b *testing.B) {
-			addr, _ := startForwarder(b, &agent.Forwarder{To: app, HTTP: mode == "http"})
+	for _, mode := range []struct {
+		name string
+		f    server
+	}{{"bytes", forward.Bytes{To: app}}, {"http", forward.HTTP{To: app}}} {
+		b.Run(mode.name, func(b *testing.B) {
+			addr, _ := startForwarder(b, mode.f)
 			c := client(b, addr, false)
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -745,8 +676,8 @@ func BenchmarkForwarder(b *testing.B) {
 		})
 	}
 	b.Run("interleaved", func(b *testing.B) {
-		bytesAddr, _ := startForwarder(b, &agent.Forwarder{To: app})
-		httpAddr, _ := startForwarder(b, &agent.Forwarder{To: app, HTTP: true})
+		bytesAddr, _ := startForwarder(b, forward.Bytes{To: app})
+		httpAddr, _ := startForwarder(b, forward.HTTP{To: app})
 		bytesClient, httpClient := client(b, bytesAddr, false), client(b, httpAddr, false)
 		get(b, bytesClient)
 		get(b, httpClient)

@@ -1,0 +1,114 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tunnelkit/tunnelkit/internal/wire"
+)
+
+// The control requests of a session: hello, bind, renew, unbind.
+
+func (c *Client) bind(ctx context.Context, mux *wire.Session, b wire.Bind) (*wire.BindResp, error) {
+	var resp wire.Response
+	if err := c.call(ctx, mux, wire.Request{Op: wire.OpBind, Bind: &b}, &resp); err != nil {
+		return nil, err
+	}
+	if resp.BindResp == nil {
+		return nil, fmt.Errorf("%w: bind answered without an endpoint", ErrRefused)
+	}
+	return resp.BindResp, nil
+}
+
+// call sends one control request on its own stream and reads the answer.
+// ctx bounds it: when ctx ends first, the stream is closed.
+func (c *Client) call(ctx context.Context, mux *wire.Session, req wire.Request, resp *wire.Response) error {
+	st, err := mux.OpenStream()
+	if err != nil {
+		return fmt.Errorf("agent: %s: %w", req.Op, err)
+	}
+	defer st.Close()
+	stop := context.AfterFunc(ctx, func() { st.Close() })
+	defer stop()
+	if err := wire.WriteMessage(st, []byte{byte(wire.StreamControl)}, req); err != nil {
+		return fmt.Errorf("agent: %s: %w", req.Op, ctxErr(ctx, err))
+	}
+	if err := wire.ReadMessage(st, resp); err != nil {
+		return fmt.Errorf("agent: %s: %w", req.Op, ctxErr(ctx, err))
+	}
+	if e := resp.Error; e != nil {
+		r := &sentinelError{kind: ErrRefused, msg: wire.Printable(e.Message, 300)}
+		switch e.Code {
+		case wire.CodeUnauthorized:
+			r.kind = ErrUnauthorized
+			if req.Hello != nil && req.Hello.Token == "" {
+				r.also = ErrNoToken
+			}
+		case wire.CodeNameTaken:
+			r.kind = ErrNameTaken
+		case wire.CodeUnavailable:
+			r.kind = ErrUnavailable
+		}
+		return r
+	}
+	return nil
+}
+
+// renewLoop renews the endpoint tickets of the listeners bound on mux every
+// interval, until the session ends or the client closes.
+func (c *Client) renewLoop(mux *wire.Session, interval time.Duration, dead <-chan struct{}) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-dead:
+			return
+		case <-c.ctx.Done():
+			return
+		}
+		c.mu.Lock()
+		ls := make([]*Listener, 0, len(c.listeners))
+		for l := range c.listeners {
+			ls = append(ls, l)
+		}
+		c.mu.Unlock()
+		for _, l := range ls {
+			id, ok := l.bound(mux)
+			if !ok {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(c.ctx, 15*time.Second)
+			var resp wire.Response
+			err := c.call(ctx, mux, wire.Request{Op: wire.OpRenew, Renew: &wire.Renew{TunnelID: id}}, &resp)
+			cancel()
+			if err == nil && resp.RenewResp != nil {
+				l.setTicket(resp.RenewResp.Ticket)
+			} else if err != nil {
+				c.log().Debug("renew endpoint ticket", "url", l.URL(), "err", err)
+			}
+		}
+	}
+}
+
+// unbind releases a listener's endpoint on the edge, if the session is up.
+func (c *Client) unbind(l *Listener) {
+	c.mu.Lock()
+	mux := c.mux
+	delete(c.listeners, l)
+	id := l.tunnelID
+	if c.byTunnel[id] == l {
+		delete(c.byTunnel, id)
+	}
+	c.mu.Unlock()
+	if mux == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var resp wire.Response
+	if err := c.call(ctx, mux, wire.Request{Op: wire.OpUnbind, Unbind: &wire.Unbind{TunnelID: id}}, &resp); err != nil {
+		c.log().Debug("unbind", "url", l.URL(), "err", err)
+	}
+}

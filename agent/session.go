@@ -1,0 +1,196 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/tunnelkit/tunnelkit/internal/wire"
+)
+
+// A session to one edge: opening it (the transport, the preamble, the
+// hello), its heartbeat, the streams it accepts, its end.
+
+// connect opens a session to the edge at addr, within ctx and
+// edgeTimeout. The caller holds connectMu.
+func (c *Client) connect(ctx context.Context, addr string) (*wire.Session, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, edgeTimeout, errEdgeTimeout)
+	defer cancel()
+	return c.open(ctx, addr)
+}
+
+// open opens a session: the transport, the mux, the hello. It installs
+// the session and starts its goroutines.
+func (c *Client) open(ctx context.Context, addr string) (*wire.Session, error) {
+	// Proxy hook (dial.go): the edge directly, or through Client.Proxy.
+	conn, err := c.dialEdge(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	tlsCfg := c.tlsConfig(addr)
+	// Until the preamble is read, a probe may tell what answers at addr
+	// when it is not an edge (diagnose.go).
+	w := c.watch(ctx, conn, addr, tlsCfg)
+	fail := func(handshake bool, err error) (*wire.Session, error) {
+		conn.Close()
+		if found := w.stop(); found != nil {
+			return nil, found
+		}
+		return nil, c.diagnose(ctx, addr, tlsCfg, handshake, err)
+	}
+	if tlsCfg != nil {
+		tc := tls.Client(conn, tlsCfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return fail(true, fmt.Errorf("agent: TLS to edge: %w", ctxErr(ctx, err)))
+		}
+		conn = tc
+	}
+	window, err := c.preamble(ctx, conn)
+	if err != nil {
+		return fail(false, ctxErr(ctx, err))
+	}
+	if found := w.stop(); found != nil {
+		conn.Close()
+		return nil, found
+	}
+	// The edge opens a stream per public connection: a burst of them must
+	// not overflow muxado's accept queue (128 by default), which resets
+	// the streams it cannot queue.
+	mux := wire.NewSession(conn, window, true, 1024)
+	// Streams whose public clients stopped reading hold the app's bytes
+	// on this host (the app's socket buffers above all): past a bound,
+	// the one stalled the longest is cut, and with it the connection to
+	// the app.
+	mux.LimitStalled(wire.DefaultMaxStalled, wire.StallAfter, func(st *wire.Stream) {
+		c.log().Debug("stream cut: its client stopped reading, and the session holds its bound of stalled streams", "edge", addr, "max", wire.DefaultMaxStalled)
+	})
+	mux.LimitUnread(wire.DefaultMaxUnread, nil)
+	// Serve the edge's streams before the hello, so that its heartbeat is
+	// answered from the start.
+	accepting := make(chan struct{})
+	dead := make(chan struct{}) // closed when the session ends
+	c.wg.Go(func() { c.acceptLoop(mux, addr, accepting, dead) })
+	var resp wire.Response
+	c.mu.Lock()
+	ticket := c.ticket
+	c.mu.Unlock()
+	hello := wire.Request{Op: wire.OpHello, Hello: &wire.Hello{Version: wire.Version, Token: c.Token, Agent: "tunnelkit-agent", Ticket: ticket}}
+	err = c.call(ctx, mux, hello, &resp)
+	if err == nil && resp.HelloResp == nil {
+		err = fmt.Errorf("%w: hello answered without a session", ErrRefused)
+	}
+	c.mu.Lock()
+	if err == nil && c.closed {
+		err = fmt.Errorf("agent: %w", net.ErrClosed)
+	}
+	if err != nil {
+		c.mu.Unlock()
+		close(accepting)
+		mux.Close()
+		return nil, err
+	}
+	c.mux = mux
+	c.edge = addr
+	c.sessionID = resp.HelloResp.SessionID
+	if resp.HelloResp.Ticket != "" {
+		c.ticket = resp.HelloResp.Ticket
+	}
+	c.renewAfter = time.Duration(resp.HelloResp.RenewAfter) * time.Second
+	c.wg.Go(func() { c.heartbeat(mux, addr) })
+	if renew := c.renewAfter; renew > 0 {
+		c.wg.Go(func() { c.renewLoop(mux, renew, dead) })
+	}
+	c.mu.Unlock()
+	close(accepting)
+	c.log().Info("connected to edge", "edge", addr, "session", resp.HelloResp.SessionID)
+	c.emit(Event{Kind: Connected, Addr: addr})
+	return mux, nil
+}
+
+// preamble asks the edge for the stream window and returns the one it
+// grants, within ctx.
+func (c *Client) preamble(ctx context.Context, conn net.Conn) (uint32, error) {
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+	defer stop()
+	if err := wire.WritePreamble(conn, wire.ClampWindow(c.StreamWindow)); err != nil {
+		return 0, err
+	}
+	window, err := wire.ReadPreamble(conn)
+	if err != nil {
+		return 0, err
+	}
+	if !stop() {
+		return 0, ctx.Err()
+	}
+	return window, conn.SetDeadline(time.Time{})
+}
+
+// acceptLoop accepts the edge's streams until the session ends, then
+// closes dead. Proxy streams wait for accepting, closed once the session is
+// installed.
+func (c *Client) acceptLoop(mux *wire.Session, addr string, accepting <-chan struct{}, dead chan struct{}) {
+	var wg sync.WaitGroup
+	for {
+		st, err := mux.AcceptStream()
+		if err != nil {
+			break
+		}
+		wg.Go(func() { c.handleStream(st, addr, accepting, dead) })
+	}
+	close(dead)
+	wg.Wait()
+	c.sessionEnded(mux)
+}
+
+// sessionEnded forgets a session that died and reconnects when listeners
+// are open.
+func (c *Client) sessionEnded(mux *wire.Session) {
+	localErr, _, _ := mux.Wait()
+	c.mu.Lock()
+	if c.mux != mux {
+		c.mu.Unlock()
+		return
+	}
+	c.mux = nil
+	edge := c.edge
+	c.byTunnel = map[string]*Listener{}
+	closed := c.closed
+	redial := !closed && len(c.listeners) > 0 && !c.redialing
+	if redial {
+		c.redialing = true
+	}
+	c.mu.Unlock()
+	if !closed {
+		// Disconnected comes before any event of the reconnection.
+		c.log().Warn("session to edge ended", "edge", edge, "err", localErr)
+		c.emit(Event{Kind: Disconnected, Err: localErr, Addr: edge})
+	}
+	if redial {
+		c.wg.Go(c.reconnectLoop)
+	}
+}
+
+// heartbeat pings the edge and closes the session when it stops answering.
+func (c *Client) heartbeat(mux *wire.Session, addr string) {
+	st, err := mux.OpenStream()
+	if err != nil {
+		return
+	}
+	defer st.Close()
+	if _, err := st.Write([]byte{byte(wire.StreamHeartbeat)}); err != nil {
+		return
+	}
+	hb := wire.Heartbeat{
+		Interval: c.HeartbeatInterval,
+		Timeout:  c.HeartbeatTimeout,
+		Heard:    mux.Heard,
+		Dead: func() {
+			c.log().Warn("edge missed its heartbeat; closing the session", "edge", addr)
+			mux.Close()
+		},
+	}
+	hb.Run(st)
+}

@@ -1,0 +1,90 @@
+package wire
+
+import (
+	"encoding/binary"
+	"io"
+	"sync"
+	"time"
+)
+
+// Pinger keeps a version 3 session alive and tells when its peer is dead,
+// with no goroutine of its own at rest: a timer every Interval opens a
+// ping stream to the peer (StreamPing), and when nothing at all came from
+// the peer within Interval+Timeout (Session.Heard), calls Dead, once. A
+// peer busy sending bulk data is alive, even when its pings wait behind
+// the data.
+type Pinger struct {
+	Interval time.Duration // zero: DefaultHeartbeatInterval
+	Timeout  time.Duration // zero: DefaultHeartbeatTimeout
+	Dead     func()        // called once when the peer is dead
+
+	mu      sync.Mutex
+	timer   *time.Timer
+	stopped bool
+	heard   uint64    // what Heard said when it last grew
+	heardAt time.Time // and when
+}
+
+// Start pings over s until stop is called or Dead. It returns at once.
+func (p *Pinger) Start(s *Session) (stop func()) {
+	interval := cmp(p.Interval, DefaultHeartbeatInterval)
+	timeout := cmp(p.Timeout, DefaultHeartbeatTimeout)
+	p.mu.Lock()
+	p.heard, p.heardAt = s.Heard(), time.Now()
+	p.timer = time.AfterFunc(interval, func() { p.tick(s, interval, timeout) })
+	p.mu.Unlock()
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.stopped = true
+		p.timer.Stop()
+	}
+}
+
+// tick checks that the peer was heard from lately, and pings it.
+func (p *Pinger) tick(s *Session, interval, timeout time.Duration) {
+	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	if h := s.Heard(); h != p.heard {
+		p.heard, p.heardAt = h, now
+	} else if now.Sub(p.heardAt) >= interval+timeout {
+		p.stopped = true
+		p.mu.Unlock()
+		if p.Dead != nil {
+			p.Dead()
+		}
+		return
+	}
+	p.mu.Unlock()
+	ping(s, now, timeout)
+	p.mu.Lock()
+	if !p.stopped {
+		p.timer.Reset(interval)
+	}
+	p.mu.Unlock()
+}
+
+// ping opens a ping stream to the peer, bounded in time by timeout.
+func ping(s *Session, now time.Time, timeout time.Duration) {
+	st, err := s.OpenStream()
+	if err != nil {
+		return
+	}
+	var b [9]byte
+	b[0] = byte(StreamPing)
+	binary.BigEndian.PutUint64(b[1:], uint64(now.UnixNano()))
+	st.SetWriteDeadline(now.Add(timeout))
+	st.Write(b[:])
+	st.Close()
+}
+
+// ReadPing reads the rest of a ping stream whose type byte was read.
+func ReadPing(r io.Reader) error {
+	var b [8]byte
+	_, err := io.ReadFull(r, b[:])
+	return err
+}
