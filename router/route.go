@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 )
 
@@ -32,9 +33,28 @@ type Route struct {
 	// stores it with the route. It holds the policy's secrets (passwords,
 	// OIDC client secrets, webhook secrets): the store of a shared Router
 	// must be protected as the secrets are (for etcd: TLS with client
-	// certificates, and its access control), and a Route is not to be
-	// logged whole.
+	// certificates, and its access control). A Route logs without it (see
+	// LogValue); do not print it otherwise.
 	Policy string
+}
+
+// LogValue makes a Route log (with log/slog) as its fields, but for its
+// Policy, which holds secrets: only its length is logged.
+func (r Route) LogValue() slog.Value {
+	attrs := []slog.Attr{
+		slog.String("proto", r.Proto),
+		slog.String("name", r.Name),
+		slog.String("tunnel", r.TunnelID),
+		slog.String("session", r.SessionID),
+		slog.String("identity", r.Identity),
+		slog.String("edge", r.Edge),
+		slog.Bool("pool", r.Pool),
+		slog.String("app_protocol", r.AppProtocol),
+	}
+	if r.Policy != "" {
+		attrs = append(attrs, slog.Int("policy_bytes", len(r.Policy)))
+	}
+	return slog.GroupValue(attrs...)
 }
 
 // RouteKey identifies a route within its Proto and Name: the edge, the
