@@ -195,7 +195,6 @@ func lookup(t testing.TB, r *Router, proto, host string) []router.Route {
 	return routes
 }
 
-
 // sees reports whether r's Lookup(proto, host) returns exactly want.
 func sees(t testing.TB, r *Router, proto, host string, want ...router.Route) func() bool {
 	return func() bool {
