@@ -79,6 +79,7 @@ func startClusterOf(t testing.TB, ca *testpki.CA, rt router.Router, configure fu
 // the app sees exactly one X-Forwarded-For hop, and the client's own
 // address and port as RemoteAddr.
 func TestRelayAcrossEdges(t *testing.T) {
+	t.Parallel()
 	rt := &router.MemoryRouter{}
 	// TCP endpoints listen on every edge: in one process, only one edge per
 	// loopback address can have the port, so A listens on 127.0.0.1, B on
@@ -183,6 +184,7 @@ func TestRelayAcrossEdges(t *testing.T) {
 // TestRelayRefusesUnknownEdges: a peer without a certificate of the
 // cluster's CA gets no relay session.
 func TestRelayRefusesUnknownEdges(t *testing.T) {
+	t.Parallel()
 	edges := startCluster(t, &router.MemoryRouter{}, "127.0.0.1")
 	stranger := testpki.New(t)
 	conn, err := tls.Dial("tcp", edges[0].relayAddr, &tls.Config{

@@ -41,6 +41,7 @@ func helloMessage(t testing.TB, token string) []byte {
 // control streams at once. The edge decides one hello per session and
 // never panics (a panic would end this test binary).
 func TestConcurrentHellosNeverPanic(t *testing.T) {
+	t.Parallel()
 	// A slow Authenticate widens the window between two hellos' checks.
 	slowTokens := func(ctx context.Context, token string) (string, error) {
 		time.Sleep(2 * time.Millisecond)
@@ -146,6 +147,7 @@ func TestStreamsBeforeHelloRefused(t *testing.T) {
 // TestPendingSessionsBounded: silent connections on the agent port past
 // MaxPendingSessions push out the oldest; a real agent still connects.
 func TestPendingSessionsBounded(t *testing.T) {
+	t.Parallel()
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Limits: edge.Limits{PendingSessions: 50}}, listen(t), listen(t))
 	var silent []net.Conn
 	defer func() {
@@ -192,6 +194,7 @@ func TestPendingSessionsBounded(t *testing.T) {
 // app. None fails, and afterwards the agent holds no connection to the app
 // (no stream outlives its request).
 func TestNoKeepAliveFloodKeepsTunnelUp(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	var open atomic.Int32
 	app := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
@@ -296,6 +299,7 @@ func (e *proxiedEdge) clientAs(from string) *http.Client {
 // bodies trickle in, then stop. Past its share it is refused (429); the
 // bodies that stop are cut off (408); another client is served throughout.
 func TestSlowBodiesCutAndOthersServed(t *testing.T) {
+	t.Parallel()
 	// The body timeout outlasts the time 100 connections take to arrive
 	// on a loaded machine: a slow request cut off before the last ones
 	// arrived would free its place in the share for one more.
@@ -366,6 +370,7 @@ func TestSlowBodiesCutAndOthersServed(t *testing.T) {
 // to a TCP endpoint and a TLS endpoint; past its share they are closed, and
 // another client is served.
 func TestIdleConnsHoldOnlyTheirShare(t *testing.T) {
+	t.Parallel()
 	e := startProxiedEdge(t, &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, Limits: edge.Limits{StreamsPerSession: 64, ClientShare: 0.25}})
 	pki := testpki.New(t)
 	c := &agent.Client{Addrs: []string{e.agentAddr}}
@@ -460,6 +465,7 @@ func clientHelloFor(t testing.TB, name string) []byte {
 // first failures are logged one by one, the rest in aggregate; an agent
 // from another address is served.
 func TestWrongTokensThrottled(t *testing.T) {
+	t.Parallel()
 	var lines atomic.Int32
 	srv := &edge.Server{Domain: "example.test", Authenticate: tokens, Logger: slogAll(&lines), Limits: edge.Limits{AuthFailures: 5}}
 	te := edgeOn(t, srv, listen(t), listen(t))
@@ -537,6 +543,7 @@ func rawHTTP(t testing.TB, addr, req string) (*http.Response, string) {
 // half-closes its side; the request reaches the app and the app's own
 // response comes back.
 func TestHalfCloseGetsTheAppsResponse(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	var posts atomic.Int32
 	c := &agent.Client{Addrs: []string{te.agentAddr}}
@@ -564,6 +571,7 @@ func TestHalfCloseGetsTheAppsResponse(t *testing.T) {
 // TestEdgeErrorsSayWhy: each failure the edge answers itself has its own
 // status and a stable code.
 func TestEdgeErrorsSayWhy(t *testing.T) {
+	t.Parallel()
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Timeouts: edge.Timeouts{ResponseHeader: 200 * time.Millisecond}}, listen(t), listen(t))
 	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
@@ -625,6 +633,7 @@ func deadAddr(t testing.TB) string {
 // TestUpgradedConnIdleTimeout: an upgraded connection in which nobody says
 // anything is closed after IdleTimeout, like any other public connection.
 func TestUpgradedConnIdleTimeout(t *testing.T) {
+	t.Parallel()
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Timeouts: edge.Timeouts{HTTPIdle: 200 * time.Millisecond}}, listen(t), listen(t))
 	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
@@ -659,6 +668,7 @@ func TestUpgradedConnIdleTimeout(t *testing.T) {
 // TestEndpointsPerSessionBounded: a session holds at most
 // MaxEndpointsPerSession endpoints.
 func TestEndpointsPerSessionBounded(t *testing.T) {
+	t.Parallel()
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Limits: edge.Limits{EndpointsPerSession: 20}}, listen(t), listen(t))
 	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
@@ -680,6 +690,7 @@ func TestEndpointsPerSessionBounded(t *testing.T) {
 // next request on its own keep-alive connection still gets through, GET and
 // POST alike.
 func TestStreamClosedByAppIsNotReused(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	var conns atomic.Int32
 	app := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -725,6 +736,7 @@ func TestStreamClosedByAppIsNotReused(t *testing.T) {
 // streams idle until the session's stream bound is reached; a new client's
 // request takes an idle stream's place rather than fail.
 func TestIdleStreamsYieldToLiveRequests(t *testing.T) {
+	t.Parallel()
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Limits: edge.Limits{StreamsPerSession: 8, ClientShare: -1}}, listen(t), listen(t))
 	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()

@@ -65,6 +65,7 @@ func (t *tally) Refused(reason edge.Reason) { t.add("refused/"+string(reason), 1
 // connections, bytes, requests by status class and refusals by reason,
 // and the gauges come back to zero when everything ends.
 func TestObserverCounts(t *testing.T) {
+	t.Parallel()
 	obs := &tally{}
 	e := startHTTPSEdge(t, func(s *edge.Server) {
 		s.Observer = obs

@@ -219,6 +219,7 @@ func (c *relayCluster) refusals(i int) int64 {
 // app. Meanwhile clients of the other edge are relayed to the app, each
 // with its own address.
 func TestRelayAdmitsOnlyMembers(t *testing.T) {
+	t.Parallel()
 	c := startRelayCluster(t, "127.0.0.1", "::1")
 	a, b := c.edges[0], c.edges[1]
 	c.wellBehaved(t, 1)
@@ -290,6 +291,7 @@ func TestRelayAdmitsOnlyMembers(t *testing.T) {
 // host outside the route's name is closed before the agent hears of it
 // (relay_refused); the well-behaved stream beside them is served.
 func TestRelayStreamsNameHeldRoutes(t *testing.T) {
+	t.Parallel()
 	c := startRelayCluster(t, "127.0.0.1", "::1", "127.0.0.2")
 	a, b, third := c.edges[0], c.edges[1], c.edges[2]
 	// An agent on the third edge: its route is that edge's, not A's.
@@ -380,6 +382,7 @@ func (h *relayLogs) get() []string {
 // one by one, but logged in a bounded number of lines: one at first, then
 // at most one per 10 s window, whatever the level.
 func TestRelayRefusalsLogBounded(t *testing.T) {
+	t.Parallel()
 	ca := testpki.New(t)
 	logs := &relayLogs{}
 	obs := &tally{}
@@ -459,6 +462,7 @@ func tlsAttempt(name, addr string, cert tls.Certificate, roots *x509.CertPool) e
 // TestRelayServeChecksItsCertificate: Serve refuses to start with a
 // certificate that does not name its edge, which every peer would refuse.
 func TestRelayServeChecksItsCertificate(t *testing.T) {
+	t.Parallel()
 	ca := testpki.New(t)
 	ln := listen(t)
 	srv := &edge.Server{ID: ln.Addr().String(), Domain: "example.test"}
@@ -487,6 +491,7 @@ func TestRelayServeChecksItsCertificate(t *testing.T) {
 // for the address) gets no relay session, so no client's bytes: the
 // client gets 502 agent_offline.
 func TestRelayDialsOnlyTheEdgeItNames(t *testing.T) {
+	t.Parallel()
 	ca := testpki.New(t)
 	rt := &router.MemoryRouter{}
 	edges := startClusterOf(t, ca, rt, nil, "127.0.0.1")

@@ -77,6 +77,7 @@ func tokens(_ context.Context, token string) (string, error) {
 }
 
 func TestWrongTokenRefused(t *testing.T) {
+	t.Parallel()
 	rt := &router.MemoryRouter{}
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Router: rt, Authenticate: tokens}, listen(t), listen(t))
 	good := &agent.Client{Addrs: []string{te.agentAddr}, Token: "alice-token"}
@@ -106,6 +107,7 @@ func TestWrongTokenRefused(t *testing.T) {
 // TestGraceKeepsNameForIdentity cuts alice's session: during the grace
 // period bob cannot take her name, and alice, reconnecting, gets it back.
 func TestGraceKeepsNameForIdentity(t *testing.T) {
+	t.Parallel()
 	rt := &router.MemoryRouter{}
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Router: rt, Authenticate: tokens, Timeouts: edge.Timeouts{Grace: time.Minute}}, listen(t), listen(t))
 
@@ -174,6 +176,7 @@ func rawSession(t testing.TB, addr string) muxado.Session {
 }
 
 func TestMalformedControlMessages(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	te.serveApp(t, "app", nameHandler("app"))
 	cases := map[string][]byte{
@@ -217,6 +220,7 @@ func mustMessage(t testing.TB, req wire.Request) []byte {
 // TestHostileEdgeProxyHeaders runs a fake edge that sends the agent broken
 // proxy headers: the agent drops those streams, and delivers the good one.
 func TestHostileEdgeProxyHeaders(t *testing.T) {
+	t.Parallel()
 	ln := listen(t)
 	defer ln.Close()
 	edgeDone := make(chan error, 1)
@@ -317,6 +321,7 @@ func answerStreams(s muxado.Session, handle func(st muxado.Stream, typ wire.Stre
 }
 
 func TestSilentAndSlowClientsTimedOut(t *testing.T) {
+	t.Parallel()
 	srv := &edge.Server{Domain: "example.test", Timeouts: edge.Timeouts{Handshake: 300 * time.Millisecond}}
 	pubTLS := listen(t)
 	te := edgeOn(t, srv, listen(t), listen(t))
@@ -440,6 +445,7 @@ func (r *relay) copy(dst, src net.Conn) {
 }
 
 func TestFrozenNetworkDetectedByHeartbeat(t *testing.T) {
+	t.Parallel()
 	const interval, timeout = 50 * time.Millisecond, 200 * time.Millisecond
 	rt := &router.MemoryRouter{}
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Router: rt, Timeouts: edge.Timeouts{HeartbeatInterval: interval, HeartbeatTimeout: timeout}}, listen(t), listen(t))
@@ -479,6 +485,7 @@ func TestFrozenNetworkDetectedByHeartbeat(t *testing.T) {
 // comes back with the same URL, and requests succeed without the app doing
 // anything.
 func TestEdgeRestartSameURL(t *testing.T) {
+	t.Parallel()
 	agentsLn, pubLn := listen(t), listen(t)
 	agentsAddr := agentsLn.Addr().String()
 	srv1 := &edge.Server{Domain: "example.test"}
@@ -563,6 +570,7 @@ func TestKillAgentMidTransfer(t *testing.T) {
 }
 
 func TestSessionsPerIdentityAndStreamLimits(t *testing.T) {
+	t.Parallel()
 	srv := &edge.Server{Domain: "example.test", Authenticate: identityIsToken, Limits: edge.Limits{SessionsPerIdentity: 2, StreamsPerSession: 4, ClientShare: -1}}
 	te := edgeOn(t, srv, listen(t), listen(t))
 	var clients []*agent.Client
@@ -637,6 +645,7 @@ func TestSessionsPerIdentityAndStreamLimits(t *testing.T) {
 // TestStreamWindowNegotiated: the edge grants the smaller of its window and
 // the agent's, and large transfers work at every combination.
 func TestStreamWindowNegotiated(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ edge, agent int }{
 		{128 << 10, 1 << 20},
 		{0, 64 << 10},
@@ -668,6 +677,7 @@ func TestStreamWindowNegotiated(t *testing.T) {
 }
 
 func TestBadPreambleRefused(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	te.serveApp(t, "app", nameHandler("app"))
 	for _, first := range []string{"GET / HTTP/1.1\r\n\r\n", "TKT1\x00\x00\x00\x01", "TKT9\x00\x04\x00\x00"} {
@@ -691,6 +701,7 @@ func TestBadPreambleRefused(t *testing.T) {
 // TestSilentAppTimedOut: an app that never answers costs the edge a
 // goroutine only until ResponseHeaderTimeout; the client gets 504.
 func TestSilentAppTimedOut(t *testing.T) {
+	t.Parallel()
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Timeouts: edge.Timeouts{ResponseHeader: 100 * time.Millisecond}}, listen(t), listen(t))
 	release := make(chan struct{})
 	defer close(release)

@@ -123,6 +123,7 @@ func nameHandler(name string) http.Handler {
 }
 
 func TestTwoAgentsEachByName(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	te.serveApp(t, "alpha", nameHandler("alpha"))
 	te.serveApp(t, "beta", nameHandler("beta"))
@@ -135,6 +136,7 @@ func TestTwoAgentsEachByName(t *testing.T) {
 }
 
 func TestForwardingHeadersAndRemoteAddr(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	type seen struct {
 		remote string
@@ -176,6 +178,7 @@ func TestForwardingHeadersAndRemoteAddr(t *testing.T) {
 }
 
 func TestUnknownNameAndBadHosts(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	te.serveApp(t, "app", nameHandler("app"))
 	cases := []struct {
@@ -214,6 +217,7 @@ func TestUnknownNameAndBadHosts(t *testing.T) {
 }
 
 func TestAgentKilledFailsCleanly(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	release := make(chan struct{})
 	entered := make(chan struct{}, 1)
@@ -254,6 +258,7 @@ func TestAgentKilledFailsCleanly(t *testing.T) {
 }
 
 func TestConcurrentRequestsOneSession(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	te.serveApp(t, "app", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, r.URL.Query().Get("i"))
@@ -382,6 +387,7 @@ func TestLargeUploadDownload(t *testing.T) {
 }
 
 func TestWebSocketEcho(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	te.serveApp(t, "ws", websocket.Handler(func(ws *websocket.Conn) { io.Copy(ws, ws) }))
 	_, port, _ := net.SplitHostPort(te.httpAddr)
@@ -414,6 +420,7 @@ func TestWebSocketEcho(t *testing.T) {
 }
 
 func TestServerSentEventsStream(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	acks := make(chan struct{})
 	te.serveApp(t, "sse", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -450,6 +457,7 @@ func TestServerSentEventsStream(t *testing.T) {
 }
 
 func TestRandomNameAndNameTaken(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
@@ -474,6 +482,7 @@ func TestRandomNameAndNameTaken(t *testing.T) {
 }
 
 func TestListenerCloseUnbinds(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	l, _ := te.serveApp(t, "app", nameHandler("app"))
 	if resp, _ := get(t, te, te.url("app")+"/", nil); resp.StatusCode != 200 {
@@ -489,6 +498,7 @@ func TestListenerCloseUnbinds(t *testing.T) {
 }
 
 func TestShutdownLetsInFlightFinish(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	release := make(chan struct{})
 	entered := make(chan struct{})
@@ -581,6 +591,7 @@ func TestCloseAndShutdownLeaveNoGoroutine(t *testing.T) {
 // TestCurlUploadWithExpectContinue: curl sends "Expect: 100-continue"
 // before a large body; the upload goes through the tunnel whole.
 func TestCurlUploadWithExpectContinue(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl not installed")
 	}
