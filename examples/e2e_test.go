@@ -194,6 +194,17 @@ func TestEdgeAgentHello(t *testing.T) {
 	if got := getVia(t, pub, url+"/x"); !strings.Contains(got, "Hello from behind the tunnel!") || !strings.Contains(got, "You are 127.0.0.1:") {
 		t.Fatalf("hello answered %q", got)
 	}
+
+	// hello -listen: a local app behind the agent's -to, which names the
+	// client the agent's forwarder reports.
+	local := readURL(t, start(t, filepath.Join(bin, "hello"), "-listen", "127.0.0.1:0"))
+	if !strings.HasPrefix(local, "http://127.0.0.1:") {
+		t.Fatalf("hello -listen printed %q", local)
+	}
+	url = readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-url", "http://local.example.test", "-to", strings.TrimPrefix(local, "http://")))
+	if got := getVia(t, pub, url+"/y"); !strings.Contains(got, "Hello from behind the tunnel!") || !strings.Contains(got, "X-Forwarded-For: 127.0.0.1\n") {
+		t.Fatalf("hello -listen behind the agent answered %q", got)
+	}
 }
 
 // TestL4Endpoints runs the edge with -tls and -tcp-ports, and agents that
@@ -385,6 +396,7 @@ func TestBadFlags(t *testing.T) {
 		{"agent", "-to", "127.0.0.1:1", "-wait", "-1s"},
 		{"hello", "-wait", "-1s"},
 		{"hello", "extra"},
+		{"hello", "-listen", "127.0.0.1:0", "-url", "http://x"},
 		{"edge", "-acme-orders-per-identity", "2"}, // without -acme-directory
 	} {
 		out, err := exec.Command(filepath.Join(bin, c[0]), c[1:]...).CombinedOutput()
