@@ -519,6 +519,11 @@ func TestREADMEShell(t *testing.T) {
 					}
 				}
 			default:
+				for _, cl := range commandLines(b) {
+					if curlWithoutFail(cl.text) {
+						t.Errorf("README.md:%d: curl without -f (--fail): an error page would pass for an answer", cl.line)
+					}
+				}
 				runShell(t, b.line, b.text)
 			}
 		})
@@ -711,6 +716,28 @@ func commandFlags(line string) (name string, flags []string) {
 	return words[0], flags
 }
 
+// curlWithoutFail reports whether a command line runs curl without -f
+// (alone or among other short flags), --fail or --fail-with-body.
+func curlWithoutFail(line string) bool {
+	words := strings.Fields(strings.ReplaceAll(line, ";", " ; "))
+	for i, w := range words {
+		if w != "curl" || i > 0 && !slices.Contains([]string{";", "|", "&&", "||", "&", "do", "then", "until", "while", "if", "!"}, words[i-1]) {
+			continue // not a command
+		}
+		fail := false
+		for _, a := range words[i+1:] {
+			if a == "|" || a == ";" || a == "&&" || a == "||" || a == "&" || strings.HasPrefix(a, "#") {
+				break
+			}
+			fail = fail || a == "--fail" || a == "--fail-with-body" || regexp.MustCompile(`^-[a-zA-Z]*f[a-zA-Z]*$`).MatchString(a)
+		}
+		if !fail {
+			return true
+		}
+	}
+	return false
+}
+
 // helpFlags returns the flags bin -h lists.
 func helpFlags(t *testing.T, bin string) map[string]bool {
 	t.Helper()
@@ -772,6 +799,17 @@ func TestParseREADME(t *testing.T) {
 	}
 	if name, flags := commandFlags(`HTTPS_PROXY=x agent -edge e:7000 [-token T] -access-log=false -to a & # -not`); name != "agent" || !slices.Equal(flags, []string{"edge", "token", "access-log", "to"}) {
 		t.Errorf("commandFlags: %q %q", name, flags)
+	}
+	for line, want := range map[string]bool{
+		`curl -fsS http://x/`:                         false,
+		`curl --resolve a:1:b --fail http://x/`:       false,
+		`until [ -s x ]; do curl -sS http://x/; done`: true,
+		`curl -fsS a | grep b; curl -s c`:             true,
+		`echo curl`:                                   false,
+	} {
+		if curlWithoutFail(line) != want {
+			t.Errorf("curlWithoutFail(%q) = %v", line, !want)
+		}
 	}
 	if name, _ := commandFlags("go run ./examples/demo -v"); name != "demo" {
 		t.Errorf("commandFlags(go run ./examples/demo): %q", name)
