@@ -29,10 +29,12 @@ var examples = []string{"demo", "edge", "agent", "hello", "sniproxy"}
 // binDir holds the built examples.
 var binDir string
 
-// TestMain builds the examples before any test starts, so that no test's
-// deadline includes compiling them (a cold build cache takes minutes on a
-// small machine), then runs the tests.
+// TestMain builds the examples, and what the README's blocks compile
+// (prepareREADME), before any test starts, so that no test's deadline
+// includes compiling them (a cold build cache takes minutes on a small
+// machine), then runs the tests.
 func TestMain(m *testing.M) {
+	isolatedChild() // returns, but in the test binary run by isolatedCommand
 	dir, err := os.MkdirTemp("", "tunnelkit-examples-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -45,7 +47,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
+	cleanup := prepareREADME()
 	code := m.Run()
+	cleanup()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
