@@ -151,7 +151,9 @@ type Timeouts struct {
 
 	// Body bounds the wait for each read of a public HTTP request's body,
 	// as nginx's client_body_timeout does: a body that stops moving for
-	// that long is cut off and the client gets 408. Zero: 60 s.
+	// that long is cut off and the client gets 408. A traffic policy's
+	// webhook check, which reads the body whole (at most 1 MiB) before the
+	// request goes on, has Body for all of it. Zero: 60 s.
 	Body time.Duration
 
 	// Grace is how long the names of an agent session that ended stay

@@ -402,6 +402,11 @@ func TestBadFlags(t *testing.T) {
 		{"hello", "extra"},
 		{"hello", "-listen", "127.0.0.1:0", "-url", "http://x"},
 		{"edge", "-acme-orders-per-identity", "2"}, // without -acme-directory
+		{"edge", "-policy", "/nonexistent"},
+		{"edge", "-policy", badTokens}, // not JSON
+		{"edge", "-policy-kinds", "basic_auth,ip_reputation"},
+		{"edge", "-oidc-issuer-allowed", "http://id.example.com"},
+		{"edge", "-oidc-ca", "ca.pem"}, // without -oidc
 	} {
 		out, err := exec.Command(filepath.Join(bin, c[0]), c[1:]...).CombinedOutput()
 		if err == nil {

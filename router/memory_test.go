@@ -3,6 +3,8 @@ package router
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 )
@@ -75,5 +77,15 @@ func TestMemoryRouterReserve(t *testing.T) {
 	}
 	if err := m.Reserve(ctx, Route{Proto: "http", Name: "bad name"}, time.Minute); !errors.Is(err, ErrInvalidName) {
 		t.Fatalf("Reserve of an invalid name: %v", err)
+	}
+}
+
+// A Route logs without its policy, which holds secrets.
+func TestRouteLogValue(t *testing.T) {
+	var b strings.Builder
+	log := slog.New(slog.NewTextHandler(&b, nil))
+	log.Info("route", "route", Route{Proto: "https", Name: "app.example.test", Identity: "alice", Policy: `{"basic_auth":{"credentials":["ann:s3cret"]}}`})
+	if out := b.String(); strings.Contains(out, "s3cret") || !strings.Contains(out, "route.name=app.example.test") || !strings.Contains(out, "route.policy_bytes=45") {
+		t.Errorf("logged %q", out)
 	}
 }
