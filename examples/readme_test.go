@@ -236,9 +236,20 @@ func (p *readmePrepared) buildGo(dir string) {
 		fail(err)
 		return
 	}
+	// The workspace: this module and every one of the repository's
+	// go.work, so that fragments import nested modules too (policy/oidc).
+	work, err := os.ReadFile(filepath.Join(p.root, "go.work"))
+	if err != nil {
+		fail(err)
+		return
+	}
+	use := "\t.\n"
+	for _, m := range regexp.MustCompile(`(?m)^\s+(\./\S*|\.)\s*$`).FindAllStringSubmatch(string(work), -1) {
+		use += fmt.Sprintf("\t%q\n", filepath.Join(p.root, m[1]))
+	}
 	files := map[string]string{
 		"go.mod":  "module readme.test\n\ngo 1.26\n",
-		"go.work": fmt.Sprintf("go 1.26.0\n\nuse (\n\t.\n\t%q\n)\n", p.root),
+		"go.work": "go 1.26.0\n\nuse (\n" + use + ")\n",
 	}
 	var fragments []readmeBlock
 	for _, b := range p.blocks {
@@ -327,6 +338,7 @@ var fragmentImports = map[string]string{
 	"log":       "log",
 	"net":       "net",
 	"netip":     "net/netip",
+	"oidc":      "github.com/tunnelkit/tunnelkit/policy/oidc",
 	"os":        "os",
 	"policy":    "github.com/tunnelkit/tunnelkit/policy",
 	"router":    "github.com/tunnelkit/tunnelkit/router",
