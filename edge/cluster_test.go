@@ -17,6 +17,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
@@ -154,7 +155,7 @@ func TestRelayAcrossEdges(t *testing.T) {
 	for _, host := range []string{"::1"} {
 		addr := net.JoinHostPort(host, port)
 		var conn net.Conn
-		waitFor(t, func() bool {
+		testwait.For(t, func() bool {
 			conn, err = net.Dial("tcp", addr)
 			return err == nil
 		})
@@ -169,7 +170,7 @@ func TestRelayAcrossEdges(t *testing.T) {
 	// The agent goes: the other edge stops listening on its port.
 	ag.Close()
 	for _, host := range []string{"::1"} {
-		waitFor(t, func() bool {
+		testwait.For(t, func() bool {
 			conn, err := net.DialTimeout("tcp", net.JoinHostPort(host, port), time.Second)
 			if err == nil {
 				conn.Close()

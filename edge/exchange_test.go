@@ -23,6 +23,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
 	"github.com/tunnelkit/tunnelkit/internal/testtools"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 )
 
 // Every exchange ends, and ends truthfully (issue #18): each test runs the
@@ -90,7 +91,7 @@ func tunnelHops(t *testing.T, appAddr string, configure func(*edge.Server)) []ho
 		// A version 3 session holds no stream at rest (its pings are
 		// streams of a moment).
 		const idle = 0
-		waitFor(t, func() bool { return obs.get("streams") == idle })
+		testwait.For(t, func() bool { return obs.get("streams") == idle })
 		out = append(out, hop{
 			name:   "tunnel, agent copying " + mode,
 			client: e.client,
@@ -490,7 +491,7 @@ func TestAccessLogSaysSwitchingProtocols(t *testing.T) {
 		t.Fatalf("echo: %q %v", got, err)
 	}
 	conn.Close()
-	waitFor(t, func() bool { return strings.Contains(logged.String(), "\n") })
+	testwait.For(t, func() bool { return strings.Contains(logged.String(), "\n") })
 	line := logged.String()
 	if !strings.Contains(line, "status=101") || !strings.Contains(line, "bytes=5") {
 		t.Fatalf("access line %q, want status=101 and the 5 bytes echoed", line)

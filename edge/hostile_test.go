@@ -28,6 +28,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 )
 
@@ -243,7 +244,7 @@ func TestNoKeepAliveFloodKeepsTunnelUp(t *testing.T) {
 	if failed.Load() != 0 {
 		t.Fatalf("%d of %d requests failed", failed.Load(), n)
 	}
-	waitFor(t, func() bool { return open.Load() == 0 })
+	testwait.For(t, func() bool { return open.Load() == 0 })
 	if resp, _ := get(t, te, te.url("app")+"/", nil); resp.StatusCode != 200 {
 		t.Fatalf("after the flood: %d", resp.StatusCode)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
 	"github.com/tunnelkit/tunnelkit/internal/testnet"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
@@ -255,7 +256,7 @@ func TestTCPEndpointLifetime(t *testing.T) {
 	}
 	// The edge stops listening when the binding ends.
 	c.Close()
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool {
 		conn, err := net.Dial("tcp", "127.0.0.1:"+port)
 		if err == nil {
 			conn.Close()
@@ -353,7 +354,7 @@ func TestPoolSpreadAndFailover(t *testing.T) {
 	}
 	members[1].dead.Store(true)
 	members[1].conn.Close()
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool {
 		routes, _ := e.router.Lookup(context.Background(), "tcp", port)
 		return len(routes) == 2
 	})

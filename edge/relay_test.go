@@ -20,6 +20,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
 )
@@ -264,7 +265,7 @@ func TestRelayAdmitsOnlyMembers(t *testing.T) {
 		}
 		c.wellBehaved(t, 1)
 	}
-	waitFor(t, func() bool { return c.refusals(0) == int64(len(hostile)) })
+	testwait.For(t, func() bool { return c.refusals(0) == int64(len(hostile)) })
 
 	// A member is trusted with the client it names, and with the
 	// forwarding headers it wrote: that is what admission is for.
@@ -330,7 +331,7 @@ func TestRelayStreamsNameHeldRoutes(t *testing.T) {
 		}
 		c.wellBehaved(t, 1)
 	}
-	waitFor(t, func() bool { return c.refusals(0) == int64(len(forged)) })
+	testwait.For(t, func() bool { return c.refusals(0) == int64(len(forged)) })
 
 	// The same member's stream for the route, as it looked it up, is
 	// served: with the port in the Host, in capitals.
@@ -424,7 +425,7 @@ func TestRelayRefusalsLogBounded(t *testing.T) {
 		}
 	}
 	n := int64(rounds * len(attempts))
-	waitFor(t, func() bool { return obs.get("refused/"+string(edge.ReasonRelayRefused)) == n })
+	testwait.For(t, func() bool { return obs.get("refused/"+string(edge.ReasonRelayRefused)) == n })
 	elapsed := time.Since(start)
 	lines := logs.get()
 	// The first refusal is logged at once; the others within 10 s of a

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
 )
@@ -131,7 +132,7 @@ func TestGraceKeepsNameForIdentity(t *testing.T) {
 	go http.Serve(l, nameHandler("alice"))
 
 	(*conn.Load()).Close() // the network drops alice's session
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool {
 		routes, _ := rt.Lookup(context.Background(), "http", "app.example.test")
 		return len(routes) == 0
 	})
@@ -141,7 +142,7 @@ func TestGraceKeepsNameForIdentity(t *testing.T) {
 		t.Fatalf("bob took alice's name during the grace period: %v", err)
 	}
 	close(gate)
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool {
 		routes, _ := rt.Lookup(context.Background(), "http", "app.example.test")
 		return len(routes) == 1
 	})
@@ -461,7 +462,7 @@ func TestFrozenNetworkDetectedByHeartbeat(t *testing.T) {
 	r.frozen.Store(true)
 	bound := interval + timeout
 	// Edge side: the route goes when the edge gives up on the session.
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool {
 		routes, _ := rt.Lookup(context.Background(), "http", "app.example.test")
 		return len(routes) == 0
 	})
@@ -509,10 +510,10 @@ func TestEdgeRestartSameURL(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("agent did not reconnect")
 	}
-	waitFor(t, func() bool { return l.URL() == url })
+	testwait.For(t, func() bool { return l.URL() == url })
 	var resp *http.Response
 	var body string
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool {
 		resp, body = get(t, te2, url+"/", nil)
 		return resp.StatusCode == 200
 	})
@@ -558,14 +559,7 @@ func TestKillAgentMidTransfer(t *testing.T) {
 	t.Logf("client saw %v after %v", err, time.Since(killed).Round(time.Millisecond))
 	c.Close()
 	te.httpClient.Transport.(*http.Transport).CloseIdleConnections()
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > base {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Goroutines(t, base)
 }
 
 func TestSessionsPerIdentityAndStreamLimits(t *testing.T) {
@@ -625,7 +619,7 @@ func TestSessionsPerIdentityAndStreamLimits(t *testing.T) {
 	}
 	// Every request is either held by the app or refused at once; then the
 	// app lets its requests go.
-	waitFor(t, func() bool { return held.Load()+refused.Load() == 8 })
+	testwait.For(t, func() bool { return held.Load()+refused.Load() == 8 })
 	close(release)
 	wg.Wait()
 	close(codes)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 )
 
@@ -143,7 +144,7 @@ func TestRestartRefusesStaleTicket(t *testing.T) {
 			t.Logf("bob was told: %s", resp.Error.Message)
 
 			close(gate)
-			waitFor(t, func() bool {
+			testwait.For(t, func() bool {
 				resp, body := get(t, te2, url+"/", nil)
 				return resp.StatusCode == 200 && body == "alice /"
 			})
@@ -187,7 +188,7 @@ func TestRestartKeepsNameFromAgentThatLostIt(t *testing.T) {
 
 	alice, aliceGate, _ := gatedClient(t, te1.agentAddr, "alice-token")
 	var al *agent.Listener
-	waitFor(t, func() bool { // once bob's reservation lapsed
+	testwait.For(t, func() bool { // once bob's reservation lapsed
 		var err error
 		al, err = alice.Listen(context.Background(), "http://victim")
 		return err == nil
@@ -207,7 +208,7 @@ func TestRestartKeepsNameFromAgentThatLostIt(t *testing.T) {
 		t.Fatalf("bob's listener still open 20 s after his agent came back; victim answers %d %q", resp.StatusCode, body)
 	}
 	close(aliceGate)
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool {
 		resp, body := get(t, te2, url+"/", nil)
 		return resp.StatusCode == 200 && body == "alice /"
 	})
@@ -255,7 +256,7 @@ func TestFirstStartServesChosenNamesAtOnce(t *testing.T) {
 			t.Fatalf("a name nobody held, after the restart: %v, want it at once", err)
 		}
 		close(gate)
-		waitFor(t, func() bool {
+		testwait.For(t, func() bool {
 			resp, body := get(t, te2, url+"/", nil)
 			return resp.StatusCode == 200 && body == "bob /"
 		})

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
 )
@@ -212,7 +213,7 @@ func TestEdgeRestartGivesNamesBackToOwners(t *testing.T) {
 		t.Fatalf("a random name during the restart grace: %v", err)
 	}
 	close(gate)
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool {
 		resp, body := get(t, te2, url+"/", nil)
 		return resp.StatusCode == 200 && body == "alice /"
 	})
@@ -266,8 +267,8 @@ func TestAgentSideDropTakesOverOldSession(t *testing.T) {
 	urls := []string{web.URL(), member.URL(), tcpL.URL()}
 
 	r.cut()
-	waitFor(t, func() bool { return connects.Load() >= 2 })
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool { return connects.Load() >= 2 })
+	testwait.For(t, func() bool {
 		routes, _ := rt.Lookup(context.Background(), "http", "pool.example.test")
 		return len(routes) == 2
 	})
@@ -343,14 +344,14 @@ func TestTransientBindErrorRetried(t *testing.T) {
 	var warned atomic.Int32
 	edgeOn(t, &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, Router: rt,
 		Logger: logCounter(&warned, "tcp endpoint")}, agentsLn2, listen(t))
-	waitFor(t, func() bool { return warned.Load() >= 2 }) // refused twice at least, as unavailable
+	testwait.For(t, func() bool { return warned.Load() >= 2 }) // refused twice at least, as unavailable
 	select {
 	case err := <-accepted:
 		t.Fatalf("the listener ended while its port was busy: %v", err)
 	default:
 	}
 	squatter.Close()
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool {
 		routes, _ := rt.Lookup(context.Background(), "tcp", port)
 		return len(routes) == 1
 	})
@@ -474,12 +475,12 @@ func TestLostNameEndsListener(t *testing.T) {
 	defer alice.Close()
 	l := bind(t, alice, "http://app")
 	(*conn.Load()).Close()
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool {
 		routes, _ := rt.Lookup(context.Background(), "http", "app.example.test")
 		return len(routes) == 0
 	})
 	var bl *agent.Listener
-	waitFor(t, func() bool { // once alice's reservation lapsed
+	testwait.For(t, func() bool { // once alice's reservation lapsed
 		var err error
 		bl, err = tenant(t, te, "bob").Listen(context.Background(), "http://app")
 		return err == nil

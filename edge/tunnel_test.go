@@ -26,6 +26,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 )
 
 // testEdge is an edge on loopback with its agent and HTTP listeners.
@@ -515,7 +516,7 @@ func TestShutdownLetsInFlightFinish(t *testing.T) {
 	shut := make(chan error, 1)
 	go func() { shut <- te.srv.Shutdown(context.Background()) }()
 	// New connections are refused once Shutdown has closed the listener.
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool {
 		c, err := net.Dial("tcp", te.httpAddr)
 		if err == nil {
 			c.Close()
@@ -529,17 +530,6 @@ func TestShutdownLetsInFlightFinish(t *testing.T) {
 	}
 	if err := <-shut; err != nil {
 		t.Fatalf("Shutdown: %v", err)
-	}
-}
-
-func waitFor(t testing.TB, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10 s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -583,14 +573,7 @@ func TestCloseAndShutdownLeaveNoGoroutine(t *testing.T) {
 				c.Close()
 				<-served
 			}()
-			deadline := time.Now().Add(10 * time.Second)
-			for runtime.NumGoroutine() > base {
-				if time.Now().After(deadline) {
-					buf := make([]byte, 1<<20)
-					t.Fatalf("%d goroutines left over %d:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			testwait.Goroutines(t, base)
 		})
 	}
 }

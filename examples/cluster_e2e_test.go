@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/router/etcdrouter/etcdtest"
 )
 
@@ -80,23 +81,6 @@ func writeFiles(t *testing.T, dir string, files map[string][]byte) {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-	}
-}
-
-// eventually retries f until it succeeds, for up to 30 s, and fails the
-// test with f's last error otherwise.
-func eventually(t *testing.T, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -210,20 +194,20 @@ func TestClusterOnEtcd(t *testing.T) {
 	}
 
 	for _, e := range []*clusterEdge{a, b, c} {
-		eventually(t, "http via "+e.name, func() error { return httpVia(e) })
-		eventually(t, "tls via "+e.name, func() error { return tlsVia(e) })
+		testwait.Until(t, 30*time.Second, "http via "+e.name, func() error { return httpVia(e) })
+		testwait.Until(t, 30*time.Second, "tls via "+e.name, func() error { return tlsVia(e) })
 	}
-	eventually(t, "tcp via B", func() error { return tcpVia("::1") })
+	testwait.Until(t, 30*time.Second, "tcp via B", func() error { return tcpVia("::1") })
 
 	// kill -9 A: the agents move to B, and the URLs answer on B and C.
 	a.cmd.Process.Kill()
 	killed := time.Now()
 	for _, e := range []*clusterEdge{b, c} {
-		eventually(t, "http via "+e.name+" after A died", func() error { return httpVia(e) })
-		eventually(t, "tls via "+e.name+" after A died", func() error { return tlsVia(e) })
+		testwait.Until(t, 30*time.Second, "http via "+e.name+" after A died", func() error { return httpVia(e) })
+		testwait.Until(t, 30*time.Second, "tls via "+e.name+" after A died", func() error { return tlsVia(e) })
 	}
-	eventually(t, "tcp via B after A died", func() error { return tcpVia("::1") })
-	eventually(t, "tcp via C after A died", func() error { return tcpVia("127.0.0.1") })
+	testwait.Until(t, 30*time.Second, "tcp via B after A died", func() error { return tcpVia("::1") })
+	testwait.Until(t, 30*time.Second, "tcp via C after A died", func() error { return tcpVia("127.0.0.1") })
 	t.Logf("after A was killed, every endpoint answered on B and C within %v", time.Since(killed).Round(100*time.Millisecond))
 
 	// etcd stops for 10 s: what the edges cached keeps answering.
@@ -241,7 +225,7 @@ func TestClusterOnEtcd(t *testing.T) {
 	// Afterwards the edges agree: a new endpoint bound on one (the agent
 	// connects to C first) is reached through the other.
 	readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", c.agents+","+b.agents, "-url", "http://late.example.test", "-to", httpLn.Addr().String()))
-	eventually(t, "a new endpoint via B", func() error {
+	testwait.Until(t, 30*time.Second, "a new endpoint via B", func() error {
 		tr := &http.Transport{DialContext: func(ctx context.Context, n, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, n, b.http)
 		}}

@@ -60,6 +60,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/agent/forward"
 	"github.com/tunnelkit/tunnelkit/agent/inspect"
+	"github.com/tunnelkit/tunnelkit/examples/internal/logbuf"
 	"github.com/tunnelkit/tunnelkit/metrics"
 )
 
@@ -173,7 +174,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		insp = new(inspect.Inspector)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	// A line per request goes out with others, 50 ms later at most, not
+	// in a write of its own on the request's path.
+	lw := logbuf.New(stderr, 50*time.Millisecond)
+	defer lw.Close()
+	log := slog.New(slog.NewTextHandler(lw, nil))
 	c := &agent.Client{Addrs: edges, Token: *token, Plaintext: *plaintext, Logger: log}
 	if *proxyFlag != "" {
 		u, err := parseProxy(*proxyFlag)
