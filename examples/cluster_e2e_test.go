@@ -93,6 +93,7 @@ func writeFiles(t *testing.T, dir string, files map[string][]byte) {
 // the two left. Then etcd stops for 10 s: cached routes keep answering;
 // once it is back, a new endpoint is seen by every edge.
 func TestClusterOnEtcd(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}

@@ -498,6 +498,7 @@ func untracked(root string) (files []string, ok bool) {
 // TestREADMEShell runs the README's shell blocks, each in namespaces of its
 // own, as the comment at the top of this file says.
 func TestREADMEShell(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs the README's blocks: edges, agents, etcd")
 	}
