@@ -270,6 +270,7 @@ func TestEdgesFailover(t *testing.T) {
 // TestEdgesAllDownBacksOff: with every edge down, the client goes on
 // trying each in turn, with the backoff between rounds: no busy loop.
 func TestEdgesAllDownBacksOff(t *testing.T) {
+	t.Parallel()
 	e := startHTTPEdge(t, nil)
 	// Two edges that take the TCP connection and close it at once.
 	var accepts [2]atomic.Int32
