@@ -523,6 +523,13 @@ func (h levelCounter) WithGroup(string) slog.Handler                { return h }
 // one response.
 func rawHTTP(t testing.TB, addr, req string) (*http.Response, string) {
 	t.Helper()
+	return rawHTTPThen(t, addr, req, nil)
+}
+
+// rawHTTPThen is rawHTTP, calling halfClosed (when not nil) once it
+// half-closed.
+func rawHTTPThen(t testing.TB, addr, req string, halfClosed func()) (*http.Response, string) {
+	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -530,6 +537,9 @@ func rawHTTP(t testing.TB, addr, req string) (*http.Response, string) {
 	defer conn.Close()
 	io.WriteString(conn, req)
 	conn.(*net.TCPConn).CloseWrite()
+	if halfClosed != nil {
+		halfClosed()
+	}
 	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
@@ -549,20 +559,22 @@ func TestHalfCloseGetsTheAppsResponse(t *testing.T) {
 	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
 	l := bind(t, c, "app")
+	halfClosed := make(chan struct{}, 1)
 	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if r.Method == "POST" {
 			posts.Add(1)
 		}
-		time.Sleep(50 * time.Millisecond) // answer after the client half-closed
+		<-halfClosed // answer after the client half-closed
 		w.WriteHeader(201)
 		fmt.Fprintf(w, "%s %s", r.Method, body)
 	}))
-	resp, body := rawHTTP(t, te.httpAddr, "GET / HTTP/1.1\r\nHost: app.example.test\r\n\r\n")
+	signal := func() { halfClosed <- struct{}{} }
+	resp, body := rawHTTPThen(t, te.httpAddr, "GET / HTTP/1.1\r\nHost: app.example.test\r\n\r\n", signal)
 	if resp.StatusCode != 201 || body != "GET " {
 		t.Fatalf("GET then half-close: %d %q, want the app's 201", resp.StatusCode, body)
 	}
-	resp, body = rawHTTP(t, te.httpAddr, "POST / HTTP/1.1\r\nHost: app.example.test\r\nContent-Length: 5\r\n\r\nhello")
+	resp, body = rawHTTPThen(t, te.httpAddr, "POST / HTTP/1.1\r\nHost: app.example.test\r\nContent-Length: 5\r\n\r\nhello", signal)
 	if resp.StatusCode != 201 || body != "POST hello" || posts.Load() != 1 {
 		t.Fatalf("POST then half-close: %d %q (%d posts), want the app's 201", resp.StatusCode, body, posts.Load())
 	}
