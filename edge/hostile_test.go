@@ -30,6 +30,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
 	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"golang.ngrok.com/muxado/v2"
 )
 
 // helloMessage is a hello request as a control stream's first bytes.
@@ -477,20 +478,15 @@ func TestWrongTokensThrottled(t *testing.T) {
 	unauthorized, cut := 0, 0
 	start := time.Now()
 	for range 100 {
-		c := &agent.Client{Addrs: []string{te.agentAddr}, Token: "wrong"}
-		// A connection cut at accept may be an edge that restarts: the
-		// agent would wait for it; 100 ms at most.
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		_, err := c.Listen(ctx, "x")
-		cancel()
-		c.Close()
-		switch {
-		case errors.Is(err, agent.ErrUnauthorized):
+		// A raw hello, tried once: an agent would take a connection cut
+		// at accept for an edge that restarts, and wait for it.
+		switch hello := wrongTokenHello(t, te.agentAddr); hello {
+		case wire.CodeUnauthorized:
 			unauthorized++
-		case err != nil:
+		case "cut":
 			cut++
 		default:
-			t.Fatal("a wrong token was accepted")
+			t.Fatalf("a wrong token: %s", hello)
 		}
 	}
 	// A burst of 5, and one more try each 12 s (5 a minute).
@@ -507,6 +503,40 @@ func TestWrongTokensThrottled(t *testing.T) {
 	if n := lines.Load(); n > 20 {
 		t.Fatalf("%d log lines for 100 failed hellos, want them in aggregate", n)
 	}
+}
+
+// wrongTokenHello opens a session to addr and says hello with a wrong
+// token, once: it returns the error code of the answer, "cut" when the
+// edge closed the connection before answering, or what else came.
+func wrongTokenHello(t *testing.T, addr string) string {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := wire.WritePreamble(c, wire.DefaultWindow); err != nil {
+		return "cut"
+	}
+	window, err := wire.ReadPreamble(c)
+	if err != nil {
+		return "cut"
+	}
+	s := muxado.Client(c, wire.MuxConfig(window))
+	defer s.Close()
+	st, err := s.OpenStream()
+	if err != nil {
+		return "cut"
+	}
+	st.Write(helloMessage(t, "wrong"))
+	var resp wire.Response
+	if err := wire.ReadMessage(st, &resp); err != nil {
+		return "cut"
+	}
+	if resp.Error == nil {
+		return "accepted"
+	}
+	return resp.Error.Code
 }
 
 // slogAll counts every record at Info or above.
