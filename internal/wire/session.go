@@ -1,10 +1,12 @@
 package wire
 
 import (
+	"cmp"
 	"container/list"
 	"encoding/binary"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -145,18 +147,20 @@ func (s *Session) received(id uint32, n int) {
 }
 
 // shed cuts the streams that have held unread bytes the longest (their
-// readers stalled first) until the unread bytes are within max.
+// readers stalled first) until the unread bytes are within max. It runs in
+// the session's reader, which reads nothing meanwhile: one pass over the
+// streams, however many it cuts.
 func (s *Session) shed(max int64) {
-	for s.unread.Load() > max {
-		var victim *Stream
-		s.streams.Range(func(_, v any) bool {
-			st := v.(*Stream)
-			if st.unread.Load() > 0 && (victim == nil || st.heldSince.Load() < victim.heldSince.Load()) {
-				victim = st
-			}
-			return true
-		})
-		if victim == nil {
+	var held []*Stream
+	s.streams.Range(func(_, v any) bool {
+		if st := v.(*Stream); st.unread.Load() > 0 {
+			held = append(held, st)
+		}
+		return true
+	})
+	slices.SortFunc(held, func(a, b *Stream) int { return cmp.Compare(a.heldSince.Load(), b.heldSince.Load()) })
+	for _, victim := range held {
+		if s.unread.Load() <= max {
 			return
 		}
 		victim.cut()
@@ -314,13 +318,14 @@ type Stream struct {
 	waitingSince time.Time     // likewise
 
 	// Sending (see send.go).
-	wmu      sync.Mutex    // held by a Write: one at a time
-	sent     int64         // bytes written; guarded by wmu
-	finish   uint64        // the virtual finish of its last frame; guarded by sess.sched.mu
-	granted  atomic.Int64  // window increments the peer sent
-	windowed chan struct{} // a token when the peer granted window
-	ended    chan struct{} // closed when the stream or its session ended
-	endOnce  sync.Once
+	wmu        sync.Mutex    // held by a Write: one at a time
+	sent       int64         // bytes written; guarded by wmu
+	finish     uint64        // the virtual finish of its last frame; guarded by sess.sched.mu
+	granted    atomic.Int64  // window increments the peer sent
+	windowWait atomic.Bool   // a write waits for the peer's window
+	windowed   chan struct{} // a token when the peer granted window
+	ended      chan struct{} // closed when the stream or its session ended
+	endOnce    sync.Once
 }
 
 // Read reads what the peer sent.
