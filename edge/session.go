@@ -87,7 +87,6 @@ func (s *Server) serveSession(c net.Conn) {
 		return
 	}
 	pending := s.addPending(c)
-	defer s.donePending(pending)
 	raw := c
 	if s.AgentTLS != nil {
 		// The handshake happens on the preamble's first read, bounded by
@@ -98,6 +97,7 @@ func (s *Server) serveSession(c net.Conn) {
 	if err != nil {
 		s.log().Debug("agent session refused", "agent_addr", c.RemoteAddr().String(), "err", err)
 		c.Close()
+		s.donePending(pending)
 		return
 	}
 	ss := &session{
@@ -121,6 +121,7 @@ func (s *Server) serveSession(c net.Conn) {
 	if s.closed {
 		s.mu.Unlock()
 		ss.mux.Close()
+		s.donePending(pending)
 		return
 	}
 	if s.sessions == nil {
@@ -138,8 +139,26 @@ func (s *Server) serveSession(c net.Conn) {
 			ss.close(s.cfg.grace)
 		}
 	})
-	defer helloTimer.Stop()
 
+	// The streams are accepted by a goroutine of their own, for the rest
+	// of the session: this one's stack grew in the preamble (and the TLS
+	// handshake), and a goroutine's stack never shrinks back to the
+	// smallest size, which a fresh one starts with. An idle session's
+	// goroutines are this one, muxado's reader and its writer.
+	accept := func() {
+		ss.acceptStreams()
+		helloTimer.Stop()
+		s.donePending(pending)
+	}
+	if !s.goTracked(accept) {
+		accept() // the server is closing
+	}
+}
+
+// acceptStreams serves the streams the agent opens until the session
+// ends, then closes it and waits for their handlers.
+func (ss *session) acceptStreams() {
+	s := ss.srv
 	early := 0 // streams opened before the hello was accepted
 	for {
 		st, err := ss.mux.AcceptStream()
