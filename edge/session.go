@@ -58,6 +58,15 @@ const (
 // others wait for their turn.
 const maxControl = 8
 
+// acceptBacklog is how many streams an agent may have opened that wait to
+// be accepted; muxado resets a stream past it, after waiting a millisecond
+// for room once. The edge accepts each stream as it comes and serves it in
+// a goroutine of its own, and an agent opens few at once (its control
+// requests, a ping now and then), so the queue holds only what arrives
+// while the accepting goroutine waits for a CPU. muxado's default room for
+// 128 costs 2 KiB a session.
+const acceptBacklog = 16
+
 // errTooManyStreams refuses a stream past Server.MaxStreamsPerSession.
 var errTooManyStreams = errors.New("edge: too many streams on the agent's session")
 
@@ -103,7 +112,7 @@ func (s *Server) serveSession(c net.Conn) {
 	ss := &session{
 		srv:       s,
 		id:        newID(),
-		mux:       wire.NewSession(c, window, false, 0),
+		mux:       wire.NewSession(c, window, false, acceptBacklog),
 		src:       c.RemoteAddr(),
 		conn:      raw,
 		helloDone: make(chan struct{}),
