@@ -42,7 +42,8 @@ import (
 //     handling, fmt.Errorf), and a stack never shrinks back from 4 KiB to
 //     2 KiB once its goroutine waits in a read (the runtime shrinks a
 //     stack only when less than a quarter is in use, counting an 800 B
-//     guard). With the cold paths out of line it would stay at 2 KiB.
+//     guard). With the cold paths out of line (tried on a local copy: 120
+//     B of locals left), a used session's stacks took 6.5 KB, not 8.2.
 func BenchmarkMuxadoIdleSession(b *testing.B) {
 	const pairs = 1000
 	for _, tr := range []transport{
