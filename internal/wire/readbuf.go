@@ -69,6 +69,9 @@ func newConnReader(rd io.Reader) *connReader {
 // long, and otherwise with one read into the buffer.
 func (c *connReader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
+		if c.r < c.w {
+			return 0, nil
+		}
 		return 0, c.readErr()
 	}
 	if c.r == c.w {

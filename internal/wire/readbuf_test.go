@@ -9,7 +9,9 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
@@ -206,4 +208,29 @@ func heapAfterGC() int64 {
 	runtime.GC()
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapAlloc)
+}
+
+// TestConnReaderDataBeforeError: bytes that came with an error are given
+// first, the error after them, once; a read of nothing in between gives
+// neither.
+func TestConnReaderDataBeforeError(t *testing.T) {
+	c := newConnReader(iotest.DataErrReader(strings.NewReader("hello, world")))
+	var p [5]byte
+	var got []byte
+	for {
+		if n, err := c.Read(nil); n != 0 || (err != nil && c.r < c.w) {
+			t.Fatalf("Read(nil) = %d, %v with %d bytes buffered", n, err, c.w-c.r)
+		}
+		n, err := c.Read(p[:])
+		got = append(got, p[:n]...)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if string(got) != "hello, world" {
+		t.Fatalf("read %q", got)
+	}
 }
