@@ -127,8 +127,11 @@ type Timeouts struct {
 	Handshake time.Duration
 
 	// HeartbeatInterval and HeartbeatTimeout set how often the edge pings
-	// each agent and how long it waits for an answer before it closes the
-	// session. Zero: 10 s and 15 s. They cannot be disabled.
+	// each agent and how long it waits, past the interval, for anything at
+	// all from the agent before it closes the session (with ping streams
+	// on a timer for agents of protocol version 3, a heartbeat stream for
+	// version 2; see PROTOCOL.md). Zero: 10 s and 15 s. They cannot be
+	// disabled.
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
 
@@ -151,7 +154,9 @@ type Timeouts struct {
 
 	// Body bounds the wait for each read of a public HTTP request's body,
 	// as nginx's client_body_timeout does: a body that stops moving for
-	// that long is cut off and the client gets 408. Zero: 60 s.
+	// that long is cut off and the client gets 408. A traffic policy's
+	// webhook check, which reads the body whole (at most 1 MiB) before the
+	// request goes on, has Body for all of it. Zero: 60 s.
 	Body time.Duration
 
 	// Grace is how long the names of an agent session that ended stay

@@ -11,10 +11,10 @@ import (
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
-// Public TLS and TCP connections joined to an agent: the first reachable
-// route's stream gets the client's bytes untouched, both ways, half-closes
-// kept, until both sides are done or the connection is idle for
-// Timeouts.ConnIdle.
+// Public TLS and TCP connections joined to an agent: once the endpoint's
+// traffic policy let the client in, the first reachable route's stream
+// gets the client's bytes untouched, both ways, half-closes kept, until
+// both sides are done or the connection is idle for Timeouts.ConnIdle.
 
 // serveL4 serves public TLS or TCP conns on ln with handle, tracking each
 // conn so that Close ends it and Shutdown waits for it.
@@ -59,6 +59,9 @@ func (s *Server) proxyRoutesWrapped(c net.Conn, proto, name, host string, routes
 		return
 	}
 	info := ConnInfo{Client: addrPort(c.RemoteAddr()), Host: host}
+	if !s.acceptPolicy(proto, name, routes, info.Client.Addr()) {
+		return
+	}
 	release, ok := s.acquireShare(routes, info.Client)
 	if !ok {
 		s.log().Debug("client over its share of the endpoint", "proto", proto, "name", name, "client", info.Client.String())

@@ -280,7 +280,7 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	granted := false
 	defer func() { ss.doneBinding(granted) }()
 	r := router.Route{Proto: b.Proto, SessionID: ss.id, Identity: identity, Pool: b.Pool, Edge: s.ID}
-	if err := s.endpointOptions(&r, b.Options); err != nil {
+	if err := s.endpointOptions(&r, b.Options, b.Policy); err != nil {
 		return fail(wire.CodeBadRequest, "%s", err)
 	}
 	names, chosen, err := s.bindNames(b)
@@ -290,10 +290,15 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	if b.Proto == wire.ProtoTCP {
 		r.Pool = r.Pool && chosen // "any port" never joins a pool
 	}
-	r, e := ss.bindFirst(ctx, r, names, chosen, previous)
+	pol, combined, e := s.bindPolicy(ctx, &r, b.Policy)
 	if e != nil {
 		return wire.Response{Error: e}
 	}
+	r, e = ss.bindFirst(ctx, r, names, chosen, previous)
+	if e != nil {
+		return wire.Response{Error: e}
+	}
+	s.holdPolicy(r, pol) // until s.unbind
 	ss.mu.Lock()
 	if ss.closed {
 		ss.mu.Unlock()
@@ -309,7 +314,11 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	if err != nil {
 		ss.log.Warn("endpoint ticket", "err", err)
 	}
-	ss.log.Info("bound", "url", url, "pool", r.Pool)
+	if !combined.IsZero() {
+		ss.log.Info("bound", "url", url, "pool", r.Pool, "policy", combined)
+	} else {
+		ss.log.Info("bound", "url", url, "pool", r.Pool)
+	}
 	return wire.Response{BindResp: &wire.BindResp{TunnelID: r.TunnelID, URL: url, Ticket: t}}
 }
 
@@ -493,10 +502,17 @@ func (s *Server) dropPrevious(ctx context.Context, r router.Route, previous stri
 }
 
 // endpointOptions applies a bind's options to r, refusing any it does not
-// know.
-func (s *Server) endpointOptions(r *router.Route, opts map[string]string) error {
+// know, and checks that a policy comes with its option and the option
+// with a policy.
+func (s *Server) endpointOptions(r *router.Route, opts map[string]string, rawPolicy []byte) error {
+	withPolicy := false
 	for k, v := range opts {
 		switch k {
+		case wire.OptPolicy:
+			if v != wire.PolicyVersion {
+				return fmt.Errorf("option %s: version %q: this edge reads version %s", k, wire.Printable(v, 32), wire.PolicyVersion)
+			}
+			withPolicy = true
 		case wire.OptAppProtocol:
 			if r.Proto != wire.ProtoHTTP && r.Proto != wire.ProtoHTTPS {
 				return fmt.Errorf("option %s is for http and https endpoints", k)
@@ -511,6 +527,12 @@ func (s *Server) endpointOptions(r *router.Route, opts map[string]string) error 
 		default:
 			return fmt.Errorf("unknown option %q", wire.Printable(k, 32))
 		}
+	}
+	switch {
+	case withPolicy && len(rawPolicy) == 0:
+		return fmt.Errorf("option %s without a policy", wire.OptPolicy)
+	case !withPolicy && len(rawPolicy) > 0:
+		return fmt.Errorf("a policy without option %s=%s", wire.OptPolicy, wire.PolicyVersion)
 	}
 	return nil
 }

@@ -27,6 +27,14 @@
 // (tunnelkit-edge://<ID>, see [PeerURI]), and an edge relays only for
 // members of its cluster, and only streams for routes it holds.
 //
+// Each endpoint may carry a traffic policy (package policy): the agent
+// declares one with the bind, the operator adds its own (Server.Policy),
+// and the edge enforces both before it opens a stream to the agent:
+// client addresses, rate limits, logins (basic, OpenID Connect through
+// Server.OIDC), client certificates, webhook signatures and headers. Every
+// edge sharing a Router enforces the policy of the routes it takes traffic
+// for.
+//
 // The protocol between agent and edge, and between the edges of a
 // cluster, is described in PROTOCOL.md at the root of the module.
 package edge

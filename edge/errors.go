@@ -51,6 +51,25 @@ const (
 	ReasonAppTimeout         Reason = "app_timeout"         // 504: the app did not answer in time (Timeouts.ResponseHeader)
 )
 
+// Refusals of traffic policies (package policy, Server.Policy): a request
+// to an http or https endpoint is answered with the status given, and a
+// connection to a tls or tcp endpoint closed, before the agent is reached.
+// The codes are package policy's (policy.CodePolicyDenied, ...).
+const (
+	ReasonPolicyDenied   Reason = "policy_denied"   // 403: the client's address, certificate or account is not allowed
+	ReasonUnauthorized   Reason = "unauthorized"    // 401: basic credentials missing or wrong, or an OIDC login needed (not GET or HEAD)
+	ReasonRateLimited    Reason = "rate_limited"    // 429: the client source's rate limit is spent (Retry-After says when to come back)
+	ReasonWebhookInvalid Reason = "webhook_invalid" // 403: no valid webhook signature
+	ReasonBodyTooLarge   Reason = "body_too_large"  // 413: a webhook body larger than the edge verifies
+	ReasonLoginFailed    Reason = "login_failed"    // 403: an OIDC login callback that does not complete a login
+
+	// ReasonPolicyUnavailable: the policy of an endpoint that another
+	// edge bound could not be set up on this one (an OIDC provider out of
+	// reach, an operator policy that refuses it): 503, and tls and tcp
+	// connections closed, rather than let traffic through unchecked.
+	ReasonPolicyUnavailable Reason = "policy_unavailable"
+)
+
 // Refusals of agents, and of public TLS and TCP connections (which are
 // closed).
 const (
@@ -107,6 +126,8 @@ func Reasons() []Reason {
 		ReasonBadRequest, ReasonMissingHost, ReasonHTTPSOnly, ReasonMisdirected,
 		ReasonRoutingUnavailable, ReasonProxyUntrusted, ReasonConnLimit, ReasonHandshakeLimit,
 		ReasonACMEBudget, ReasonRelayRefused,
+		ReasonPolicyDenied, ReasonUnauthorized, ReasonRateLimited, ReasonWebhookInvalid, ReasonBodyTooLarge,
+		ReasonLoginFailed, ReasonPolicyUnavailable,
 	}
 }
 
@@ -115,15 +136,21 @@ func (r Reason) status() int {
 	switch r {
 	case ReasonBadRequest, ReasonMissingHost:
 		return http.StatusBadRequest
+	case ReasonUnauthorized:
+		return http.StatusUnauthorized
+	case ReasonPolicyDenied, ReasonWebhookInvalid, ReasonLoginFailed:
+		return http.StatusForbidden
 	case ReasonNoEndpoint, ReasonHTTPSOnly:
 		return http.StatusNotFound
 	case ReasonBodyTimeout:
 		return http.StatusRequestTimeout
+	case ReasonBodyTooLarge:
+		return http.StatusRequestEntityTooLarge
 	case ReasonMisdirected:
 		return http.StatusMisdirectedRequest
-	case ReasonClientLimit:
+	case ReasonClientLimit, ReasonRateLimited:
 		return http.StatusTooManyRequests
-	case ReasonAgentBusy, ReasonRoutingUnavailable:
+	case ReasonAgentBusy, ReasonRoutingUnavailable, ReasonPolicyUnavailable:
 		return http.StatusServiceUnavailable
 	case ReasonAppTimeout:
 		return http.StatusGatewayTimeout

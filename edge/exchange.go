@@ -14,6 +14,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/forwarded"
 	"github.com/tunnelkit/tunnelkit/internal/pipe"
+	"github.com/tunnelkit/tunnelkit/policy"
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
@@ -51,6 +52,7 @@ type exchange struct {
 	pc     *publicConn // nil: a mounted handler's request
 	aw     *accessWriter
 	rc     *http.ResponseController
+	pol    *policy.Policy // the endpoint's traffic policy; nil: none
 
 	up     *upstream
 	reused bool        // up carried a request of pc before
@@ -76,18 +78,28 @@ type exchange struct {
 // waited for before its request is cancelled.
 const halfCloseGrace = time.Second
 
-// serveExchange proxies r to the first reachable of routes.
-func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, routes []router.Route, info ConnInfo, aw *accessWriter) {
+// serveExchange proxies r, which pol let through, to the first reachable
+// of routes.
+func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, routes []router.Route, info ConnInfo, aw *accessWriter, pol *policy.Policy) {
 	// net/http cancels a request's context when its HTTP/1.1 client
 	// half-closes the connection, which looks like leaving: the exchange
 	// runs on a context of its own, cancelled as described on exchange.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	defer cancel()
-	x := &exchange{srv: s, in: r, routes: routes, info: info, pc: publicConnOf(r), aw: aw, rc: http.NewResponseController(w), ctx: ctx, cancel: cancel, start: time.Now()}
+	x := &exchange{srv: s, in: r, routes: routes, info: info, pc: publicConnOf(r), aw: aw, rc: http.NewResponseController(w), pol: pol, ctx: ctx, cancel: cancel, start: time.Now()}
 	up, reused, err := s.upstreamFor(ctx, routes, info, x.pc)
 	switch {
 	case errors.Is(err, errTooManyStreams):
 		s.refuse(w, r, ReasonAgentBusy, "the agent of this tunnel has no stream free; try again", err)
+		return
+	case errors.Is(err, ErrNoEndpoint):
+		s.refuse(w, r, ReasonNoEndpoint, "the agent no longer serves this tunnel", err)
+		return
+	case errors.Is(err, ErrAppUnreachable):
+		s.refuse(w, r, ReasonAppUnreachable, appUnreachable(err), err)
+		return
+	case errors.Is(err, errUpstreamBroke):
+		s.refuse(w, r, ReasonAppError, "the app closed the connection without a whole response", err)
 		return
 	case err != nil:
 		s.refuse(w, r, ReasonAgentOffline, "the agent of this tunnel cannot be reached", err)
@@ -194,8 +206,10 @@ func (x *exchange) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.Trailer = pr.In.Trailer
 }
 
-// modifyResponse notes what the client gets.
+// modifyResponse applies the policy's response headers, and notes what
+// the client gets.
 func (x *exchange) modifyResponse(resp *http.Response) error {
+	x.pol.RewriteResponse(resp.Header)
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		if x.aw != nil {
 			x.aw.upgraded()
@@ -251,7 +265,7 @@ func (x *exchange) classify(err error) (Reason, string) {
 	case errors.Is(refused, ErrNoEndpoint):
 		return ReasonNoEndpoint, "the agent no longer serves this tunnel"
 	case refused != nil:
-		return ReasonAppUnreachable, "the app behind the tunnel cannot be reached: " + strings.TrimPrefix(refused.Error(), ErrAppUnreachable.Error()+": ")
+		return ReasonAppUnreachable, appUnreachable(refused)
 	case x.body != nil && x.body.failed() != nil:
 		if errors.As(x.body.failed(), &ne) && ne.Timeout() {
 			return ReasonBodyTimeout, "the request body stopped arriving"
@@ -266,6 +280,12 @@ func (x *exchange) classify(err error) (Reason, string) {
 		return ReasonAgentOffline, "the agent of this tunnel went away"
 	}
 	return ReasonAppError, "the app closed the connection without a whole response"
+}
+
+// appUnreachable is the message of an agent's refusal err, which wraps
+// ErrAppUnreachable.
+func appUnreachable(err error) string {
+	return "the app behind the tunnel cannot be reached: " + strings.TrimPrefix(err.Error(), ErrAppUnreachable.Error()+": ")
 }
 
 // holdsSession reports whether r's session is still open here; true for a

@@ -25,21 +25,33 @@ import (
 // client's, and the Host header is kept. A client that leaves cancels the
 // app's request (see exchange.go for how every exchange ends).
 //
+// Before any stream is opened to the agent, the endpoint's traffic policy
+// (the agent's and the operator's, see Server.Policy) checks the request;
+// every request header whose name starts with "Tunnelkit-" is removed,
+// whatever the policy, so that the app can trust those the edge sets.
+//
 // When the edge itself answers, the status says why and the plain-text body
 // and the Tunnelkit-Error header carry the Reason, a short stable code:
 //
 //	400 bad_request          a malformed request or request body
 //	400 missing_host         no Host header
+//	401 unauthorized         the policy's login: basic credentials missing or wrong (WWW-Authenticate)
+//	403 policy_denied        the policy does not allow the client's address, certificate or account
+//	403 webhook_invalid      the policy's webhook signature is missing or wrong
+//	403 login_failed         an OIDC login callback that does not complete a login
 //	404 no_endpoint          no tunnel has that name
 //	404 https_only           the name is bound over https only (see RedirectHTTP)
 //	408 body_timeout         the request body stopped moving (Timeouts.Body)
+//	413 body_too_large       a webhook body larger than the policy verifies
 //	421 misdirected          an HTTP/2 connection reused for a name it cannot serve
 //	429 client_limit         the client holds its share of the endpoint (Limits.ClientShare)
+//	429 rate_limited         the policy's rate limit for the client is spent (Retry-After)
 //	502 agent_offline        no agent of the endpoint could be reached
 //	502 app_unreachable      the agent could not connect to its app
 //	502 app_error            the app closed the connection without a whole response
 //	503 agent_busy           the agent's session is at Limits.StreamsPerSession
 //	503 routing_unavailable  the Router failed
+//	503 policy_unavailable   the policy of another edge's endpoint cannot be set up here now
 //	504 app_timeout          the app did not answer in time (Timeouts.ResponseHeader)
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.init()
@@ -66,13 +78,17 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, terminated bo
 		return
 	}
 	client := clientAddr(r.RemoteAddr)
+	pol, ok := s.checkPolicy(w, r, routes, client.Addr())
+	if !ok {
+		return
+	}
 	release, ok := s.acquireShare(routes, client)
 	if !ok {
 		s.refuse(w, r, ReasonClientLimit, "too many requests from your address to this tunnel", nil)
 		return
 	}
 	defer release()
-	s.serveExchange(w, r, routes, ConnInfo{Client: client, Host: r.Host}, aw)
+	s.serveExchange(w, r, routes, ConnInfo{Client: client, Host: r.Host}, aw, pol)
 }
 
 // routeRequest returns the routes of a request: https routes when the edge

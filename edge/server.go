@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
+	"github.com/tunnelkit/tunnelkit/policy"
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
@@ -140,7 +141,44 @@ type Server struct {
 	// across the edges of a cluster: a ticket signed under another key is
 	// ignored. Nil: a random key per Server, so that tickets do not
 	// survive a restart.
+	//
+	// The cookies of OIDC logins (see OIDC) are sealed under a key derived
+	// from it: edges sharing TicketKey accept each other's logins, and a
+	// restart keeps them. Without it, every login ends with a restart.
 	TicketKey []byte
+
+	// Policy, if set, is the operator's traffic policy for the endpoints of
+	// an identity (return the same for every identity to set one for the
+	// whole edge): what holds on each endpoint, whatever its agent
+	// declares, and which kinds and OIDC issuers agents may declare (see
+	// policy.Operator; policy.Combine says how the operator's policy and
+	// the agent's are combined). It is asked when an endpoint is bound,
+	// and when this edge first takes traffic for an endpoint that another
+	// edge of its cluster bound; give every edge of a cluster the same.
+	// It must be safe for concurrent use. A bind whose policy it caps or
+	// conflicts with is refused (bad_request). Nil: no operator policy;
+	// agents may declare any kind.
+	//
+	// The edge enforces the combined policy before it opens a stream to
+	// the agent: on each request of http and https endpoints (refusals are
+	// answered as the edge's own, with the Reasons of package policy's
+	// codes, such as 403 policy_denied or 429 rate_limited), and on each
+	// connection of tls and tcp endpoints (closed when refused).
+	Policy func(identity string) policy.Operator
+
+	// OIDC makes the provider of an oidc policy when an endpoint that has
+	// one is bound (see policy.Options.OIDC; package
+	// github.com/tunnelkit/tunnelkit/policy/oidc, a module of its own, has
+	// one: oidc.Providers.Provider). An error that wraps policy.ErrInvalid,
+	// ErrForbidden or ErrUnsupported refuses the bind (bad_request); any
+	// other makes it unavailable (try again later). Nil: oidc policies are
+	// refused as unsupported (bad_request).
+	OIDC func(ctx context.Context, cfg policy.OIDCConfig) (policy.Provider, error)
+
+	// PolicyClock is the clock of traffic policies: rate limits' refills,
+	// webhook timestamps, the expiry of OIDC logins. Nil: time.Now. It is
+	// for tests; the rest of the edge keeps time by the system clock.
+	PolicyClock func() time.Time
 
 	// StateDir, if set, is a directory where the edge keeps a record of
 	// who holds which name (the file names.jsonl), written as agents bind
@@ -230,6 +268,9 @@ type Server struct {
 	term     terminating
 	ech      echState
 
+	policies  policies // compiled traffic policies, by endpoint
+	cookieKey []byte   // of OIDC logins, derived from the ticket key
+
 	endpointCounts endpointCounts // for the quotas of Limits
 	bindLog        logBudget      // lines about refused binds
 
@@ -269,6 +310,7 @@ func (s *Server) init() {
 			s.signer.key = make([]byte, minTicketKey)
 			rand.Read(s.signer.key)
 		}
+		s.cookieKey = deriveCookieKey(s.signer.key)
 		s.auth = &authGuard{perMinute: s.cfg.authFailures, log: s.log()}
 		if s.cfgErr == nil {
 			s.logStart()

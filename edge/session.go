@@ -276,6 +276,7 @@ func (s *Server) unbind(r router.Route, reserve time.Duration) {
 	if err := s.router().Unbind(ctx, r, reserve); err != nil {
 		s.log().Warn("unbind", "name", r.Name, "err", err)
 	}
+	s.releasePolicy(r)
 	s.closeUpstreams(r)
 	if r.Proto == wire.ProtoTCP {
 		s.closeTCP(r.Name)

@@ -138,7 +138,8 @@ func (s *Server) tcpURLHost() string {
 // watchRoutes makes the edge listen on the ports of TCP endpoints other
 // edges hold, while they exist, when its router.Router can be shared (a router.Router
 // set, which is a router.RouteWatcher; the Server's own in-memory one is not
-// shared).
+// shared), and drop the traffic policies it compiled for routes of other
+// edges that went.
 func (s *Server) watchRoutes() {
 	rw, ok := s.Router.(router.RouteWatcher)
 	if !ok {
@@ -147,7 +148,13 @@ func (s *Server) watchRoutes() {
 	s.watchOnce.Do(func() {
 		opened := map[router.RouteKey]string{} // remote tcp routes this edge listens for, and their port
 		stop := rw.WatchRoutes(func(r router.Route, bound bool) {
-			if r.Proto != "tcp" || r.Edge == s.ID {
+			if r.Edge == s.ID {
+				return
+			}
+			if !bound {
+				s.forgetPolicy(r) // compiled on first use here, if it was
+			}
+			if r.Proto != "tcp" {
 				return
 			}
 			k := r.Key()

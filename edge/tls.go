@@ -81,6 +81,12 @@ func (s *Server) tlsTerm() *terminating {
 			GetCertificate:           s.certificate,
 			EncryptedClientHelloKeys: s.ECHKeys,
 		}
+		// Names whose policy asks for client certificates get a
+		// configuration of their own; the others this one.
+		base := t.config
+		t.config.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			return s.policyTLS(hello, base)
+		}
 		t.queue = newConnQueue()
 		t.handshakes.max = s.cfg.handshakesPerSource
 		t.hs = s.newHTTPServer(http.HandlerFunc(s.serveHTTPS), "https")

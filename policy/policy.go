@@ -322,6 +322,13 @@ func (p *Policy) RewriteResponse(h http.Header) {
 	p.respHeaders.apply(h)
 }
 
+// ReadsBody reports whether Check reads the request body (a webhook kind
+// does, up to Options.MaxWebhookBody bytes), so that the caller can bound
+// the time that read may take. False for a nil *Policy.
+func (p *Policy) ReadsBody() bool {
+	return p != nil && p.webhook != nil
+}
+
 // ClientCAs returns the pool of the mutual_tls CAs, to ask for and verify a
 // client certificate on this endpoint's TLS connections; nil without
 // mutual_tls. See the package documentation for the tls.Config to use.

@@ -128,6 +128,14 @@ func TestWebhookBodyBound(t *testing.T) {
 	if DefaultMaxWebhookBody != 1<<20 {
 		t.Error("the documented default changed")
 	}
+	// The caller bounds the time of the read, knowing there is one.
+	if !p.ReadsBody() {
+		t.Error("ReadsBody of a webhook policy: false")
+	}
+	other := mustCompile(t, ProtoHTTP, Spec{BasicAuth: &BasicAuth{Credentials: []string{"a:b"}}, RateLimit: &RateLimit{Requests: 1}}, Options{})
+	if other.ReadsBody() || (*Policy)(nil).ReadsBody() {
+		t.Error("ReadsBody of a policy without webhook: true")
+	}
 }
 
 type countingReader struct {

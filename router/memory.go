@@ -32,7 +32,8 @@ type endpointKey struct{ proto, name string }
 // or its reservation once they are gone.
 type endpoint struct {
 	identity string
-	pool     bool // its routes asked to share it
+	pool     bool   // its routes asked to share it
+	policy   string // the traffic policy of its routes (rule 3)
 	routes   routeSet
 	until    time.Time // reserved until, when it has no routes
 	gen      uint64    // bumped at each reservation, to spot stale heap entries
@@ -167,6 +168,9 @@ func (m *MemoryRouter) Bind(_ context.Context, r Route) error {
 		if !r.Pool {
 			return fmt.Errorf("%w: %s %s is a pool: bind with pool to join it", ErrNameTaken, r.Proto, name)
 		}
+		if r.Policy != ep.policy {
+			return fmt.Errorf("%w: %s %s is a pool with another traffic policy: its agents must declare the same one", ErrNameTaken, r.Proto, name)
+		}
 	}
 	if err := m.table(r.Proto).Add(name, r); err != nil {
 		return err
@@ -175,7 +179,7 @@ func (m *MemoryRouter) Bind(_ context.Context, r Route) error {
 		ep = m.newEndpointLocked(k, base, r.Identity)
 	}
 	if ep.routes.len() == 0 {
-		ep.pool, ep.until = r.Pool, time.Time{}
+		ep.pool, ep.policy, ep.until = r.Pool, r.Policy, time.Time{}
 	}
 	ep.routes.add(r)
 	m.notifyLocked(r, true)

@@ -3,8 +3,10 @@ package router
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -121,5 +123,15 @@ func TestRouteSet(t *testing.T) {
 	}
 	if _, ok := s.remove(RouteKey{Tunnel: "none"}); ok {
 		t.Fatal("remove of a key never added succeeded")
+	}
+}
+
+// A Route logs without its policy, which holds secrets.
+func TestRouteLogValue(t *testing.T) {
+	var b strings.Builder
+	log := slog.New(slog.NewTextHandler(&b, nil))
+	log.Info("route", "route", Route{Proto: "https", Name: "app.example.test", Identity: "alice", Policy: `{"basic_auth":{"credentials":["ann:s3cret"]}}`})
+	if out := b.String(); strings.Contains(out, "s3cret") || !strings.Contains(out, "route.name=app.example.test") || !strings.Contains(out, "route.policy_bytes=45") {
+		t.Errorf("logged %q", out)
 	}
 }

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 )
 
@@ -25,6 +26,35 @@ type Route struct {
 	// AppProtocol is what the edge speaks to the app of an http or https
 	// route: "" for HTTP/1.1, "h2c" for HTTP/2 with prior knowledge.
 	AppProtocol string
+	// Policy is the traffic policy the agent declared with the endpoint:
+	// the JSON form of a policy.Spec (package policy), as the edge that
+	// took the bind wrote it. Empty: none. Every edge that takes public
+	// traffic for the route enforces it, so a Router shared between edges
+	// stores it with the route. It holds the policy's secrets (passwords,
+	// OIDC client secrets, webhook secrets): the store of a shared Router
+	// must be protected as the secrets are (for etcd: TLS with client
+	// certificates, and its access control). A Route logs without it (see
+	// LogValue); do not print it otherwise.
+	Policy string
+}
+
+// LogValue makes a Route log (with log/slog) as its fields, but for its
+// Policy, which holds secrets: only its length is logged.
+func (r Route) LogValue() slog.Value {
+	attrs := []slog.Attr{
+		slog.String("proto", r.Proto),
+		slog.String("name", r.Name),
+		slog.String("tunnel", r.TunnelID),
+		slog.String("session", r.SessionID),
+		slog.String("identity", r.Identity),
+		slog.String("edge", r.Edge),
+		slog.Bool("pool", r.Pool),
+		slog.String("app_protocol", r.AppProtocol),
+	}
+	if r.Policy != "" {
+		attrs = append(attrs, slog.Int("policy_bytes", len(r.Policy)))
+	}
+	return slog.GroupValue(attrs...)
 }
 
 // RouteKey identifies a route within its Proto and Name: the edge, the
@@ -69,8 +99,10 @@ func (r Route) Key() RouteKey { return RouteKey{r.Edge, r.SessionID, r.TunnelID}
 //     tcp, only the same port conflicts.
 //  3. Pools by consent. When r's identity already has routes for the same
 //     Proto and Name, Bind adds r beside them only when those routes and r
-//     all have Pool set; otherwise it fails with ErrNameTaken, with a
-//     message saying which side did not ask to share.
+//     all have Pool set, and the same Policy (a pool's agents declare one
+//     traffic policy, which every edge enforces on the pool as a whole);
+//     otherwise it fails with ErrNameTaken, with a message saying which
+//     side did not ask to share, or that the policies differ.
 //  4. Reservations. Unbind(r, reserve) with reserve > 0, of the last route
 //     of r.Proto and r.Name, leaves that name reserved for r.Identity for
 //     reserve: it counts as held by r.Identity under rule 2, has no routes

@@ -33,8 +33,18 @@
 //	     -relay-key e1-key.pem -relay-ca edges-ca.pem -domain example.test ...
 //
 // -metrics ADDR serves Prometheus metrics at /metrics.
+//
+// Traffic policy: agents declare theirs with each endpoint (see the agent
+// command); -policy FILE adds the operator's to every endpoint (the JSON
+// form agents send, e.g. {"cidr_deny":["192.0.2.0/24"],"rate_limit":{"requests":100}}),
+// -policy-kinds limits the kinds agents may declare, and -oidc lets them
+// declare OpenID Connect logins (package policy/oidc):
+//
+//	edge -domain example.test -tls :443 -cert wildcard.pem -key wildcard-key.pem \
+//	     -ticket-key ticket.key -policy operator-policy.json -oidc \
+//	     -oidc-issuer-allowed https://accounts.google.com
 package main
 
 import "github.com/tunnelkit/tunnelkit/examples/internal/edgecmd"
 
-func main() { edgecmd.Main("edge", new(cluster).extension()) }
+func main() { edgecmd.Main("edge", both(new(cluster).extension(), new(logins).extension())) }

@@ -7,6 +7,15 @@
 // Typical use, in an edge:
 //
 //	providers := &oidc.Providers{}
+//	srv := &edge.Server{
+//		OIDC:      providers.Provider,
+//		TicketKey: key, // the session cookies' key derives from it: the same on every edge
+//		...
+//	}
+//	defer providers.CloseIdleConnections()
+//
+// or, compiling policies without package edge:
+//
 //	opts := policy.Options{
 //		OIDC:      providers.Provider,
 //		CookieKey: key, // 32+ secret bytes, the same on every edge

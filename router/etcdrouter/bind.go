@@ -131,7 +131,7 @@ type decision struct {
 // for it: reads[0] those of k.tree, reads[i] those of k.ancestors[i-1].
 func decide(rt router.Route, k keys, reads []*etcdserverpb.ResponseOp) (decision, error) {
 	var d decision
-	var pooled, solo int // the other routes of rt's Proto and Name
+	var pooled, solo, otherPolicy int // the other routes of rt's Proto and Name
 	for i, op := range reads {
 		for _, kv := range op.GetResponseRange().GetKvs() {
 			key := string(kv.Key)
@@ -159,6 +159,9 @@ func decide(rt router.Route, k keys, reads []*etcdserverpb.ResponseOp) (decision
 				d.reserved = true
 			case e.Pool:
 				pooled++
+				if e.Policy != rt.Policy {
+					otherPolicy++
+				}
 			default:
 				solo++
 			}
@@ -172,6 +175,9 @@ func decide(rt router.Route, k keys, reads []*etcdserverpb.ResponseOp) (decision
 	}
 	if pooled > 0 && !rt.Pool {
 		return d, fmt.Errorf("%w: %s %s is a pool: bind with pool to join it", router.ErrNameTaken, rt.Proto, rt.Name)
+	}
+	if otherPolicy > 0 {
+		return d, fmt.Errorf("%w: %s %s is a pool with another traffic policy: its agents must declare the same one", router.ErrNameTaken, rt.Proto, rt.Name)
 	}
 	return d, nil
 }

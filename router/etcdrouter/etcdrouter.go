@@ -63,6 +63,13 @@
 // write under the prefix can make an edge a member, or take routes: give
 // the edges, and only them, access to etcd, with TLS client certificates
 // (clientv3.Config.TLS) from a CA of their own, or etcd's users and roles.
+//
+// # Secrets
+//
+// A route's value holds its traffic policy (router.Route's Policy), with
+// the policy's secrets: basic-auth passwords, OIDC client secrets, webhook
+// secrets. Whoever reads the keys can use them, and whoever writes them can
+// change what the edges let through: keep them to the edges, as above.
 package etcdrouter
 
 import (

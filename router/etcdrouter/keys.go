@@ -118,6 +118,7 @@ type record struct {
 	Edge        string `json:"edge,omitempty"`
 	Pool        bool   `json:"pool,omitempty"`
 	AppProtocol string `json:"app_protocol,omitempty"`
+	Policy      string `json:"policy,omitempty"` // the JSON of a policy.Spec, as a string; secrets included
 }
 
 func encode(rt router.Route) string {

@@ -59,6 +59,30 @@ func testPools(t *testing.T, newRouter makeRouter) {
 	}
 	t.Logf("ErrNameTaken messages: %q", msgs)
 
+	// A pool has one traffic policy: a route declaring another (or none,
+	// beside routes that declare one) does not join it; one declaring the
+	// same does, and Lookup returns it as bound, policy included.
+	const guarded = "guarded.example.test"
+	g1 := withPolicy(pooled(alice, "https", guarded), `{"basic_auth":{"credentials":["ann:s3cret"]}}`)
+	h.bind("a free name", g1)
+	var policyMsgs []string
+	for _, c := range []struct {
+		why string
+		r   router.Route
+	}{
+		{"another policy", withPolicy(pooled(alice, "https", guarded), `{"basic_auth":{"credentials":["bob:other"]}}`)},
+		{"no policy", pooled(alice, "https", guarded)},
+	} {
+		if err := h.refuse(rule3+": a pool has one policy ("+c.why+")", holds(g1)+" with a policy", c.r); err != nil {
+			policyMsgs = append(policyMsgs, err.Error())
+		}
+		h.expect(rule3+": a refused Bind leaves the pool as it was", "https", guarded, g1)
+	}
+	g2 := withPolicy(pooled(alice, "https", guarded), g1.Policy)
+	h.bind(rule3+": the same identity, both asking to pool, the same policy", g2)
+	h.expect(rule3+": a pool of two with one policy", "https", guarded, g1, g2)
+	t.Logf("ErrNameTaken messages for policies: %q", policyMsgs)
+
 	// Rule 3 is per Proto and Name: the same identity holds the same name
 	// over another protocol, pooled or not, beside a pool.
 	st := route(alice, "tls", name)

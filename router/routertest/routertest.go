@@ -116,6 +116,12 @@ func pooled(identity, proto, name string) router.Route {
 	return r
 }
 
+// withPolicy is r with the traffic policy spec, as an edge stores it.
+func withPolicy(r router.Route, spec string) router.Route {
+	r.Policy = spec
+	return r
+}
+
 // harness is a router under test and the test using it.
 type harness struct {
 	t *testing.T
@@ -217,14 +223,16 @@ func normalise(name string) string {
 }
 
 // sameRoute reports whether got is want as Lookup must return it: every
-// field as bound, the Name normalised. Edge is the implementation's.
+// field as bound (the Policy too: other edges enforce it), the Name
+// normalised. Edge is the implementation's.
 func sameRoute(got, want router.Route) bool {
 	return got.Proto == want.Proto &&
 		got.Name == normalise(want.Name) &&
 		got.TunnelID == want.TunnelID &&
 		got.SessionID == want.SessionID &&
 		got.Identity == want.Identity &&
-		got.Pool == want.Pool
+		got.Pool == want.Pool &&
+		got.Policy == want.Policy
 }
 
 // sameRoutes reports whether got and want hold the same routes, in any order.
@@ -271,6 +279,10 @@ func desc(r router.Route) string {
 	s := fmt.Sprintf("%s %s %q (%s/%s)", r.Identity, r.Proto, r.Name, r.SessionID, r.TunnelID)
 	if r.Pool {
 		s += " pool"
+	}
+	if r.Policy != "" {
+		// Never the policy itself: it holds secrets.
+		s += fmt.Sprintf(" policy(%d bytes)", len(r.Policy))
 	}
 	return s
 }

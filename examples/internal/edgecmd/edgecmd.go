@@ -30,9 +30,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/examples/internal/logbuf"
+
 	"golang.org/x/crypto/acme/autocert"
 
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/policy"
 	"github.com/tunnelkit/tunnelkit/sni"
 )
 
@@ -118,6 +121,10 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	echKey := fs.String("ech-key", "", "PEM file of an ECH key (PRIVATE KEY and ECHCONFIG blocks, as OpenSSL and nginx read): route -tls connections that use Encrypted ClientHello by the name inside, without terminating them")
 	echKeygen := fs.String("ech-keygen", "", "write a new ECH key for -public-name to this PEM file, print its ECHConfigList in base64 (for the DNS HTTPS record's ech= parameter) and exit")
 	publicName := fs.String("public-name", "", "the public name of the key -ech-keygen makes: the name clients show in clear (an operator's name under the domain, covered by -cert)")
+	policyFile := fs.String("policy", "", "file of the operator's traffic policy, in the JSON form agents send (PROTOCOL.md, bind.policy), enforced on every endpoint beside the agent's: allow lists intersect, deny lists add up, the lower rate limit holds, the operator's headers come last; a login, client CAs or webhook check here leaves none to agents (empty: none)")
+	policyKinds := fs.String("policy-kinds", "", "the kinds of traffic policy agents may declare, comma separated (cidr_allow,cidr_deny,rate_limit,basic_auth,oidc,mutual_tls,request_headers,response_headers,webhook); others are refused (empty: every kind)")
+	var oidcIssuers stringList
+	fs.Var(&oidcIssuers, "oidc-issuer-allowed", "an OpenID provider's issuer URL that agents' oidc policies may name (repeat for more; empty: any https issuer)")
 	if ext != nil && ext.Flags != nil {
 		ext.Flags(fs)
 	}
@@ -133,7 +140,11 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	if *echKeygen != "" {
 		return echKeygenTo(*echKeygen, *publicName, stdout)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	// The access log's line per request goes out with others, 50 ms later
+	// at most, not in a write of its own on the request's path.
+	lw := logbuf.New(stderr, 50*time.Millisecond)
+	defer lw.Close()
+	log := slog.New(slog.NewTextHandler(lw, nil))
 	certs, acme, err := certificates(*certFile, *keyFile, *acmeDir, *acmeCA, *acmeEmail, *acmeCache)
 	if err != nil {
 		return err
@@ -203,6 +214,9 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	}
 	if len(ids) > 0 {
 		srv.Authenticate = ids.authenticate
+	}
+	if err := operatorPolicy(srv, *policyFile, *policyKinds, oidcIssuers); err != nil {
+		return err
 	}
 	if *accessLog {
 		srv.AccessLog = log.With("log", "access")
@@ -333,6 +347,64 @@ func (l *prefixList) Set(v string) error {
 		}
 		*l = append(*l, p)
 	}
+	return nil
+}
+
+// stringList is the value of a repeatable flag.
+type stringList []string
+
+func (l *stringList) String() string {
+	if l == nil {
+		return ""
+	}
+	return strings.Join(*l, ",")
+}
+
+func (l *stringList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
+
+// operatorPolicy sets srv.Policy from -policy, -policy-kinds and
+// -oidc-issuer-allowed: the same for every identity.
+func operatorPolicy(srv *edge.Server, file, kinds string, issuers []string) error {
+	var op policy.Operator
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("-policy: %w", err)
+		}
+		if op.Policy, err = policy.Parse(b); err != nil {
+			return fmt.Errorf("-policy %s: %w", file, err)
+		}
+		// The kinds that fit some protocol must fit it as they are.
+		for _, proto := range []string{policy.ProtoHTTP, policy.ProtoHTTPS, policy.ProtoTLS, policy.ProtoTCP} {
+			if _, err := policy.Combine(proto, policy.Operator{Policy: op.Policy}, policy.Spec{}); err != nil {
+				return fmt.Errorf("-policy %s: %w", file, err)
+			}
+		}
+	}
+	if kinds != "" {
+		op.Kinds = []string{}
+		for k := range strings.SplitSeq(kinds, ",") {
+			k = strings.TrimSpace(k)
+			// Every kind fits http or https.
+			if !policy.Fits(k, policy.ProtoHTTP) && !policy.Fits(k, policy.ProtoHTTPS) {
+				return fmt.Errorf("-policy-kinds: %q is not a kind of traffic policy", k)
+			}
+			op.Kinds = append(op.Kinds, k)
+		}
+	}
+	for _, iss := range issuers {
+		if u, err := url.Parse(iss); err != nil || u.Scheme != "https" || u.Host == "" {
+			return fmt.Errorf("-oidc-issuer-allowed %q: want an https URL", iss)
+		}
+		op.OIDCIssuers = append(op.OIDCIssuers, iss)
+	}
+	if file == "" && kinds == "" && len(issuers) == 0 {
+		return nil
+	}
+	srv.Policy = func(string) policy.Operator { return op }
 	return nil
 }
 

@@ -6,12 +6,14 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/policy"
 )
 
 // -proxy-protocol-from takes CIDR prefixes and single addresses, comma
@@ -92,5 +94,40 @@ func TestEndpointQuotaFlags(t *testing.T) {
 	want := edge.Limits{EndpointsPerIdentity: 7, EndpointsPerSource: -1, Endpoints: 9}
 	if srv.Limits != want {
 		t.Fatalf("Limits %+v, want %+v", srv.Limits, want)
+	}
+}
+
+// -policy FILE is the operator's policy on every endpoint; -policy-kinds
+// and -oidc-issuer-allowed limit what agents declare; a file that is no
+// policy stops the command, naming the flag and why.
+func TestPolicyFlags(t *testing.T) {
+	if srv := configured(t); srv.Policy != nil {
+		t.Error("an operator policy without -policy")
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "policy.json")
+	os.WriteFile(file, []byte(`{"cidr_deny":["192.0.2.0/24"],"request_headers":{"add":["X-Operator: yes"]}}`), 0o600)
+	srv := configured(t, "-policy", file, "-policy-kinds", "basic_auth, rate_limit", "-oidc-issuer-allowed", "https://id.example.com")
+	if srv.Policy == nil {
+		t.Fatal("no operator policy with -policy")
+	}
+	op := srv.Policy("anyone")
+	if got := op.Policy.Kinds(); !slices.Equal(got, []string{policy.KindCIDRDeny, policy.KindRequestHeaders}) {
+		t.Errorf("the operator's kinds %v", got)
+	}
+	if !slices.Equal(op.Kinds, []string{policy.KindBasicAuth, policy.KindRateLimit}) || !slices.Equal(op.OIDCIssuers, []string{"https://id.example.com"}) {
+		t.Errorf("caps %v, %v", op.Kinds, op.OIDCIssuers)
+	}
+	for name, content := range map[string]string{
+		"unknown kind": `{"ip_reputation":{}}`,
+		"bad header":   `{"request_headers":{"add":["Host: evil"]}}`,
+		"clash":        `{"oidc":{"issuer":"https://id.example.com","client_id":"c","allow_domains":["example.com"]},"basic_auth":{"credentials":["a:b"]}}`,
+	} {
+		bad := filepath.Join(dir, "bad.json")
+		os.WriteFile(bad, []byte(content), 0o600)
+		err := Run(context.Background(), "edge", []string{"-agents", "127.0.0.1:0", "-http", "127.0.0.1:0", "-policy", bad}, io.Discard, io.Discard, nil)
+		if err == nil || !strings.Contains(err.Error(), "-policy") || !strings.Contains(err.Error(), "policy:") {
+			t.Errorf("%s: %v; want an error naming -policy and the policy's reason", name, err)
+		}
 	}
 }

@@ -1,0 +1,518 @@
+package edge
+
+import (
+	"container/list"
+	"context"
+	"crypto/hkdf"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"github.com/tunnelkit/tunnelkit/policy"
+	"github.com/tunnelkit/tunnelkit/router"
+)
+
+// Traffic policy at the edge. The spec an agent declares with an endpoint
+// (wire.Bind.Policy, package policy) is combined with the operator's
+// (Server.Policy), compiled, and checked before a stream is opened to the
+// agent: on each request of an http or https endpoint (checkPolicy, from
+// http.go), on each connection of a tls or tcp one (acceptPolicy, from
+// conn.go). Its response headers are applied in the exchange (exchange.go),
+// and its client CAs asked for in the TLS handshake (tls.go).
+//
+// The agent's spec travels with its route (router.Route.Policy), so that
+// every edge of a cluster enforces it on the public traffic it takes. Each
+// edge compiles it once per endpoint: the edge that takes the bind at the
+// bind, the others on first use. A compiled policy is kept by endpoint (its
+// protocol and name), owner and spec, so that the routes of a pool share
+// one: its rate limit counts the pool's traffic on this edge as a whole.
+// One this edge holds a route of is kept until its last such route goes;
+// the others (of endpoints other edges bound) are kept in a bounded cache,
+// least recently used out first, and dropped when the Router's watch says
+// their route went.
+
+const (
+	// maxCachedPolicies bounds the compiled policies kept for endpoints
+	// this edge holds no route of.
+	maxCachedPolicies = 1024
+
+	// policyRetry is how long a policy that could not be compiled on
+	// first use is refused before the next request tries again.
+	policyRetry = 5 * time.Second
+
+	// policyCompileTimeout bounds compiling a policy on first use (an
+	// OIDC provider's discovery), as the control requests of a bind are.
+	policyCompileTimeout = 30 * time.Second
+)
+
+// cookieKeyLabel derives the key of OIDC login cookies from the ticket key.
+const cookieKeyLabel = "tunnelkit edge policy cookie key v1"
+
+// deriveCookieKey returns the key of OIDC login cookies for a ticket key:
+// edges that share the ticket key share it, and it says nothing of the
+// ticket key.
+func deriveCookieKey(ticketKey []byte) []byte {
+	k, err := hkdf.Key(sha256.New, ticketKey, nil, cookieKeyLabel, 32)
+	if err != nil {
+		panic("edge: cookie key: " + err.Error()) // only for lengths past 255*32
+	}
+	return k
+}
+
+// policyKey is what a compiled policy is kept by: the endpoint, its owner
+// (whose operator policy applies) and the agent's spec.
+type policyKey struct {
+	endpoint       endpointKey
+	identity, spec string
+}
+
+func keyOfRoute(r router.Route) policyKey {
+	return policyKey{endpointKey{r.Proto, r.Name}, r.Identity, r.Policy}
+}
+
+// compiledPolicy is the policy of an endpoint on this edge, or why it
+// could not be compiled.
+type compiledPolicy struct {
+	key   policyKey
+	ready chan struct{} // closed once pol or err is set
+	pol   *policy.Policy
+	err   error
+	at    time.Time // when err came
+
+	// Under policies.mu:
+	refs int           // routes this edge holds that use it
+	elem *list.Element // in policies.idle while refs is zero
+
+	tlsOnce sync.Once
+	tls     *tls.Config // the handshake's configuration, with the policy's client CAs
+}
+
+// policy returns the compiled policy; nil (which still strips reserved
+// headers in Check) for none.
+func (cp *compiledPolicy) policy() *policy.Policy {
+	if cp == nil {
+		return nil
+	}
+	return cp.pol
+}
+
+// policies is the compiled policies of a Server.
+type policies struct {
+	mu sync.Mutex
+	// byEndpoint holds the policies of each endpoint: one, but while
+	// routes of another owner or spec come and go. A lookup compares the
+	// spec of the few there, which costs nothing when it is the string of
+	// the route the policy was compiled for (the Router hands out copies
+	// of one route), rather than hash it, as a key of a map would.
+	byEndpoint map[endpointKey][]*compiledPolicy
+	idle       list.List // of *compiledPolicy with refs zero, most recently used first
+	n          int       // policies held in byEndpoint
+}
+
+// getLocked returns the policy of k, or nil.
+func (ps *policies) getLocked(k policyKey) *compiledPolicy {
+	for _, cp := range ps.byEndpoint[k.endpoint] {
+		if cp.key.identity == k.identity && cp.key.spec == k.spec {
+			return cp
+		}
+	}
+	return nil
+}
+
+// putLocked adds cp, whose key no other has.
+func (ps *policies) putLocked(cp *compiledPolicy) {
+	if ps.byEndpoint == nil {
+		ps.byEndpoint = map[endpointKey][]*compiledPolicy{}
+	}
+	ps.byEndpoint[cp.key.endpoint] = append(ps.byEndpoint[cp.key.endpoint], cp)
+	ps.n++
+}
+
+// hasPolicy reports whether traffic of r is checked by a policy: the
+// agent declared one, or the operator has one.
+func (s *Server) hasPolicy(r router.Route) bool {
+	return r.Policy != "" || s.Policy != nil
+}
+
+// policyOptions are the options every policy of the Server is compiled
+// with.
+func (s *Server) policyOptions() policy.Options {
+	return policy.Options{
+		OIDC:      s.OIDC,
+		CookieKey: s.cookieKey,
+		Refuse:    s.refusePolicy,
+		Now:       s.PolicyClock,
+		Logger:    s.log(),
+	}
+}
+
+// compilePolicy combines the agent's spec for an endpoint of proto owned
+// by identity with the operator's policy, and compiles the result (nil for
+// a combination that checks nothing); it returns the combination too.
+func (s *Server) compilePolicy(ctx context.Context, proto, identity string, spec policy.Spec) (*policy.Policy, policy.Spec, error) {
+	var op policy.Operator
+	if s.Policy != nil {
+		op = s.Policy(identity)
+	}
+	combined, err := policy.Combine(proto, op, spec)
+	if err != nil || combined.IsZero() {
+		return nil, combined, err
+	}
+	pol, err := policy.Compile(ctx, proto, combined, s.policyOptions())
+	return pol, combined, err
+}
+
+// bindPolicy reads a bind's policy (raw, its JSON; empty for none), sets
+// r.Policy to the form routes carry, and compiles it with the operator's
+// for r's protocol and identity; it returns the combined spec too (safe to
+// log: it prints no secret). A policy the edge cannot read or enforce is
+// bad_request; one it cannot set up now (an OIDC provider out of reach)
+// is unavailable; the message is package policy's.
+func (s *Server) bindPolicy(ctx context.Context, r *router.Route, raw []byte) (*policy.Policy, policy.Spec, *wire.Error) {
+	if len(raw) == 0 {
+		raw = []byte("null")
+	}
+	spec, err := policy.Parse(raw)
+	if err == nil {
+		r.Policy, err = specJSON(spec)
+	}
+	if err == nil && r.Policy != "" {
+		// Compiled from the route's form, as the other edges compile it.
+		spec, err = policy.Parse([]byte(r.Policy))
+	}
+	if err != nil {
+		return nil, policy.Spec{}, policyFailure(err)
+	}
+	pol, combined, err := s.compilePolicy(ctx, r.Proto, r.Identity, spec)
+	if err != nil {
+		return nil, policy.Spec{}, policyFailure(err)
+	}
+	return pol, combined, nil
+}
+
+func policyFailure(err error) *wire.Error {
+	if errors.Is(err, policy.ErrUnavailable) {
+		return failure(wire.CodeUnavailable, "%s", err)
+	}
+	return failure(wire.CodeBadRequest, "%s", err)
+}
+
+// specJSON is the form of spec that routes carry: "" for none, else its
+// JSON as package policy writes it, so that two agents of a pool that
+// declare the same spec send the same bytes, whatever their spacing.
+func specJSON(spec policy.Spec) (string, error) {
+	if spec.IsZero() {
+		return "", nil
+	}
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // as compact as the agent may send it
+	if err := enc.Encode(spec); err != nil {
+		return "", fmt.Errorf("%w: %v", policy.ErrInvalid, err)
+	}
+	return strings.TrimSuffix(b.String(), "\n"), nil
+}
+
+// holdPolicy keeps the policy of r, a route this edge bound, compiled as
+// pol, until releasePolicy: a policy compiled for the same endpoint, owner
+// and spec already (a pool's, or on first use of the route) is kept
+// instead, and so are its rate limit's counts.
+func (s *Server) holdPolicy(r router.Route, pol *policy.Policy) {
+	if !s.hasPolicy(r) {
+		return
+	}
+	k := keyOfRoute(r)
+	ps := &s.policies
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	cp := ps.getLocked(k)
+	if cp == nil || !cp.done() || cp.err != nil {
+		if cp != nil {
+			ps.removeLocked(cp)
+		}
+		cp = &compiledPolicy{key: k, ready: closedChan, pol: pol}
+		ps.putLocked(cp)
+	}
+	if cp.elem != nil {
+		ps.idle.Remove(cp.elem)
+		cp.elem = nil
+	}
+	cp.refs++
+}
+
+// releasePolicy ends a holdPolicy of r, dropping the compiled policy with
+// its last route on this edge.
+func (s *Server) releasePolicy(r router.Route) {
+	if !s.hasPolicy(r) {
+		return
+	}
+	ps := &s.policies
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	cp := ps.getLocked(keyOfRoute(r))
+	if cp == nil || cp.refs == 0 {
+		return
+	}
+	if cp.refs--; cp.refs == 0 {
+		ps.removeLocked(cp)
+	}
+}
+
+// forgetPolicy drops the policy compiled on first use for r, a route of
+// another edge that went, unless this edge holds a route of it.
+func (s *Server) forgetPolicy(r router.Route) {
+	if !s.hasPolicy(r) {
+		return
+	}
+	ps := &s.policies
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if cp := ps.getLocked(keyOfRoute(r)); cp != nil && cp.refs == 0 {
+		ps.removeLocked(cp)
+	}
+}
+
+// removeLocked removes cp, if it is there.
+func (ps *policies) removeLocked(cp *compiledPolicy) {
+	held := ps.byEndpoint[cp.key.endpoint]
+	if i := slices.Index(held, cp); i >= 0 {
+		ps.n--
+		if len(held) == 1 {
+			delete(ps.byEndpoint, cp.key.endpoint)
+		} else {
+			ps.byEndpoint[cp.key.endpoint] = slices.Delete(slices.Clone(held), i, i+1)
+		}
+	}
+	if cp.elem != nil {
+		ps.idle.Remove(cp.elem)
+		cp.elem = nil
+	}
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (cp *compiledPolicy) done() bool {
+	select {
+	case <-cp.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// routePolicy returns the compiled policy of r's endpoint: nil for none;
+// the one kept, or else one compiled now (other requests for it wait for
+// that, within ctx). A policy that could not be compiled is refused for
+// policyRetry, then tried again.
+func (s *Server) routePolicy(ctx context.Context, r router.Route) (*compiledPolicy, error) {
+	if !s.hasPolicy(r) {
+		return nil, nil
+	}
+	k := keyOfRoute(r)
+	ps := &s.policies
+	ps.mu.Lock()
+	cp := ps.getLocked(k)
+	if cp != nil && cp.done() && cp.err != nil && time.Since(cp.at) >= policyRetry {
+		ps.removeLocked(cp)
+		cp = nil
+	}
+	if cp != nil {
+		if cp.elem != nil {
+			ps.idle.MoveToFront(cp.elem)
+		}
+		ps.mu.Unlock()
+		select {
+		case <-cp.ready:
+			return cp, cp.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	cp = &compiledPolicy{key: k, ready: make(chan struct{})}
+	ps.putLocked(cp)
+	cp.elem = ps.idle.PushFront(cp)
+	for ps.idle.Len() > maxCachedPolicies {
+		ps.removeLocked(ps.idle.Back().Value.(*compiledPolicy))
+	}
+	ps.mu.Unlock()
+
+	// Compiled here, for every request that waits for it: not cut short
+	// when this request's client leaves.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), policyCompileTimeout)
+	defer cancel()
+	raw := []byte(r.Policy)
+	if len(raw) == 0 {
+		raw = []byte("null")
+	}
+	spec, err := policy.Parse(raw)
+	if err == nil {
+		cp.pol, _, err = s.compilePolicy(cctx, r.Proto, r.Identity, spec)
+	}
+	if err != nil {
+		cp.err = fmt.Errorf("edge: the policy of %s %s: %w", r.Proto, r.Name, err)
+		cp.at = time.Now()
+		s.log().Warn("traffic policy of an endpoint of another edge refused", "proto", r.Proto, "name", r.Name, "edge", r.Edge, "err", err)
+	}
+	close(cp.ready)
+	return cp, cp.err
+}
+
+// checkPolicy runs the traffic policy of routes (all alike: a pool has one
+// policy) on a request, before any stream is opened to the agent, and
+// returns it. It reports false when the request was answered: refused, or
+// a step of a login. A policy that reads the request body (a webhook's)
+// has Timeouts.Body for all of it.
+func (s *Server) checkPolicy(w http.ResponseWriter, r *http.Request, routes []router.Route, client netip.Addr) (*policy.Policy, bool) {
+	cp, err := s.routePolicy(r.Context(), routes[0])
+	if err != nil {
+		s.refuse(w, r, ReasonPolicyUnavailable, "the traffic policy of this tunnel cannot be enforced now", err)
+		return nil, false
+	}
+	pol := cp.policy()
+	if pol.ClientCAs() != nil && r.TLS != nil && !s.sameHost(r.TLS.ServerName, r.Host) {
+		// An HTTP/2 connection opened for another name (browsers reuse
+		// one for every name its certificate covers) was not asked for
+		// this name's client certificate: the client opens one of its
+		// own on 421.
+		s.refuse(w, r, ReasonMisdirected, "this name needs a connection of its own, with a client certificate; open a new one", nil)
+		return nil, false
+	}
+	if pol.ReadsBody() && s.cfg.body > 0 && r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		b := &policyBody{ReadCloser: r.Body, rc: http.NewResponseController(w)}
+		r.Body = b
+		b.rc.SetReadDeadline(time.Now().Add(s.cfg.body))
+		defer b.clearDeadline()
+	}
+	if pol.Check(w, r, client) {
+		return nil, false
+	}
+	return pol, true
+}
+
+// sameHost reports whether the server name of a TLS connection is the host
+// of a request's Host header.
+func (s *Server) sameHost(serverName, hostport string) bool {
+	host, err := s.routeHost(hostport)
+	return err == nil && strings.EqualFold(serverName, host)
+}
+
+// refusePolicy writes a policy's refusal as the edge's own, logged and
+// counted.
+func (s *Server) refusePolicy(w http.ResponseWriter, r *http.Request, ref policy.Refusal) {
+	reason, msg := Reason(ref.Code), ref.Message
+	if b, ok := r.Body.(*policyBody); ok && b.timedOut() {
+		reason, msg = ReasonBodyTimeout, "the request body stopped arriving"
+	}
+	s.refuse(w, r, reason, msg, nil)
+}
+
+// acceptPolicy runs the traffic policy of routes on a tls or tcp
+// connection from client, before the agent is dialled, and reports
+// whether it may go on; a refusal is counted and logged at the Debug
+// level (clients choose how many there are).
+func (s *Server) acceptPolicy(proto, name string, routes []router.Route, client netip.Addr) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.handshake)
+	cp, err := s.routePolicy(ctx, routes[0])
+	cancel()
+	if err != nil {
+		s.log().Info("traffic policy unavailable; connection closed", "proto", proto, "name", name, "err", err)
+		s.obs().Refused(ReasonPolicyUnavailable)
+		return false
+	}
+	ref, ok := cp.policy().AcceptConn(client)
+	if !ok {
+		s.log().Debug("connection refused by the endpoint's policy", "proto", proto, "name", name, "client", client.String(), "code", ref.Code)
+		s.obs().Refused(Reason(ref.Code))
+	}
+	return ok
+}
+
+// policyTLS returns the TLS configuration of a handshake for an https
+// endpoint whose policy asks clients for a certificate (mutual_tls): base
+// with ClientAuth VerifyClientCertIfGiven and the policy's CAs, so that a
+// client without a certificate still gets a readable refusal from Check.
+// Nil for every other name.
+func (s *Server) policyTLS(hello *tls.ClientHelloInfo, base *tls.Config) (*tls.Config, error) {
+	name, ok := router.Normalise(hello.ServerName)
+	if !ok {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.handshake)
+	defer cancel()
+	routes, err := s.router().Lookup(ctx, wire.ProtoHTTPS, name)
+	if err != nil || len(routes) == 0 {
+		return nil, nil
+	}
+	cp, err := s.routePolicy(ctx, routes[0])
+	if err != nil {
+		// Check refuses its requests: no need to fail the handshake.
+		return nil, nil
+	}
+	cas := cp.policy().ClientCAs()
+	if cas == nil {
+		return nil, nil
+	}
+	cp.tlsOnce.Do(func() {
+		c := base.Clone()
+		c.GetConfigForClient = nil
+		c.ClientAuth = tls.VerifyClientCertIfGiven
+		c.ClientCAs = cas
+		cp.tls = c
+	})
+	return cp.tls, nil
+}
+
+// policyBody is the body of a request whose policy reads it: it notes a
+// read that timed out, and ends the read deadline at its end (net/http's
+// reader goes on reading the connection in the background then).
+type policyBody struct {
+	io.ReadCloser
+	rc *http.ResponseController
+
+	mu      sync.Mutex
+	err     error
+	cleared bool
+}
+
+func (b *policyBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.mu.Lock()
+		if b.err == nil {
+			b.err = err
+		}
+		b.mu.Unlock()
+		if err == io.EOF {
+			b.clearDeadline()
+		}
+	}
+	return n, err
+}
+
+func (b *policyBody) clearDeadline() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.cleared {
+		b.cleared = true
+		b.rc.SetReadDeadline(time.Time{})
+	}
+}
+
+// timedOut reports whether a read of the body timed out.
+func (b *policyBody) timedOut() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var ne net.Error
+	return errors.As(b.err, &ne) && ne.Timeout()
+}
