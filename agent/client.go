@@ -141,6 +141,7 @@ type Client struct {
 	sessionID  string
 	ticket     string        // the session ticket, for the next hello
 	renewAfter time.Duration // how often endpoint tickets are renewed
+	stopRenew  func()        // stops the renewals on mux; nil when none run
 	listeners  map[*Listener]struct{}
 	byTunnel   map[string]*Listener
 	closed     bool

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/internal/wire"
@@ -55,39 +56,62 @@ func (c *Client) call(ctx context.Context, mux *wire.Session, req wire.Request, 
 	return nil
 }
 
-// renewLoop renews the endpoint tickets of the listeners bound on mux every
-// interval, until the session ends or the client closes.
-func (c *Client) renewLoop(mux *wire.Session, interval time.Duration, dead <-chan struct{}) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-		case <-dead:
-			return
-		case <-c.ctx.Done():
-			return
-		}
+// renewTickets renews the endpoint tickets of the listeners bound on mux
+// every interval, from a timer: no goroutine waits between renewals. stop
+// ends them; Close waits for a renewal under way.
+func (c *Client) renewTickets(mux *wire.Session, interval time.Duration) (stop func()) {
+	var (
+		mu      sync.Mutex
+		t       *time.Timer
+		stopped bool
+	)
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(interval, func() {
 		c.mu.Lock()
-		ls := make([]*Listener, 0, len(c.listeners))
-		for l := range c.listeners {
-			ls = append(ls, l)
+		if c.closed {
+			c.mu.Unlock()
+			return
 		}
+		c.wg.Add(1)
 		c.mu.Unlock()
-		for _, l := range ls {
-			id, ok := l.bound(mux)
-			if !ok {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(c.ctx, 15*time.Second)
-			var resp wire.Response
-			err := c.call(ctx, mux, wire.Request{Op: wire.OpRenew, Renew: &wire.Renew{TunnelID: id}}, &resp)
-			cancel()
-			if err == nil && resp.RenewResp != nil {
-				l.setTicket(resp.RenewResp.Ticket)
-			} else if err != nil {
-				c.log().Debug("renew endpoint ticket", "url", l.URL(), "err", err)
-			}
+		defer c.wg.Done()
+		c.renewAll(mux)
+		mu.Lock()
+		if !stopped {
+			t.Reset(interval)
+		}
+		mu.Unlock()
+	})
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
+}
+
+// renewAll renews the endpoint tickets of the listeners bound on mux.
+func (c *Client) renewAll(mux *wire.Session) {
+	c.mu.Lock()
+	ls := make([]*Listener, 0, len(c.listeners))
+	for l := range c.listeners {
+		ls = append(ls, l)
+	}
+	c.mu.Unlock()
+	for _, l := range ls {
+		id, ok := l.bound(mux)
+		if !ok {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, 15*time.Second)
+		var resp wire.Response
+		err := c.call(ctx, mux, wire.Request{Op: wire.OpRenew, Renew: &wire.Renew{TunnelID: id}}, &resp)
+		cancel()
+		if err == nil && resp.RenewResp != nil {
+			l.setTicket(resp.RenewResp.Ticket)
+		} else if err != nil {
+			c.log().Debug("renew endpoint ticket", "url", l.URL(), "err", err)
 		}
 	}
 }

@@ -101,7 +101,7 @@ func (c *Client) open(ctx context.Context, addr string) (*wire.Session, error) {
 	c.renewAfter = time.Duration(resp.HelloResp.RenewAfter) * time.Second
 	c.keepAlive(mux, addr, resp.HelloResp.Version)
 	if renew := c.renewAfter; renew > 0 {
-		c.wg.Go(func() { c.renewLoop(mux, renew, dead) })
+		c.stopRenew = c.renewTickets(mux, renew)
 	}
 	c.mu.Unlock()
 	close(accepting)
@@ -155,6 +155,8 @@ func (c *Client) sessionEnded(mux *wire.Session) {
 		return
 	}
 	c.mux = nil
+	stopRenew := c.stopRenew
+	c.stopRenew = nil
 	edge := c.edge
 	c.byTunnel = map[string]*Listener{}
 	closed := c.closed
@@ -163,6 +165,9 @@ func (c *Client) sessionEnded(mux *wire.Session) {
 		c.redialing = true
 	}
 	c.mu.Unlock()
+	if stopRenew != nil {
+		stopRenew()
+	}
 	if !closed {
 		// Disconnected comes before any event of the reconnection.
 		c.log().Warn("session to edge ended", "edge", edge, "err", localErr)

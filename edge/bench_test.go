@@ -19,6 +19,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -27,6 +29,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -38,6 +41,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/benchload"
+	"github.com/tunnelkit/tunnelkit/internal/testpki"
 )
 
 // benchWorkers is the number of concurrent clients, each with its own
@@ -196,6 +200,7 @@ func benchmarkRatio(b *testing.B, base, tun benchTarget, workers int) {
 const (
 	idleEdgeEnv     = "TUNNELKIT_BENCH_IDLE_EDGE"
 	idleSessionsEnv = "TUNNELKIT_BENCH_IDLE_SESSIONS"
+	idleCAEnv       = "TUNNELKIT_BENCH_IDLE_CA" // a file of the edge's CA, PEM: the agents speak TLS
 )
 
 // BenchmarkIdleSessionHeap reports the edge's heap per idle agent session:
@@ -203,31 +208,46 @@ const (
 // heartbeats, and carries no traffic. The agents run in a child process
 // (this test binary again, running TestIdleAgentsHelper) so that the
 // parent's heap holds the edge alone. It also reports the goroutine stacks
-// per session, which are not heap but cost memory too.
+// per session, which are not heap but cost memory too. It runs over a
+// plaintext agent link and over TLS (Server.AgentTLS).
 func BenchmarkIdleSessionHeap(b *testing.B) {
 	const sessions = 1000
-	var heap, inuse, stack, goroutines float64
-	for range b.N {
-		m := measureIdleSessions(b, sessions)
-		heap += m.heapAlloc
-		inuse += m.heapInuse
-		stack += m.stackInuse
-		goroutines += m.goroutines
+	for _, link := range []string{"plaintext", "tls"} {
+		b.Run(link, func(b *testing.B) {
+			var heap, inuse, stack, goroutines float64
+			for range b.N {
+				m := measureIdleSessions(b, sessions, link == "tls")
+				heap += m.heapAlloc
+				inuse += m.heapInuse
+				stack += m.stackInuse
+				goroutines += m.goroutines
+			}
+			n := float64(b.N) * sessions
+			b.ReportMetric(0, "ns/op") // the time to open the sessions means nothing here
+			b.ReportMetric(heap/n, "heap-B/session")
+			b.ReportMetric(inuse/n, "heapinuse-B/session")
+			b.ReportMetric(stack/n, "stack-B/session")
+			b.ReportMetric(goroutines/n, "goroutines/session")
+		})
 	}
-	n := float64(b.N) * sessions
-	b.ReportMetric(0, "ns/op") // the time to open the sessions means nothing here
-	b.ReportMetric(heap/n, "heap-B/session")
-	b.ReportMetric(inuse/n, "heapinuse-B/session")
-	b.ReportMetric(stack/n, "stack-B/session")
-	b.ReportMetric(goroutines/n, "goroutines/session")
 }
 
 type memDelta struct {
 	heapAlloc, heapInuse, stackInuse, goroutines float64
 }
 
-func measureIdleSessions(b *testing.B, sessions int) memDelta {
+func measureIdleSessions(b *testing.B, sessions int, overTLS bool) memDelta {
 	srv := &edge.Server{Domain: "example.test"}
+	var env []string
+	if overTLS {
+		ca := testpki.New(b)
+		srv.AgentTLS = &tls.Config{Certificates: []tls.Certificate{ca.Issue(b, "127.0.0.1")}}
+		caFile := filepath.Join(b.TempDir(), "ca.pem")
+		if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
+			b.Fatal(err)
+		}
+		env = append(env, idleCAEnv+"="+caFile)
+	}
 	ln := listen(b)
 	served := make(chan struct{})
 	go func() { defer close(served); srv.ServeAgents(ln) }()
@@ -238,6 +258,7 @@ func measureIdleSessions(b *testing.B, sessions int) memDelta {
 	cmd.Env = append(os.Environ(),
 		idleEdgeEnv+"="+ln.Addr().String(),
 		idleSessionsEnv+"="+strconv.Itoa(sessions))
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -302,13 +323,25 @@ func TestIdleAgentsHelper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var tlsConfig *tls.Config
+	if f := os.Getenv(idleCAEnv); f != "" {
+		caPEM, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(caPEM) {
+			t.Fatalf("no certificate in %s", f)
+		}
+		tlsConfig = &tls.Config{RootCAs: roots}
+	}
 	clients := make([]*agent.Client, n)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
-				c := &agent.Client{Addrs: []string{addr}}
+				c := &agent.Client{Addrs: []string{addr}, TLSConfig: tlsConfig}
 				if _, err := c.Listen(context.Background(), "idle"+strconv.Itoa(i)); err != nil {
 					t.Error(err)
 					return

@@ -58,6 +58,15 @@ const (
 // others wait for their turn.
 const maxControl = 8
 
+// acceptBacklog is how many streams an agent may have opened that wait to
+// be accepted; muxado resets a stream past it, after waiting a millisecond
+// for room once. The edge accepts each stream as it comes and serves it in
+// a goroutine of its own, and an agent opens few at once (its control
+// requests, a ping now and then), so the queue holds only what arrives
+// while the accepting goroutine waits for a CPU. muxado's default room for
+// 128 costs 2 KiB a session.
+const acceptBacklog = 16
+
 // errTooManyStreams refuses a stream past Server.MaxStreamsPerSession.
 var errTooManyStreams = errors.New("edge: too many streams on the agent's session")
 
@@ -87,7 +96,6 @@ func (s *Server) serveSession(c net.Conn) {
 		return
 	}
 	pending := s.addPending(c)
-	defer s.donePending(pending)
 	raw := c
 	if s.AgentTLS != nil {
 		// The handshake happens on the preamble's first read, bounded by
@@ -98,12 +106,13 @@ func (s *Server) serveSession(c net.Conn) {
 	if err != nil {
 		s.log().Debug("agent session refused", "agent_addr", c.RemoteAddr().String(), "err", err)
 		c.Close()
+		s.donePending(pending)
 		return
 	}
 	ss := &session{
 		srv:       s,
 		id:        newID(),
-		mux:       wire.NewSession(c, window, false, 0),
+		mux:       wire.NewSession(c, window, false, acceptBacklog),
 		src:       c.RemoteAddr(),
 		conn:      raw,
 		helloDone: make(chan struct{}),
@@ -121,6 +130,7 @@ func (s *Server) serveSession(c net.Conn) {
 	if s.closed {
 		s.mu.Unlock()
 		ss.mux.Close()
+		s.donePending(pending)
 		return
 	}
 	if s.sessions == nil {
@@ -138,8 +148,26 @@ func (s *Server) serveSession(c net.Conn) {
 			ss.close(s.cfg.grace)
 		}
 	})
-	defer helloTimer.Stop()
 
+	// The streams are accepted by a goroutine of their own, for the rest
+	// of the session: this one's stack grew in the preamble (and the TLS
+	// handshake), and a goroutine's stack never shrinks back to the
+	// smallest size, which a fresh one starts with. An idle session's
+	// goroutines are this one, muxado's reader and its writer.
+	accept := func() {
+		ss.acceptStreams()
+		helloTimer.Stop()
+		s.donePending(pending)
+	}
+	if !s.goTracked(accept) {
+		accept() // the server is closing
+	}
+}
+
+// acceptStreams serves the streams the agent opens until the session
+// ends, then closes it and waits for their handlers.
+func (ss *session) acceptStreams() {
+	s := ss.srv
 	early := 0 // streams opened before the hello was accepted
 	for {
 		st, err := ss.mux.AcceptStream()

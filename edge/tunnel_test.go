@@ -481,6 +481,32 @@ func TestRandomNameAndNameTaken(t *testing.T) {
 	}
 }
 
+// TestManyBindsAtOnce binds 100 names at once on one agent session: far
+// more control streams than the edge's accept backlog (acceptBacklog), all
+// served, none reset.
+func TestManyBindsAtOnce(t *testing.T) {
+	te := startEdge(t)
+	c := &agent.Client{Addrs: []string{te.agentAddr}}
+	defer c.Close()
+	ctx := context.Background()
+	if _, err := c.Listen(ctx, "http://first"); err != nil { // the session the others share
+		t.Fatal(err)
+	}
+	const n = 100
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := c.Listen(ctx, fmt.Sprintf("http://many%d", i))
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 func TestListenerCloseUnbinds(t *testing.T) {
 	t.Parallel()
 	te := startEdge(t)

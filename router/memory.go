@@ -34,9 +34,81 @@ type endpoint struct {
 	identity string
 	pool     bool   // its routes asked to share it
 	policy   string // the traffic policy of its routes (rule 3)
-	routes   map[RouteKey]Route
+	routes   routeSet
 	until    time.Time // reserved until, when it has no routes
 	gen      uint64    // bumped at each reservation, to spot stale heap entries
+}
+
+// routeSet is the routes of an endpoint: nearly always one, several for a
+// pool. A slice costs a route each, where a map's first entry takes room
+// for eight (1.5 KiB); past indexAt routes, an index keeps a bind or an
+// unbind of a large pool from scanning it.
+type routeSet struct {
+	list  []Route
+	index map[RouteKey]int // position in list; nil up to indexAt routes
+}
+
+const indexAt = 8
+
+func (s *routeSet) len() int { return len(s.list) }
+
+func (s *routeSet) find(k RouteKey) int {
+	if s.index != nil {
+		if i, ok := s.index[k]; ok {
+			return i
+		}
+		return -1
+	}
+	for i := range s.list {
+		if s.list[i].Key() == k {
+			return i
+		}
+	}
+	return -1
+}
+
+func (s *routeSet) get(k RouteKey) (Route, bool) {
+	if i := s.find(k); i >= 0 {
+		return s.list[i], true
+	}
+	return Route{}, false
+}
+
+// add adds r, whose key s does not hold.
+func (s *routeSet) add(r Route) {
+	s.list = append(s.list, r)
+	switch {
+	case s.index != nil:
+		s.index[r.Key()] = len(s.list) - 1
+	case len(s.list) > indexAt:
+		s.index = make(map[RouteKey]int, len(s.list))
+		for i := range s.list {
+			s.index[s.list[i].Key()] = i
+		}
+	}
+}
+
+// remove removes the route of key k and returns it, if s holds it.
+func (s *routeSet) remove(k RouteKey) (Route, bool) {
+	i := s.find(k)
+	if i < 0 {
+		return Route{}, false
+	}
+	r := s.list[i]
+	last := len(s.list) - 1
+	s.list[i] = s.list[last]
+	s.list[last] = Route{}
+	s.list = s.list[:last]
+	if s.index != nil {
+		delete(s.index, k)
+		if i < last {
+			s.index[s.list[i].Key()] = i
+		}
+	}
+	if last == 0 {
+		s.list, s.index = nil, nil // a reserved endpoint holds no route's room
+	}
+	return r, true
 }
 
 // owner holds a base: the identity, and how many endpoints (live or
@@ -86,8 +158,8 @@ func (m *MemoryRouter) Bind(_ context.Context, r Route) error {
 	}
 	k := endpointKey{r.Proto, name}
 	ep := m.endpoints[k]
-	if ep != nil && len(ep.routes) > 0 {
-		if _, dup := ep.routes[r.Key()]; dup {
+	if ep != nil && ep.routes.len() > 0 {
+		if _, dup := ep.routes.get(r.Key()); dup {
 			return nil
 		}
 		if !ep.pool {
@@ -106,10 +178,10 @@ func (m *MemoryRouter) Bind(_ context.Context, r Route) error {
 	if ep == nil {
 		ep = m.newEndpointLocked(k, base, r.Identity)
 	}
-	if len(ep.routes) == 0 {
+	if ep.routes.len() == 0 {
 		ep.pool, ep.policy, ep.until = r.Pool, r.Policy, time.Time{}
 	}
-	ep.routes[r.Key()] = r
+	ep.routes.add(r)
 	m.notifyLocked(r, true)
 	return nil
 }
@@ -117,7 +189,7 @@ func (m *MemoryRouter) Bind(_ context.Context, r Route) error {
 // newEndpointLocked adds the endpoint k, of identity, whose name has base,
 // without routes yet.
 func (m *MemoryRouter) newEndpointLocked(k endpointKey, base, identity string) *endpoint {
-	ep := &endpoint{identity: identity, routes: map[RouteKey]Route{}}
+	ep := &endpoint{identity: identity}
 	if m.endpoints == nil {
 		m.endpoints = map[endpointKey]*endpoint{}
 	}
@@ -234,14 +306,13 @@ func (m *MemoryRouter) Unbind(_ context.Context, r Route, reserve time.Duration)
 	if ep == nil {
 		return nil
 	}
-	stored, ok := ep.routes[r.Key()]
+	stored, ok := ep.routes.remove(r.Key())
 	if !ok {
 		return nil
 	}
-	delete(ep.routes, r.Key())
 	m.table(r.Proto).Remove(name, stored)
 	m.notifyLocked(stored, false)
-	if len(ep.routes) > 0 {
+	if ep.routes.len() > 0 {
 		return nil
 	}
 	if reserve > 0 {
@@ -280,7 +351,7 @@ func (m *MemoryRouter) Reserve(_ context.Context, r Route, d time.Duration) erro
 	switch {
 	case ep == nil:
 		ep = m.newEndpointLocked(k, base, r.Identity)
-	case len(ep.routes) > 0 || !until.After(ep.until):
+	case ep.routes.len() > 0 || !until.After(ep.until):
 		return nil
 	}
 	m.reserveLocked(k, ep, until)
@@ -303,7 +374,7 @@ func (m *MemoryRouter) Holder(proto, name string) (identity string, until time.T
 	switch {
 	case ep == nil:
 		return "", time.Time{}, false
-	case len(ep.routes) > 0:
+	case ep.routes.len() > 0:
 		return ep.identity, time.Time{}, true
 	}
 	return ep.identity, ep.until, true
@@ -323,7 +394,7 @@ func (m *MemoryRouter) expireLocked() {
 	now := m.clock()
 	for len(m.lapses) > 0 && !m.lapses[0].until.After(now) {
 		l := heap.Pop(&m.lapses).(lapse)
-		if ep := m.endpoints[l.key]; ep != nil && ep.gen == l.gen && len(ep.routes) == 0 {
+		if ep := m.endpoints[l.key]; ep != nil && ep.gen == l.gen && ep.routes.len() == 0 {
 			m.dropLocked(l.key)
 		}
 	}
@@ -373,9 +444,7 @@ func (m *MemoryRouter) WatchRoutes(f func(r Route, bound bool)) (stop func()) {
 	m.mu.Lock()
 	var now []Route
 	for _, ep := range m.endpoints {
-		for _, r := range ep.routes {
-			now = append(now, r)
-		}
+		now = append(now, ep.routes.list...)
 	}
 	w := NewRouteFeed(f, now)
 	if m.watchers == nil {

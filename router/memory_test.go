@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +79,50 @@ func TestMemoryRouterReserve(t *testing.T) {
 	}
 	if err := m.Reserve(ctx, Route{Proto: "http", Name: "bad name"}, time.Minute); !errors.Is(err, ErrInvalidName) {
 		t.Fatalf("Reserve of an invalid name: %v", err)
+	}
+}
+
+// TestRouteSet adds and removes routes of a pool in a random order, past
+// the size where the set indexes them and back, checking it against a map.
+func TestRouteSet(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var s routeSet
+	want := map[RouteKey]Route{}
+	route := func(i int) Route {
+		return Route{Proto: "http", Name: "pool.example.test", TunnelID: strconv.Itoa(i), SessionID: "s" + strconv.Itoa(i%7), Pool: true}
+	}
+	for step := range 5000 {
+		r := route(rng.IntN(3 * indexAt))
+		if _, ok := want[r.Key()]; ok && rng.IntN(2) == 0 {
+			got, ok := s.remove(r.Key())
+			if !ok || got != r {
+				t.Fatalf("step %d: remove(%v) = %v, %v", step, r.Key(), got, ok)
+			}
+			delete(want, r.Key())
+		} else if !ok {
+			s.add(r)
+			want[r.Key()] = r
+		}
+		if s.len() != len(want) {
+			t.Fatalf("step %d: %d routes, want %d", step, s.len(), len(want))
+		}
+		if s.len() > indexAt && s.index == nil {
+			t.Fatalf("step %d: %d routes and no index", step, s.len())
+		}
+		if s.len() == 0 && (s.list != nil || s.index != nil) {
+			t.Fatalf("step %d: an empty set keeps its room", step)
+		}
+		for k, r := range want {
+			if got, ok := s.get(k); !ok || got != r {
+				t.Fatalf("step %d: get(%v) = %v, %v, want %v", step, k, got, ok, r)
+			}
+		}
+		if _, ok := s.get(RouteKey{Tunnel: "none"}); ok {
+			t.Fatalf("step %d: get of a key never added succeeded", step)
+		}
+	}
+	if _, ok := s.remove(RouteKey{Tunnel: "none"}); ok {
+		t.Fatal("remove of a key never added succeeded")
 	}
 }
 

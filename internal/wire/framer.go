@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -16,7 +15,8 @@ import (
 const (
 	// readBufferSize is the framer's read buffer. It holds many small
 	// frames (an HTTP request or response and the window updates around
-	// it); the bodies of large frames are read past it.
+	// it); the bodies of large frames are read past it. A framer holds one
+	// only while it has bytes in it (see connReader).
 	readBufferSize = 4 << 10
 
 	// windowHold is how much window a stream's reader may have consumed
@@ -47,8 +47,9 @@ const (
 )
 
 // NewFramer returns a muxado framer that cuts the syscalls per frame: it
-// reads through a buffer, writes each frame's header and payload in one
-// Write, and holds back small window updates to send them with the next
+// reads through a buffer (held only while bytes wait in it: see
+// connReader), writes each frame's header and payload in one Write, and
+// holds back small window updates to send them with the next
 // frame written (or alone once a stream's held update reaches windowHold).
 // Each frame is encoded exactly as the stock framer does; only window
 // updates are sent later, and those of one stream merged into one, so
@@ -71,7 +72,7 @@ func NewFramer(r io.Reader, w io.Writer) frame.Framer {
 
 func newFramer(r io.Reader, w io.Writer, hold uint32) *framer {
 	f := &framer{w: w, hold: hold}
-	f.stock = frame.NewFramer(bufio.NewReaderSize(r, readBufferSize), w)
+	f.stock = frame.NewFramer(newConnReader(r), w)
 	f.held = f.heldArr[:0]
 	return f
 }
