@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/internal/wire"
 )
 
 // edgeTimeout bounds opening a session to one edge (the dial, TLS, the
@@ -92,7 +94,8 @@ func (e *edgesError) list(b *strings.Builder) {
 func (e *edgesError) Unwrap() []error { return e.errs }
 
 // tlsConfig returns the TLS configuration to the edge at addr, or nil for
-// plaintext.
+// plaintext. It offers the agent protocol by ALPN (wire.ALPN) and nothing
+// else, which an edge's public TLS port takes for an agent's session.
 func (c *Client) tlsConfig(addr string) *tls.Config {
 	if c.Plaintext {
 		return nil
@@ -101,19 +104,31 @@ func (c *Client) tlsConfig(addr string) *tls.Config {
 	if err != nil {
 		host = addr
 	}
-	if c.TLSConfig != nil {
-		if c.TLSConfig.ServerName != "" {
-			return c.TLSConfig
+	var cfg *tls.Config
+	switch {
+	case c.TLSConfig != nil:
+		cfg = c.TLSConfig.Clone()
+		if cfg.ServerName == "" {
+			cfg.ServerName = host
 		}
-		cfg := c.TLSConfig.Clone()
-		cfg.ServerName = host
-		return cfg
-	}
-	if host == "localhost" {
+	case host == "localhost":
 		return nil
+	default:
+		if a, err := netip.ParseAddr(host); err == nil && a.IsLoopback() {
+			return nil
+		}
+		cfg = &tls.Config{ServerName: host}
 	}
-	if a, err := netip.ParseAddr(host); err == nil && a.IsLoopback() {
-		return nil
+	cfg.NextProtos = []string{wire.ALPN}
+	return cfg
+}
+
+// checkALPN checks the protocol the edge selected by ALPN: the agent
+// protocol (an edge's public TLS port, or an agent port that knows it), or
+// none (an agent port whose TLS knows no ALPN).
+func checkALPN(addr string, cs tls.ConnectionState) error {
+	if p := cs.NegotiatedProtocol; p != "" && p != wire.ALPN {
+		return &sentinelError{kind: ErrNotAgentPort, msg: fmt.Sprintf("%s selected the protocol %q by ALPN, not the agent's (%s)", addr, p, wire.ALPN)}
 	}
-	return &tls.Config{ServerName: host}
+	return nil
 }
