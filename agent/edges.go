@@ -95,7 +95,9 @@ func (e *edgesError) Unwrap() []error { return e.errs }
 
 // tlsConfig returns the TLS configuration to the edge at addr, or nil for
 // plaintext. It offers the agent protocol by ALPN (wire.ALPN) and nothing
-// else, which an edge's public TLS port takes for an agent's session.
+// else, which an edge's public TLS port takes for an agent's session. The
+// edge selects it, or no protocol (an agent port whose TLS knows no ALPN):
+// crypto/tls refuses a selection the client did not offer.
 func (c *Client) tlsConfig(addr string) *tls.Config {
 	if c.Plaintext {
 		return nil
@@ -121,14 +123,4 @@ func (c *Client) tlsConfig(addr string) *tls.Config {
 	}
 	cfg.NextProtos = []string{wire.ALPN}
 	return cfg
-}
-
-// checkALPN checks the protocol the edge selected by ALPN: the agent
-// protocol (an edge's public TLS port, or an agent port that knows it), or
-// none (an agent port whose TLS knows no ALPN).
-func checkALPN(addr string, cs tls.ConnectionState) error {
-	if p := cs.NegotiatedProtocol; p != "" && p != wire.ALPN {
-		return &sentinelError{kind: ErrNotAgentPort, msg: fmt.Sprintf("%s selected the protocol %q by ALPN, not the agent's (%s)", addr, p, wire.ALPN)}
-	}
-	return nil
 }

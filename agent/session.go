@@ -46,11 +46,6 @@ func (c *Client) open(ctx context.Context, addr string) (*wire.Session, error) {
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return fail(true, fmt.Errorf("agent: TLS to edge: %w", ctxErr(ctx, err)))
 		}
-		if err := checkALPN(addr, tc.ConnectionState()); err != nil {
-			conn.Close()
-			w.stop()
-			return nil, err
-		}
 		conn = tc
 	}
 	window, err := c.preamble(ctx, conn)
