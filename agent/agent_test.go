@@ -14,6 +14,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
@@ -240,20 +241,9 @@ func TestReconnectWhileStreamsWait(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no reconnection while a stream waited for Accept")
 	}
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool {
 		routes, _ := rt.Lookup(context.Background(), "http", "app.example.test")
 		return len(routes) == 1
 	})
 	_ = l
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10 s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

@@ -94,12 +94,12 @@ type Client struct {
 	ProxyTLSConfig *tls.Config
 
 	// HeartbeatInterval and HeartbeatTimeout set how often the agent pings
-	// the edge and how long it waits for an answer before it closes the
-	// session. Zero: 10 s and 15 s. The pings also keep an idle session's
+	// the edge and how long it waits, past the interval, for anything at
+	// all from the edge before it closes the session. Zero: 10 s and 15 s. The pings also keep an idle session's
 	// connection busy: proxies, NATs and firewalls on the way drop
 	// connections idle for longer than their own timeout (often 60 s,
 	// some 30 s), so keep the interval well below it. The edge's own
-	// pings (edge.Server.HeartbeatInterval) do the same from its side.
+	// pings (edge.Timeouts.HeartbeatInterval) do the same from its side.
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
 

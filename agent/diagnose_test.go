@@ -44,6 +44,7 @@ func listenOnce(t *testing.T, c *agent.Client) error {
 // which waits an hour for a request line (its handshake timeout): a probe
 // with a request of its own tells that an HTTP server listens there.
 func TestHTTPPortRecognised(t *testing.T) {
+	t.Parallel()
 	e := startHTTPEdge(t, &edge.Server{Timeouts: edge.Timeouts{Handshake: time.Hour}})
 	addr := "127.0.0.1:" + e.http
 	err := listenOnce(t, &agent.Client{Addrs: []string{addr}})
@@ -55,6 +56,7 @@ func TestHTTPPortRecognised(t *testing.T) {
 // TestHTTPSPortRecognised points a TLS agent at an HTTPS server, which
 // waits for a request line inside TLS.
 func TestHTTPSPortRecognised(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewUnstartedServer(http.NotFoundHandler())
 	srv.Config.ReadHeaderTimeout = time.Hour
 	srv.StartTLS()

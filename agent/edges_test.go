@@ -20,6 +20,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
 	"github.com/tunnelkit/tunnelkit/internal/testtools"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
@@ -143,7 +144,7 @@ func getURL(t *testing.T, u string) (string, error) {
 // through that port reaches the app.
 func checkOn(t *testing.T, l *agent.Listener, e *testEdge) {
 	t.Helper()
-	waitFor(t, func() bool { return urlPort(l.URL()) == e.http })
+	testwait.For(t, func() bool { return urlPort(l.URL()) == e.http })
 	if got := l.URL(); got != "http://app.example.test:"+e.http {
 		t.Fatalf("URL = %q, want the edge's HTTP port %s", got, e.http)
 	}
@@ -269,6 +270,7 @@ func TestEdgesFailover(t *testing.T) {
 // TestEdgesAllDownBacksOff: with every edge down, the client goes on
 // trying each in turn, with the backoff between rounds: no busy loop.
 func TestEdgesAllDownBacksOff(t *testing.T) {
+	t.Parallel()
 	e := startHTTPEdge(t, nil)
 	// Two edges that take the TCP connection and close it at once.
 	var accepts [2]atomic.Int32

@@ -19,6 +19,7 @@ import (
 // proxy drops its idle session (the event the test waits for, three times
 // over, 9 s or more), which shows the proxy really drops idle sessions.
 func TestHeartbeatThroughIdleProxy(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("idles for 9 s or more")
 	}

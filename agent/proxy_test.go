@@ -275,6 +275,7 @@ func tlsFront(t *testing.T, to string) (string, *testpki.CA) {
 // (socks5://, and socks5h:// with a username and password). DialContext
 // dials the proxy.
 func TestProxyIsTheOnlyWayOut(t *testing.T) {
+	t.Parallel()
 	t.Run("direct is refused", func(t *testing.T) {
 		e := startProxyEdge(t, proxyEdgeConfig{onlyFrom: testproxy.Out})
 		c := &agent.Client{Addrs: []string{e.agentAddr}, Proxy: agent.ProxyURL(nil)}

@@ -52,6 +52,11 @@ func (c *Client) setup(ctx context.Context, b wire.Bind, edges []string) (*Liste
 		if bound && permanent(err) {
 			return nil, err // the endpoint is refused for good
 		}
+		if ctx.Err() != nil && latest[addr] != nil {
+			// The setup's context cut this attempt short: the edge's
+			// previous answer says more than the deadline does.
+			return nil, c.gaveUp(ctx, attempts, order, latest)
+		}
 		if _, ok := latest[addr]; !ok {
 			order = append(order, addr)
 		}

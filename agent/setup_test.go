@@ -51,6 +51,7 @@ func (ev events) next(t *testing.T, kind agent.EventKind) agent.Event {
 // the same port: Listen tries again with backoff, its attempts refused,
 // and returns the URL once the edge is up.
 func TestListenWaitsForItsEdge(t *testing.T) {
+	t.Parallel()
 	ln := testnet.Listen(t)
 	addr := ln.Addr().String()
 	ln.Close()

@@ -47,6 +47,7 @@ func (c *orderCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 // cache. Names nobody bound over https, and names under a wildcard
 // endpoint, get no certificate and cost no order.
 func TestACMECertificateOnDemand(t *testing.T) {
+	t.Parallel()
 	agents, httpLn, tlsLn := listen(t), listen(t), listen(t)
 	httpPort, _ := strconv.Atoi(portOf(httpLn))
 	tlsPort, _ := strconv.Atoi(portOf(tlsLn))

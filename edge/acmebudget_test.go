@@ -416,6 +416,7 @@ func TestACMEOrderBudget(t *testing.T) {
 // their agent's source address instead. Two sessions from one address
 // share one budget; an agent from another address has its own.
 func TestACMEAnonymousAgentsCountBySource(t *testing.T) {
+	t.Parallel()
 	const perOwner = 2
 	e := startACMEEdgeWith(t, edge.ACME{OrdersPerIdentity: perOwner}, nil)
 	from := func(ip string) *agent.Client {
@@ -462,6 +463,7 @@ func (c deleteWatch) Delete(ctx context.Context, key string) error {
 // is not: its certificate is dropped from the edge's memory and from the
 // cache instead, with a line in the log.
 func TestACMEUnboundNameNotRenewed(t *testing.T) {
+	t.Parallel()
 	cache := deleteWatch{autocert.DirCache(t.TempDir()), make(chan string, 64)}
 	e := startACMEEdge(t, edge.ACME{RenewBefore: 20 * time.Second, Grace: -1, Cache: cache}, testacme.CertValidity(30*time.Second))
 	alice := e.agent(t, "alice")

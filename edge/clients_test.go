@@ -76,6 +76,7 @@ func chromium(t testing.TB, url string, spkis ...string) string {
 // endpoint (TLS terminated at the edge, HTTP/2) and one from a tls
 // endpoint (TLS terminated by the app) on the same port.
 func TestChromiumHTTPSAndTLSOnOnePort(t *testing.T) {
+	t.Parallel()
 	testtools.Need(t, "chromium")
 	e := startHTTPSEdge(t, nil)
 	_, tlsPort, _ := net.SplitHostPort(e.tlsAddr)
@@ -105,6 +106,7 @@ func TestChromiumHTTPSAndTLSOnOnePort(t *testing.T) {
 // TestCurlHTTP2: curl --http2 against an https endpoint and
 // --http2-prior-knowledge against the HTTP port.
 func TestCurlHTTP2(t *testing.T) {
+	t.Parallel()
 	testtools.Need(t, "curl")
 	e := startHTTPSEdge(t, nil)
 	e.serve(t, agent.Endpoint{URL: "https://app"}, echoInfo)
@@ -148,6 +150,7 @@ func TestCurlHTTP2(t *testing.T) {
 // serving the agent's listener itself and behind the agent's forwarder in
 // both modes.
 func TestChromiumEventSourceCloseEndsTheHandler(t *testing.T) {
+	t.Parallel()
 	testtools.Need(t, "chromium")
 	e := startHTTPSEdge(t, nil)
 	sseEnded := make(chan struct{}, 1)

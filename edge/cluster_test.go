@@ -17,6 +17,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
@@ -78,6 +79,7 @@ func startClusterOf(t testing.TB, ca *testpki.CA, rt router.Router, configure fu
 // the app sees exactly one X-Forwarded-For hop, and the client's own
 // address and port as RemoteAddr.
 func TestRelayAcrossEdges(t *testing.T) {
+	t.Parallel()
 	rt := &router.MemoryRouter{}
 	// TCP endpoints listen on every edge: in one process, only one edge per
 	// loopback address can have the port, so A listens on 127.0.0.1, B on
@@ -154,7 +156,7 @@ func TestRelayAcrossEdges(t *testing.T) {
 	for _, host := range []string{"::1"} {
 		addr := net.JoinHostPort(host, port)
 		var conn net.Conn
-		waitFor(t, func() bool {
+		testwait.For(t, func() bool {
 			conn, err = net.Dial("tcp", addr)
 			return err == nil
 		})
@@ -169,7 +171,7 @@ func TestRelayAcrossEdges(t *testing.T) {
 	// The agent goes: the other edge stops listening on its port.
 	ag.Close()
 	for _, host := range []string{"::1"} {
-		waitFor(t, func() bool {
+		testwait.For(t, func() bool {
 			conn, err := net.DialTimeout("tcp", net.JoinHostPort(host, port), time.Second)
 			if err == nil {
 				conn.Close()
@@ -182,6 +184,7 @@ func TestRelayAcrossEdges(t *testing.T) {
 // TestRelayRefusesUnknownEdges: a peer without a certificate of the
 // cluster's CA gets no relay session.
 func TestRelayRefusesUnknownEdges(t *testing.T) {
+	t.Parallel()
 	edges := startCluster(t, &router.MemoryRouter{}, "127.0.0.1")
 	stranger := testpki.New(t)
 	conn, err := tls.Dial("tcp", edges[0].relayAddr, &tls.Config{

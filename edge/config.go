@@ -130,8 +130,11 @@ type Timeouts struct {
 	Handshake time.Duration
 
 	// HeartbeatInterval and HeartbeatTimeout set how often the edge pings
-	// each agent and how long it waits for an answer before it closes the
-	// session. Zero: 10 s and 15 s. They cannot be disabled.
+	// each agent and how long it waits, past the interval, for anything at
+	// all from the agent before it closes the session (with ping streams
+	// on a timer for agents of protocol version 3, a heartbeat stream for
+	// version 2; see PROTOCOL.md). Zero: 10 s and 15 s. They cannot be
+	// disabled.
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
 

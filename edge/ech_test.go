@@ -129,6 +129,7 @@ func echDial(e *httpsEdge, serverName string, configs []byte, roots *tls.Config)
 // a split-mode backend, only when it decrypts itself: the inner
 // encrypted_client_hello extension in the hello it got is the proof).
 func TestECHSplitMode(t *testing.T) {
+	t.Parallel()
 	for _, hrr := range []bool{false, true} {
 		name := map[bool]string{false: "direct", true: "HelloRetryRequest"}[hrr]
 		t.Run(name, func(t *testing.T) {
@@ -175,6 +176,7 @@ func TestECHSplitMode(t *testing.T) {
 // server with its own certificate and sends its current configuration,
 // with which the client then succeeds.
 func TestECHStaleConfigGetsRetryConfigs(t *testing.T) {
+	t.Parallel()
 	e, _ := echEdge(t)
 	ca := testpki.New(t)
 	tlsApp(t, e, "tls://secret.example.test", "secret.example.test", ca, nil, nil)
@@ -205,6 +207,7 @@ const deepPublicName = "ech.edge.example.test"
 // nor a name above it (a wildcard over it, a catch-all even where they are
 // allowed) or under it, and the refusal says why. Its neighbours are free.
 func TestECHPublicNameIsTheOperators(t *testing.T) {
+	t.Parallel()
 	e, _ := echEdgeFor(t, deepPublicName, func(s *edge.Server) { s.AllowCatchAll = true })
 	for _, url := range []string{
 		"tls://" + deepPublicName,
@@ -248,6 +251,7 @@ func TestECHPublicNameIsTheOperators(t *testing.T) {
 // then reaches its own endpoint; a client without ECH for the public name
 // reaches the edge too; the tenant's app gets nothing.
 func TestECHStaleConfigWhileATenantHoldsAWildcardOverThePublicName(t *testing.T) {
+	t.Parallel()
 	rt := &router.MemoryRouter{}
 	ca := testpki.New(t)
 	e, _ := echEdgeFor(t, deepPublicName, func(s *edge.Server) {
@@ -313,6 +317,7 @@ func holdOverPublicName(t testing.TB, rt *router.MemoryRouter, name string) {
 // holds a wildcard over it, reaches the edge itself (which has no page
 // there), never the tenant.
 func TestECHChromiumGREASEForThePublicName(t *testing.T) {
+	t.Parallel()
 	testtools.Need(t, "chromium")
 	rt := &router.MemoryRouter{}
 	ca := testpki.New(t)
@@ -342,6 +347,7 @@ func TestECHChromiumGREASEForThePublicName(t *testing.T) {
 // domain, or above it, would make every name the operator's: the Server
 // refuses to start.
 func TestECHPublicNameAtOrAboveTheDomain(t *testing.T) {
+	t.Parallel()
 	for _, public := range []string{"apps.example.test", "example.test"} {
 		key, _, err := sni.NewECHKey(public)
 		if err != nil {
@@ -358,6 +364,7 @@ func TestECHPublicNameAtOrAboveTheDomain(t *testing.T) {
 // TestECHHTTPSEndpoint: an https endpoint, terminated at the edge, takes
 // ECH through crypto/tls with the same keys.
 func TestECHHTTPSEndpoint(t *testing.T) {
+	t.Parallel()
 	e, configs := echEdge(t)
 	e.serve(t, agent.Endpoint{URL: "https://app"}, echoInfo)
 	tr := &http.Transport{
@@ -381,6 +388,7 @@ func TestECHHTTPSEndpoint(t *testing.T) {
 // Chromium (which sends GREASE ECH) and curl reach a tls endpoint by their
 // server name, as before.
 func TestECHEdgeStillRoutesGREASEAndPlainClients(t *testing.T) {
+	t.Parallel()
 	testtools.Need(t, "chromium", "curl")
 	e, _ := echEdge(t)
 	_, tlsPort, _ := net.SplitHostPort(e.tlsAddr)

@@ -92,6 +92,15 @@ func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, routes []
 	case errors.Is(err, errTooManyStreams):
 		s.refuse(w, r, ReasonAgentBusy, "the agent of this tunnel has no stream free; try again", err)
 		return
+	case errors.Is(err, ErrNoEndpoint):
+		s.refuse(w, r, ReasonNoEndpoint, "the agent no longer serves this tunnel", err)
+		return
+	case errors.Is(err, ErrAppUnreachable):
+		s.refuse(w, r, ReasonAppUnreachable, appUnreachable(err), err)
+		return
+	case errors.Is(err, errUpstreamBroke):
+		s.refuse(w, r, ReasonAppError, "the app closed the connection without a whole response", err)
+		return
 	case err != nil:
 		s.refuse(w, r, ReasonAgentOffline, "the agent of this tunnel cannot be reached", err)
 		return
@@ -256,7 +265,7 @@ func (x *exchange) classify(err error) (Reason, string) {
 	case errors.Is(refused, ErrNoEndpoint):
 		return ReasonNoEndpoint, "the agent no longer serves this tunnel"
 	case refused != nil:
-		return ReasonAppUnreachable, "the app behind the tunnel cannot be reached: " + strings.TrimPrefix(refused.Error(), ErrAppUnreachable.Error()+": ")
+		return ReasonAppUnreachable, appUnreachable(refused)
 	case x.body != nil && x.body.failed() != nil:
 		if errors.As(x.body.failed(), &ne) && ne.Timeout() {
 			return ReasonBodyTimeout, "the request body stopped arriving"
@@ -271,6 +280,12 @@ func (x *exchange) classify(err error) (Reason, string) {
 		return ReasonAgentOffline, "the agent of this tunnel went away"
 	}
 	return ReasonAppError, "the app closed the connection without a whole response"
+}
+
+// appUnreachable is the message of an agent's refusal err, which wraps
+// ErrAppUnreachable.
+func appUnreachable(err error) string {
+	return "the app behind the tunnel cannot be reached: " + strings.TrimPrefix(err.Error(), ErrAppUnreachable.Error()+": ")
 }
 
 // holdsSession reports whether r's session is still open here; true for a

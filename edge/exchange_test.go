@@ -23,6 +23,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
 	"github.com/tunnelkit/tunnelkit/internal/testtools"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 )
 
 // Every exchange ends, and ends truthfully (issue #18): each test runs the
@@ -87,10 +88,10 @@ func tunnelHops(t *testing.T, appAddr string, configure func(*edge.Server)) []ho
 			forward.HTTP{To: appAddr}.Serve(l)
 		}()
 		t.Cleanup(func() { c.Close(); <-done })
-		// The agent's heartbeat stream stays open for the session: the
-		// exchanges' streams are those past it.
-		const idle = 1
-		waitFor(t, func() bool { return obs.get("streams") == idle })
+		// A version 3 session holds no stream at rest (its pings are
+		// streams of a moment).
+		const idle = 0
+		testwait.For(t, func() bool { return obs.get("streams") == idle })
 		out = append(out, hop{
 			name:   "tunnel, agent copying " + mode,
 			client: e.client,
@@ -172,6 +173,7 @@ func protoName(h2 bool) string {
 // streams return to zero afterwards. With "Expect: 100-continue", the app
 // sees the expectation and refuses before the body is sent.
 func TestRefusedUploadIsAnswered(t *testing.T) {
+	t.Parallel()
 	var sawExpect atomic.Int32
 	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Expect") == "100-continue" {
@@ -239,6 +241,7 @@ func TestRefusedUploadIsAnswered(t *testing.T) {
 // is cancelled; through the tunnel too, over HTTP/1.1 (the client closes
 // its connection) and HTTP/2 (RST_STREAM), in both agent modes.
 func TestClientThatLeavesCancelsTheApp(t *testing.T) {
+	t.Parallel()
 	arrived := make(chan struct{}, 1)
 	cancelled := make(chan time.Time, 1)
 	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -292,6 +295,7 @@ func TestClientThatLeavesCancelsTheApp(t *testing.T) {
 // half-close from a client that left, but waits a moment for the answer
 // before it cancels).
 func TestHalfClosedClientGetsTheAnswer(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
@@ -341,6 +345,7 @@ func TestHalfClosedClientGetsTheAnswer(t *testing.T) {
 // proxy that gave up): an app that stops reading an upload, a client that
 // stops reading a download, an app that stops sending its body.
 func TestStalledExchangesEnd(t *testing.T) {
+	t.Parallel()
 	appSaid := make(chan string, 16)
 	var resume chan struct{}
 	var mu sync.Mutex
@@ -459,6 +464,7 @@ func waitApp(t *testing.T, said <-chan string, want string) {
 // upgrade records 101, the status the client got, and the upgraded
 // connection's bytes.
 func TestAccessLogSaysSwitchingProtocols(t *testing.T) {
+	t.Parallel()
 	var logged testtools.Buffer
 	te := edgeOn(t, &edge.Server{Domain: "example.test", AccessLog: slog.New(slog.NewTextHandler(&logged, nil))}, listen(t), listen(t))
 	c := &agent.Client{Addrs: []string{te.agentAddr}}
@@ -490,7 +496,7 @@ func TestAccessLogSaysSwitchingProtocols(t *testing.T) {
 		t.Fatalf("echo: %q %v", got, err)
 	}
 	conn.Close()
-	waitFor(t, func() bool { return strings.Contains(logged.String(), "\n") })
+	testwait.For(t, func() bool { return strings.Contains(logged.String(), "\n") })
 	line := logged.String()
 	if !strings.Contains(line, "status=101") || !strings.Contains(line, "bytes=5") {
 		t.Fatalf("access line %q, want status=101 and the 5 bytes echoed", line)

@@ -28,7 +28,9 @@ import (
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"golang.ngrok.com/muxado/v2"
 )
 
 // helloMessage is a hello request as a control stream's first bytes.
@@ -40,6 +42,7 @@ func helloMessage(t testing.TB, token string) []byte {
 // control streams at once. The edge decides one hello per session and
 // never panics (a panic would end this test binary).
 func TestConcurrentHellosNeverPanic(t *testing.T) {
+	t.Parallel()
 	// A slow Authenticate widens the window between two hellos' checks.
 	slowTokens := func(ctx context.Context, token string) (string, error) {
 		time.Sleep(2 * time.Millisecond)
@@ -145,6 +148,7 @@ func TestStreamsBeforeHelloRefused(t *testing.T) {
 // TestPendingSessionsBounded: silent connections on the agent port past
 // MaxPendingSessions push out the oldest; a real agent still connects.
 func TestPendingSessionsBounded(t *testing.T) {
+	t.Parallel()
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Limits: edge.Limits{PendingSessions: 50}}, listen(t), listen(t))
 	var silent []net.Conn
 	defer func() {
@@ -191,6 +195,7 @@ func TestPendingSessionsBounded(t *testing.T) {
 // app. None fails, and afterwards the agent holds no connection to the app
 // (no stream outlives its request).
 func TestNoKeepAliveFloodKeepsTunnelUp(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	var open atomic.Int32
 	app := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
@@ -243,7 +248,7 @@ func TestNoKeepAliveFloodKeepsTunnelUp(t *testing.T) {
 	if failed.Load() != 0 {
 		t.Fatalf("%d of %d requests failed", failed.Load(), n)
 	}
-	waitFor(t, func() bool { return open.Load() == 0 })
+	testwait.For(t, func() bool { return open.Load() == 0 })
 	if resp, _ := get(t, te, te.url("app")+"/", nil); resp.StatusCode != 200 {
 		t.Fatalf("after the flood: %d", resp.StatusCode)
 	}
@@ -295,6 +300,7 @@ func (e *proxiedEdge) clientAs(from string) *http.Client {
 // bodies trickle in, then stop. Past its share it is refused (429); the
 // bodies that stop are cut off (408); another client is served throughout.
 func TestSlowBodiesCutAndOthersServed(t *testing.T) {
+	t.Parallel()
 	// The body timeout outlasts the time 100 connections take to arrive
 	// on a loaded machine: a slow request cut off before the last ones
 	// arrived would free its place in the share for one more.
@@ -365,6 +371,7 @@ func TestSlowBodiesCutAndOthersServed(t *testing.T) {
 // to a TCP endpoint and a TLS endpoint; past its share they are closed, and
 // another client is served.
 func TestIdleConnsHoldOnlyTheirShare(t *testing.T) {
+	t.Parallel()
 	e := startProxiedEdge(t, &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, Limits: edge.Limits{StreamsPerSession: 64, ClientShare: 0.25}})
 	pki := testpki.New(t)
 	c := &agent.Client{Addrs: []string{e.agentAddr}}
@@ -459,6 +466,7 @@ func clientHelloFor(t testing.TB, name string) []byte {
 // first failures are logged one by one, the rest in aggregate; an agent
 // from another address is served.
 func TestWrongTokensThrottled(t *testing.T) {
+	t.Parallel()
 	var lines atomic.Int32
 	srv := &edge.Server{Domain: "example.test", Authenticate: tokens, Logger: slogAll(&lines), Limits: edge.Limits{AuthFailures: 5}}
 	te := edgeOn(t, srv, listen(t), listen(t))
@@ -470,20 +478,15 @@ func TestWrongTokensThrottled(t *testing.T) {
 	unauthorized, cut := 0, 0
 	start := time.Now()
 	for range 100 {
-		c := &agent.Client{Addrs: []string{te.agentAddr}, Token: "wrong"}
-		// A connection cut at accept may be an edge that restarts: the
-		// agent would wait for it; 100 ms at most.
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		_, err := c.Listen(ctx, "x")
-		cancel()
-		c.Close()
-		switch {
-		case errors.Is(err, agent.ErrUnauthorized):
+		// A raw hello, tried once: an agent would take a connection cut
+		// at accept for an edge that restarts, and wait for it.
+		switch hello := wrongTokenHello(t, te.agentAddr); hello {
+		case wire.CodeUnauthorized:
 			unauthorized++
-		case err != nil:
+		case "cut":
 			cut++
 		default:
-			t.Fatal("a wrong token was accepted")
+			t.Fatalf("a wrong token: %s", hello)
 		}
 	}
 	// A burst of 5, and one more try each 12 s (5 a minute).
@@ -502,6 +505,40 @@ func TestWrongTokensThrottled(t *testing.T) {
 	}
 }
 
+// wrongTokenHello opens a session to addr and says hello with a wrong
+// token, once: it returns the error code of the answer, "cut" when the
+// edge closed the connection before answering, or what else came.
+func wrongTokenHello(t *testing.T, addr string) string {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := wire.WritePreamble(c, wire.DefaultWindow); err != nil {
+		return "cut"
+	}
+	window, err := wire.ReadPreamble(c)
+	if err != nil {
+		return "cut"
+	}
+	s := muxado.Client(c, wire.MuxConfig(window))
+	defer s.Close()
+	st, err := s.OpenStream()
+	if err != nil {
+		return "cut"
+	}
+	st.Write(helloMessage(t, "wrong"))
+	var resp wire.Response
+	if err := wire.ReadMessage(st, &resp); err != nil {
+		return "cut"
+	}
+	if resp.Error == nil {
+		return "accepted"
+	}
+	return resp.Error.Code
+}
+
 // slogAll counts every record at Info or above.
 func slogAll(n *atomic.Int32) *slog.Logger { return slog.New(levelCounter{n}) }
 
@@ -516,6 +553,13 @@ func (h levelCounter) WithGroup(string) slog.Handler                { return h }
 // one response.
 func rawHTTP(t testing.TB, addr, req string) (*http.Response, string) {
 	t.Helper()
+	return rawHTTPThen(t, addr, req, nil)
+}
+
+// rawHTTPThen is rawHTTP, calling halfClosed (when not nil) once it
+// half-closed.
+func rawHTTPThen(t testing.TB, addr, req string, halfClosed func()) (*http.Response, string) {
+	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -523,6 +567,9 @@ func rawHTTP(t testing.TB, addr, req string) (*http.Response, string) {
 	defer conn.Close()
 	io.WriteString(conn, req)
 	conn.(*net.TCPConn).CloseWrite()
+	if halfClosed != nil {
+		halfClosed()
+	}
 	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
@@ -536,25 +583,28 @@ func rawHTTP(t testing.TB, addr, req string) (*http.Response, string) {
 // half-closes its side; the request reaches the app and the app's own
 // response comes back.
 func TestHalfCloseGetsTheAppsResponse(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	var posts atomic.Int32
 	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
 	l := bind(t, c, "app")
+	halfClosed := make(chan struct{}, 1)
 	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if r.Method == "POST" {
 			posts.Add(1)
 		}
-		time.Sleep(50 * time.Millisecond) // answer after the client half-closed
+		<-halfClosed // answer after the client half-closed
 		w.WriteHeader(201)
 		fmt.Fprintf(w, "%s %s", r.Method, body)
 	}))
-	resp, body := rawHTTP(t, te.httpAddr, "GET / HTTP/1.1\r\nHost: app.example.test\r\n\r\n")
+	signal := func() { halfClosed <- struct{}{} }
+	resp, body := rawHTTPThen(t, te.httpAddr, "GET / HTTP/1.1\r\nHost: app.example.test\r\n\r\n", signal)
 	if resp.StatusCode != 201 || body != "GET " {
 		t.Fatalf("GET then half-close: %d %q, want the app's 201", resp.StatusCode, body)
 	}
-	resp, body = rawHTTP(t, te.httpAddr, "POST / HTTP/1.1\r\nHost: app.example.test\r\nContent-Length: 5\r\n\r\nhello")
+	resp, body = rawHTTPThen(t, te.httpAddr, "POST / HTTP/1.1\r\nHost: app.example.test\r\nContent-Length: 5\r\n\r\nhello", signal)
 	if resp.StatusCode != 201 || body != "POST hello" || posts.Load() != 1 {
 		t.Fatalf("POST then half-close: %d %q (%d posts), want the app's 201", resp.StatusCode, body, posts.Load())
 	}
@@ -563,6 +613,7 @@ func TestHalfCloseGetsTheAppsResponse(t *testing.T) {
 // TestEdgeErrorsSayWhy: each failure the edge answers itself has its own
 // status and a stable code.
 func TestEdgeErrorsSayWhy(t *testing.T) {
+	t.Parallel()
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Timeouts: edge.Timeouts{ResponseHeader: 200 * time.Millisecond}}, listen(t), listen(t))
 	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
@@ -624,6 +675,7 @@ func deadAddr(t testing.TB) string {
 // TestUpgradedConnIdleTimeout: an upgraded connection in which nobody says
 // anything is closed after IdleTimeout, like any other public connection.
 func TestUpgradedConnIdleTimeout(t *testing.T) {
+	t.Parallel()
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Timeouts: edge.Timeouts{HTTPIdle: 200 * time.Millisecond}}, listen(t), listen(t))
 	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
@@ -658,6 +710,7 @@ func TestUpgradedConnIdleTimeout(t *testing.T) {
 // TestEndpointsPerSessionBounded: a session holds at most
 // MaxEndpointsPerSession endpoints.
 func TestEndpointsPerSessionBounded(t *testing.T) {
+	t.Parallel()
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Limits: edge.Limits{EndpointsPerSession: 20}}, listen(t), listen(t))
 	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
@@ -679,6 +732,7 @@ func TestEndpointsPerSessionBounded(t *testing.T) {
 // next request on its own keep-alive connection still gets through, GET and
 // POST alike.
 func TestStreamClosedByAppIsNotReused(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	var conns atomic.Int32
 	app := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -724,6 +778,7 @@ func TestStreamClosedByAppIsNotReused(t *testing.T) {
 // streams idle until the session's stream bound is reached; a new client's
 // request takes an idle stream's place rather than fail.
 func TestIdleStreamsYieldToLiveRequests(t *testing.T) {
+	t.Parallel()
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Limits: edge.Limits{StreamsPerSession: 8, ClientShare: -1}}, listen(t), listen(t))
 	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()

@@ -149,6 +149,7 @@ func readAll(t testing.TB, resp *http.Response, err error) string {
 }
 
 func TestHTTPSEndpointBesideTLSPassthrough(t *testing.T) {
+	t.Parallel()
 	e := startHTTPSEdge(t, nil)
 	_, tlsPort, _ := net.SplitHostPort(e.tlsAddr)
 	l := e.serve(t, agent.Endpoint{URL: "https://app"}, echoInfo)
@@ -204,6 +205,7 @@ func TestHTTPSEndpointBesideTLSPassthrough(t *testing.T) {
 }
 
 func TestHTTPSBindNeedsCertificates(t *testing.T) {
+	t.Parallel()
 	e := startHTTPSEdge(t, func(s *edge.Server) { s.Certificates = nil })
 	c := &agent.Client{Addrs: []string{e.agentAddr}}
 	defer c.Close()
@@ -219,6 +221,7 @@ func TestHTTPSBindNeedsCertificates(t *testing.T) {
 }
 
 func TestPlainHTTPForHTTPSOnlyName(t *testing.T) {
+	t.Parallel()
 	for _, redirect := range []bool{false, true} {
 		t.Run(fmt.Sprint("redirect=", redirect), func(t *testing.T) {
 			e := startHTTPSEdge(t, func(s *edge.Server) { s.RedirectHTTP = redirect })
@@ -244,6 +247,7 @@ func TestPlainHTTPForHTTPSOnlyName(t *testing.T) {
 }
 
 func TestH2CPriorKnowledgeOnHTTPPort(t *testing.T) {
+	t.Parallel()
 	e := startHTTPSEdge(t, nil)
 	e.serve(t, agent.Endpoint{URL: "http://app"}, echoInfo)
 	c := e.plainClient(t, true)
@@ -268,6 +272,7 @@ var trailerEcho = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) 
 })
 
 func TestRequestTrailersReachTheApp(t *testing.T) {
+	t.Parallel()
 	e := startHTTPSEdge(t, nil)
 	e.serve(t, agent.Endpoint{URL: "http://plain"}, trailerEcho)
 	e.serve(t, agent.Endpoint{URL: "https://secure"}, trailerEcho)
@@ -304,6 +309,7 @@ func TestRequestTrailersReachTheApp(t *testing.T) {
 // message the client sends comes back before the client sends the next,
 // and the app's status comes in a trailer.
 func TestGRPCStyleBidiStream(t *testing.T) {
+	t.Parallel()
 	e := startHTTPSEdge(t, nil)
 	e.serve(t, agent.Endpoint{URL: "https://grpc", AppProtocol: "h2c"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor != 2 || r.Header.Get("Content-Type") != "application/grpc" {
@@ -361,6 +367,7 @@ func TestGRPCStyleBidiStream(t *testing.T) {
 }
 
 func TestH2CAppManyConcurrentRequests(t *testing.T) {
+	t.Parallel()
 	e := startHTTPSEdge(t, nil)
 	e.serve(t, agent.Endpoint{URL: "https://app", AppProtocol: "h2c"}, echoInfo)
 	c := e.client(t, true)
@@ -388,6 +395,7 @@ func TestH2CAppManyConcurrentRequests(t *testing.T) {
 }
 
 func TestMisdirectedRequestOnCoalescedConnection(t *testing.T) {
+	t.Parallel()
 	e := startHTTPSEdge(t, nil)
 	e.serve(t, agent.Endpoint{URL: "https://app"}, echoInfo)
 	e.serve(t, agent.Endpoint{URL: "http://plainonly"}, echoInfo)
@@ -410,6 +418,7 @@ func TestMisdirectedRequestOnCoalescedConnection(t *testing.T) {
 }
 
 func TestAccessLog(t *testing.T) {
+	t.Parallel()
 	var buf testtools.Buffer
 	e := startHTTPSEdge(t, func(s *edge.Server) { s.AccessLog = slog.New(slog.NewTextHandler(&buf, nil)) })
 	e.serve(t, agent.Endpoint{URL: "https://app"}, echoInfo)
@@ -434,6 +443,7 @@ func TestAccessLog(t *testing.T) {
 // garbage after it, or lie about ALPN get closed, and the endpoint keeps
 // serving.
 func TestHostileTLSClientsOfHTTPS(t *testing.T) {
+	t.Parallel()
 	e := startHTTPSEdge(t, func(s *edge.Server) { s.Timeouts.Handshake = 500 * time.Millisecond })
 	e.serve(t, agent.Endpoint{URL: "https://app"}, echoInfo)
 
@@ -474,6 +484,7 @@ func TestHostileTLSClientsOfHTTPS(t *testing.T) {
 // TestHTTPSAndHTTPSameNameSameOwner: one identity may bind a name over http
 // and https at once; each scheme reaches its own endpoint.
 func TestHTTPSAndHTTPSameNameSameOwner(t *testing.T) {
+	t.Parallel()
 	e := startHTTPSEdge(t, func(s *edge.Server) { s.Authenticate = identityIsToken })
 	for _, scheme := range []string{"http", "https"} {
 		c := &agent.Client{Addrs: []string{e.agentAddr}, Token: "alice"}
@@ -502,6 +513,7 @@ func TestHTTPSAndHTTPSameNameSameOwner(t *testing.T) {
 // the app leaves unread, never end a client's HTTP/2 connection (a
 // "Connection: close" on an HTTP/2 response makes net/http send GOAWAY).
 func TestHTTP2ConnectionOutlivesItsRequests(t *testing.T) {
+	t.Parallel()
 	e := startHTTPSEdge(t, nil)
 	e.serve(t, agent.Endpoint{URL: "https://app"}, echoInfo)
 	c := e.client(t, true)
@@ -530,6 +542,7 @@ func TestHTTP2ConnectionOutlivesItsRequests(t *testing.T) {
 // edge serves the next request. (An app that stays silent is waited for,
 // up to ResponseHeaderTimeout, as over HTTP/1.1.)
 func TestH2CAppThatLies(t *testing.T) {
+	t.Parallel()
 	e := startHTTPSEdge(t, nil)
 	c := &agent.Client{Addrs: []string{e.agentAddr}}
 	defer c.Close()

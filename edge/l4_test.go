@@ -28,6 +28,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
 	"github.com/tunnelkit/tunnelkit/internal/testnet"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
@@ -99,6 +100,7 @@ func tlsRoundTrip(addr, serverName string, pool *x509.CertPool) (string, error) 
 }
 
 func TestTLSBySNIThroughTunnel(t *testing.T) {
+	t.Parallel()
 	pki := testpki.New(t)
 	e := startL4Edge(t)
 	e.serveTLSApp(t, "tls://app.example.test", "app", pki.Issue(t, "app.example.test"))
@@ -134,6 +136,7 @@ func TestTLSBySNIThroughTunnel(t *testing.T) {
 }
 
 func TestTLSWithOpenSSL(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("openssl"); err != nil {
 		t.Skip("openssl not installed")
 	}
@@ -204,6 +207,7 @@ func tcpAddrOf(t testing.TB, url string) string {
 }
 
 func TestTCPEchoHalfClose(t *testing.T) {
+	t.Parallel()
 	size := int64(256 << 20)
 	if testing.Short() {
 		size = 16 << 20
@@ -238,6 +242,7 @@ func TestTCPEchoHalfClose(t *testing.T) {
 }
 
 func TestTCPEndpointLifetime(t *testing.T) {
+	t.Parallel()
 	e := startL4Edge(t)
 	port := freePort(t)
 	l, c := e.forwardTCP(t, agent.Endpoint{URL: "tcp://:" + port}, startEchoUpstream(t), 0)
@@ -255,7 +260,7 @@ func TestTCPEndpointLifetime(t *testing.T) {
 	}
 	// The edge stops listening when the binding ends.
 	c.Close()
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool {
 		conn, err := net.Dial("tcp", "127.0.0.1:"+port)
 		if err == nil {
 			conn.Close()
@@ -269,6 +274,7 @@ func TestTCPEndpointLifetime(t *testing.T) {
 // connection to the edge is cut, and it never comes back) while clients
 // keep connecting, and once the edge has noticed, no new connection fails.
 func TestPoolSpreadAndFailover(t *testing.T) {
+	t.Parallel()
 	e := startL4Edge(t)
 	type member struct {
 		c    *agent.Client
@@ -353,7 +359,7 @@ func TestPoolSpreadAndFailover(t *testing.T) {
 	}
 	members[1].dead.Store(true)
 	members[1].conn.Close()
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool {
 		routes, _ := e.router.Lookup(context.Background(), "tcp", port)
 		return len(routes) == 2
 	})
@@ -396,6 +402,7 @@ func proxyProtoUpstream(t testing.TB) string {
 }
 
 func TestProxyProtocolToUpstream(t *testing.T) {
+	t.Parallel()
 	e := startL4Edge(t)
 	up := proxyProtoUpstream(t)
 	for _, v := range []int{1, 2} {
@@ -419,6 +426,7 @@ func TestProxyProtocolToUpstream(t *testing.T) {
 // front of the edge's public listeners: the client address it names is the
 // one the agent and the upstream see.
 func TestProxyProtocolFromLoadBalancer(t *testing.T) {
+	t.Parallel()
 	rt := &router.MemoryRouter{}
 	srv := &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, Router: rt, ProxyProtocolFrom: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
 	agents, pubHTTP := listen(t), listen(t)
@@ -482,6 +490,7 @@ func TestProxyProtocolFromLoadBalancer(t *testing.T) {
 }
 
 func TestNotTLSFallback(t *testing.T) {
+	t.Parallel()
 	srv := &edge.Server{Domain: "example.test", NotTLS: func(c net.Conn) {
 		defer c.Close()
 		line, _ := bufio.NewReader(c).ReadString('\n')
@@ -507,6 +516,7 @@ func TestNotTLSFallback(t *testing.T) {
 // TestHTTPPool spreads new client connections over the agents of one HTTP
 // name, and fails over when one is gone.
 func TestHTTPPool(t *testing.T) {
+	t.Parallel()
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Authenticate: identityIsToken}, listen(t), listen(t))
 	var clients []*agent.Client
 	for i := range 2 {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 )
 
 // tally is an edge.Observer that keeps every count by name.
@@ -64,6 +65,7 @@ func (t *tally) Refused(reason edge.Reason) { t.add("refused/"+string(reason), 1
 // connections, bytes, requests by status class and refusals by reason,
 // and the gauges come back to zero when everything ends.
 func TestObserverCounts(t *testing.T) {
+	t.Parallel()
 	obs := &tally{}
 	e := startHTTPSEdge(t, func(s *edge.Server) {
 		s.Observer = obs
@@ -101,7 +103,7 @@ func TestObserverCounts(t *testing.T) {
 	bad.Listen(context.Background(), "http://x")
 	bad.Close()
 
-	waitFor(t, func() bool { return obs.get("refused/no_route") == 1 && obs.get("refused/auth") >= 1 })
+	testwait.For(t, func() bool { return obs.get("refused/no_route") == 1 && obs.get("refused/auth") >= 1 })
 	for k, want := range map[string]int64{
 		"sessions":            1,
 		"endpoints/https":     1,
@@ -119,7 +121,7 @@ func TestObserverCounts(t *testing.T) {
 		}
 	}
 	c.Close()
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool {
 		return obs.get("sessions") == 0 && obs.get("endpoints/https") == 0 && obs.get("endpoints/http") == 0 && obs.get("streams") == 0
 	})
 }

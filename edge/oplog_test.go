@@ -128,6 +128,7 @@ func isAuthLine(r logRecord) bool {
 // in the way) adds a bounded number of lines; a refused token from
 // another address is still logged at once, and a good agent is served.
 func TestRefusedTokensLogged(t *testing.T) {
+	t.Parallel()
 	log, rec := newRecordingLog()
 	srv := &edge.Server{Domain: "example.test", Authenticate: tokens, Logger: log, Limits: edge.Limits{AuthFailures: -1}}
 	te := edgeOn(t, srv, listen(t), listen(t))
@@ -177,6 +178,7 @@ func TestRefusedTokensLogged(t *testing.T) {
 // identity, the name and why; a flood of refused binds from one agent adds
 // a bounded number of lines, and the name's owner is served.
 func TestRefusedBindsLogged(t *testing.T) {
+	t.Parallel()
 	log, rec := newRecordingLog()
 	te, _ := tenantEdge(t, &edge.Server{Logger: log})
 	al := bind(t, tenant(t, te, "alice"), "http://app")
@@ -210,6 +212,7 @@ func TestRefusedBindsLogged(t *testing.T) {
 // domain nor those public names; certificates that cover them get no
 // warning.
 func TestStartLogsECHAndCertificates(t *testing.T) {
+	t.Parallel()
 	const public = "public.other.test"
 	key, _, err := sni.NewECHKey(public)
 	if err != nil {

@@ -85,6 +85,7 @@ func FuzzBindPolicy(f *testing.F) {
 // policies of routes this edge holds whatever else comes, and drops a
 // policy when its route goes.
 func TestPolicyCache(t *testing.T) {
+	t.Parallel()
 	s := &Server{Domain: "example.test"}
 	s.init()
 	route := func(i int) router.Route {
@@ -142,6 +143,7 @@ func TestPolicyCache(t *testing.T) {
 // then tried again; a route without a policy on an edge without one has
 // none, at no cost.
 func TestPolicyOnFirstUseFails(t *testing.T) {
+	t.Parallel()
 	fail := true
 	s := &Server{Domain: "example.test", Policy: func(string) policy.Operator {
 		if fail {
@@ -174,6 +176,7 @@ func TestPolicyOnFirstUseFails(t *testing.T) {
 // Every refusal code of package policy is a Reason whose status is the
 // policy's; edges with one ticket key derive one cookie key.
 func TestPolicyReasons(t *testing.T) {
+	t.Parallel()
 	for code, status := range map[string]int{
 		policy.CodePolicyDenied: 403, policy.CodeUnauthorized: 401, policy.CodeRateLimited: 429,
 		policy.CodeWebhookInvalid: 403, policy.CodeBodyTooLarge: 413, policy.CodeLoginFailed: 403,

@@ -334,6 +334,7 @@ func prefixes(s ...string) []netip.Prefix {
 // the app; others get 403 policy_denied over HTTP, and their tls and tcp
 // connections are closed before the agent is dialled.
 func TestPolicyCIDR(t *testing.T) {
+	t.Parallel()
 	e := startPolicyEdge(t, nil)
 	spec := func() *policy.Spec {
 		return &policy.Spec{CIDRAllow: prefixes("203.0.113.0/24"), CIDRDeny: prefixes("203.0.113.66/32")}
@@ -378,6 +379,7 @@ func TestPolicyCIDR(t *testing.T) {
 // user, and Authorization only with pass_authorization. No password, nor
 // any Authorization header, appears in the edge's logs.
 func TestPolicyBasicAuth(t *testing.T) {
+	t.Parallel()
 	e := startPolicyEdge(t, nil)
 	const annPass, bobPass, wrongPass = "s3cret-pass-ann", "hunter2-pass-bob", "wrong-pass-guess"
 	creds := []string{"ann:" + annPass, "bob:" + bobPass}
@@ -440,6 +442,7 @@ func TestPolicyBasicAuth(t *testing.T) {
 // policy's clock. On a tcp endpoint, a connection past the limit is closed
 // before the agent is dialled.
 func TestPolicyRateLimit(t *testing.T) {
+	t.Parallel()
 	clock := &fakeClock{t: time.Now()}
 	e := startPolicyEdge(t, func(s *edge.Server) { s.PolicyClock = clock.Now })
 	hits := e.bindApp(t, "", agent.Endpoint{URL: "http://app", Policy: &policy.Spec{RateLimit: &policy.RateLimit{Requests: 2, Seconds: 3600}}}, showHeaders)
@@ -495,6 +498,7 @@ func (c *fakeClock) Add(d time.Duration) {
 // the same operator policy lets a tcp endpoint bind, its header kinds left
 // out.
 func TestPolicyHeaders(t *testing.T) {
+	t.Parallel()
 	e := startPolicyEdge(t, func(s *edge.Server) {
 		s.Policy = func(string) policy.Operator {
 			return policy.Operator{Policy: policy.Spec{
@@ -541,6 +545,7 @@ func TestPolicyHeaders(t *testing.T) {
 // per identity, and limits the kinds agents may declare: a bind that
 // breaks them is refused with package policy's reason.
 func TestPolicyOperatorCaps(t *testing.T) {
+	t.Parallel()
 	e := startPolicyEdge(t, func(s *edge.Server) {
 		s.Policy = func(identity string) policy.Operator {
 			if identity == "token:trusted" {
@@ -590,6 +595,7 @@ func hmacHex(secret, payload string) string {
 // webhook_invalid, a body over 1 MiB 413 body_too_large (announced or
 // chunked), without the app seeing any.
 func TestPolicyWebhook(t *testing.T) {
+	t.Parallel()
 	e := startPolicyEdge(t, nil)
 	const secret = "whsec-test-secret"
 	hits := map[string]*atomic.Int64{}
@@ -679,6 +685,7 @@ func TestPolicyWebhook(t *testing.T) {
 // off after Timeouts.Body (408), rather than hold the edge's handler as
 // long as the client likes.
 func TestPolicyWebhookSlowBody(t *testing.T) {
+	t.Parallel()
 	e := startPolicyEdge(t, func(s *edge.Server) { s.Timeouts.Body = 300 * time.Millisecond })
 	hits := e.bindApp(t, "", agent.Endpoint{URL: "http://hook", Policy: &policy.Spec{Webhook: &policy.Webhook{Provider: policy.WebhookGitHub, Secret: "s"}}}, webhookApp)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -707,6 +714,7 @@ func TestPolicyWebhookSlowBody(t *testing.T) {
 // for the app; none gets 403, one of another CA no connection; another
 // name on the same port is not asked for one.
 func TestPolicyMutualTLS(t *testing.T) {
+	t.Parallel()
 	e := startPolicyEdge(t, nil)
 	clientCA, otherCA := testpki.New(t), testpki.New(t)
 	hits := e.bindApp(t, "", agent.Endpoint{URL: "https://secure", Policy: &policy.Spec{MutualTLS: &policy.MutualTLS{CAs: string(clientCA.PEM)}}}, showHeaders)
@@ -775,6 +783,7 @@ func TestPolicyMutualTLS(t *testing.T) {
 // the Tunnelkit-* headers a client sends never reach the app, in any case
 // of their names, over HTTP/1.1, h2c and HTTP/2.
 func TestPolicyForgedIdentityHeaders(t *testing.T) {
+	t.Parallel()
 	e := startPolicyEdge(t, nil)
 	e.bindApp(t, "", agent.Endpoint{URL: "http://plain"}, showHeaders)
 	e.bindApp(t, "", agent.Endpoint{URL: "https://secure"}, showHeaders)
@@ -811,6 +820,7 @@ func TestPolicyForgedIdentityHeaders(t *testing.T) {
 // TestPolicyPool: the agents of a pool declare one policy (another is
 // name_taken), and its rate limit counts the pool's requests together.
 func TestPolicyPool(t *testing.T) {
+	t.Parallel()
 	e := startPolicyEdge(t, nil)
 	spec := func(n int) *policy.Spec {
 		return &policy.Spec{RateLimit: &policy.RateLimit{Requests: n, Seconds: 3600}}
@@ -840,6 +850,7 @@ func TestPolicyPool(t *testing.T) {
 // policy; the other edges enforce it on the traffic they take, from the
 // route the shared Router holds.
 func TestPolicyAcrossEdges(t *testing.T) {
+	t.Parallel()
 	rt := &router.MemoryRouter{}
 	edges := startCluster(t, rt, "127.0.0.1", "127.0.0.1")
 	ag := &agent.Client{Addrs: []string{edges[0].agentAddr}}
@@ -888,6 +899,7 @@ func TestPolicyAcrossEdges(t *testing.T) {
 // provider out of reach makes the bind unavailable. A real agent is served
 // throughout.
 func TestPolicyBindRefusals(t *testing.T) {
+	t.Parallel()
 	e := startPolicyEdge(t, func(s *edge.Server) {
 		s.OIDC = func(ctx context.Context, cfg policy.OIDCConfig) (policy.Provider, error) {
 			return nil, errors.New("discovery: connection refused")
@@ -995,6 +1007,7 @@ func TestPolicyBindRefusals(t *testing.T) {
 // out (the table of buckets is bounded, whatever the addresses: see
 // package policy's TestRateTableBounded for millions of them).
 func TestPolicyRateLimitFlood(t *testing.T) {
+	t.Parallel()
 	e := startPolicyEdge(t, nil)
 	hits := e.bindApp(t, "", agent.Endpoint{URL: "http://app", Policy: &policy.Spec{
 		RateLimit: &policy.RateLimit{Requests: 1, Seconds: 3600},
@@ -1047,6 +1060,7 @@ func TestPolicyRateLimitFlood(t *testing.T) {
 // (64 MiB, chunked) is refused after at most the bound is read, without
 // reaching the app, and the edge goes on serving.
 func TestPolicyWebhookHugeBody(t *testing.T) {
+	t.Parallel()
 	e := startPolicyEdge(t, nil)
 	hits := e.bindApp(t, "", agent.Endpoint{URL: "https://hook", Policy: &policy.Spec{Webhook: &policy.Webhook{Provider: policy.WebhookGitHub, Secret: "s"}}}, webhookApp)
 	var sent atomic.Int64

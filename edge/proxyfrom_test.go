@@ -112,6 +112,7 @@ func closedByEdge(t testing.TB, c net.Conn, what string) {
 // header bytes and all, on TCP, where a server that speaks first is not
 // kept waiting.
 func TestProxyHeaderBelievedFromLoadBalancersOnly(t *testing.T) {
+	t.Parallel()
 	obs := untrustedHeaders{&tally{}, make(chan struct{}, 16)}
 	logs := make(proxyLogs, 64)
 	e := startProxiedEdge(t, &edge.Server{
@@ -265,6 +266,7 @@ func acceptEach(l net.Listener, handle func(net.Conn)) {
 }
 
 func TestProxyProtocolFromInvalidPrefix(t *testing.T) {
+	t.Parallel()
 	srv := &edge.Server{Domain: "example.test", ProxyProtocolFrom: []netip.Prefix{{}}}
 	err := srv.Start(edge.Listeners{HTTP: listen(t)})
 	if err == nil || !strings.Contains(err.Error(), "ProxyProtocolFrom") {

@@ -24,6 +24,7 @@ import (
 // identity's quota refuses him, on either session; alice binds and is
 // served; an endpoint bob lets go frees a place for him.
 func TestEndpointQuotaPerIdentity(t *testing.T) {
+	t.Parallel()
 	obs := &tally{}
 	te, _ := tenantEdge(t, &edge.Server{Observer: obs, Limits: edge.Limits{EndpointsPerIdentity: 6, EndpointsPerSession: 5}})
 	first, second := tenant(t, te, "bob"), tenant(t, te, "bob")
@@ -61,6 +62,7 @@ func TestEndpointQuotaPerIdentity(t *testing.T) {
 // identity of its own, bind until their address's quota refuses them; an
 // anonymous agent from another address binds and is served.
 func TestEndpointQuotaPerSource(t *testing.T) {
+	t.Parallel()
 	obs := &tally{}
 	srv := &edge.Server{Domain: "example.test", Observer: obs, Limits: edge.Limits{EndpointsPerSource: 5}}
 	te := edgeOn(t, srv, listen(t), listen(t))
@@ -105,6 +107,7 @@ func TestEndpointQuotaPerSource(t *testing.T) {
 // whoever asks; the endpoints held are served, and one that goes frees a
 // place.
 func TestEndpointQuotaPerEdge(t *testing.T) {
+	t.Parallel()
 	obs := &tally{}
 	te, _ := tenantEdge(t, &edge.Server{Observer: obs, Limits: edge.Limits{Endpoints: 4}})
 	alice, bob := tenant(t, te, "alice"), tenant(t, te, "bob")

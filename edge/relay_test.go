@@ -20,6 +20,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
 )
@@ -218,6 +219,7 @@ func (c *relayCluster) refusals(i int) int64 {
 // app. Meanwhile clients of the other edge are relayed to the app, each
 // with its own address.
 func TestRelayAdmitsOnlyMembers(t *testing.T) {
+	t.Parallel()
 	c := startRelayCluster(t, "127.0.0.1", "::1")
 	a, b := c.edges[0], c.edges[1]
 	c.wellBehaved(t, 1)
@@ -264,7 +266,7 @@ func TestRelayAdmitsOnlyMembers(t *testing.T) {
 		}
 		c.wellBehaved(t, 1)
 	}
-	waitFor(t, func() bool { return c.refusals(0) == int64(len(hostile)) })
+	testwait.For(t, func() bool { return c.refusals(0) == int64(len(hostile)) })
 
 	// A member is trusted with the client it names, and with the
 	// forwarding headers it wrote: that is what admission is for.
@@ -289,6 +291,7 @@ func TestRelayAdmitsOnlyMembers(t *testing.T) {
 // host outside the route's name is closed before the agent hears of it
 // (relay_refused); the well-behaved stream beside them is served.
 func TestRelayStreamsNameHeldRoutes(t *testing.T) {
+	t.Parallel()
 	c := startRelayCluster(t, "127.0.0.1", "::1", "127.0.0.2")
 	a, b, third := c.edges[0], c.edges[1], c.edges[2]
 	// An agent on the third edge: its route is that edge's, not A's.
@@ -330,7 +333,7 @@ func TestRelayStreamsNameHeldRoutes(t *testing.T) {
 		}
 		c.wellBehaved(t, 1)
 	}
-	waitFor(t, func() bool { return c.refusals(0) == int64(len(forged)) })
+	testwait.For(t, func() bool { return c.refusals(0) == int64(len(forged)) })
 
 	// The same member's stream for the route, as it looked it up, is
 	// served: with the port in the Host, in capitals.
@@ -379,6 +382,7 @@ func (h *relayLogs) get() []string {
 // one by one, but logged in a bounded number of lines: one at first, then
 // at most one per 10 s window, whatever the level.
 func TestRelayRefusalsLogBounded(t *testing.T) {
+	t.Parallel()
 	ca := testpki.New(t)
 	logs := &relayLogs{}
 	obs := &tally{}
@@ -424,7 +428,7 @@ func TestRelayRefusalsLogBounded(t *testing.T) {
 		}
 	}
 	n := int64(rounds * len(attempts))
-	waitFor(t, func() bool { return obs.get("refused/"+string(edge.ReasonRelayRefused)) == n })
+	testwait.For(t, func() bool { return obs.get("refused/"+string(edge.ReasonRelayRefused)) == n })
 	elapsed := time.Since(start)
 	lines := logs.get()
 	// The first refusal is logged at once; the others within 10 s of a
@@ -458,6 +462,7 @@ func tlsAttempt(name, addr string, cert tls.Certificate, roots *x509.CertPool) e
 // TestRelayServeChecksItsCertificate: Serve refuses to start with a
 // certificate that does not name its edge, which every peer would refuse.
 func TestRelayServeChecksItsCertificate(t *testing.T) {
+	t.Parallel()
 	ca := testpki.New(t)
 	ln := listen(t)
 	srv := &edge.Server{ID: ln.Addr().String(), Domain: "example.test"}
@@ -486,6 +491,7 @@ func TestRelayServeChecksItsCertificate(t *testing.T) {
 // for the address) gets no relay session, so no client's bytes: the
 // client gets 502 agent_offline.
 func TestRelayDialsOnlyTheEdgeItNames(t *testing.T) {
+	t.Parallel()
 	ca := testpki.New(t)
 	rt := &router.MemoryRouter{}
 	edges := startClusterOf(t, ca, rt, nil, "127.0.0.1")

@@ -34,6 +34,7 @@ func ExamplePeerURI() {
 // TestPeerURI: an ID that is a URI's authority makes a URI that names it
 // and nothing else; any other ID is refused.
 func TestPeerURI(t *testing.T) {
+	t.Parallel()
 	for _, id := range []string{"edge-1", "10.0.0.2:7443", "[2001:db8::2]:7443", "edge-1.internal:7443"} {
 		u, err := edge.PeerURI(id)
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 )
 
@@ -95,6 +96,7 @@ func gatedClient(t testing.TB, addr, token string) (c *agent.Client, gate chan s
 // name back and keeps it. With tokens, and without authentication, where
 // bob's session ticket gives him his identity back.
 func TestRestartRefusesStaleTicket(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name         string
 		auth         bool
@@ -143,7 +145,7 @@ func TestRestartRefusesStaleTicket(t *testing.T) {
 			t.Logf("bob was told: %s", resp.Error.Message)
 
 			close(gate)
-			waitFor(t, func() bool {
+			testwait.For(t, func() bool {
 				resp, body := get(t, te2, url+"/", nil)
 				return resp.StatusCode == 200 && body == "alice /"
 			})
@@ -166,6 +168,7 @@ func TestRestartRefusesStaleTicket(t *testing.T) {
 // does not get victim (its listener ends, name taken), and alice's agent,
 // back after it, does.
 func TestRestartKeepsNameFromAgentThatLostIt(t *testing.T) {
+	t.Parallel()
 	key, dir := []byte(strings.Repeat("p", 32)), t.TempDir()
 	srv1 := &edge.Server{TicketKey: key, StateDir: dir, Authenticate: tokens, Domain: "example.test", Timeouts: edge.Timeouts{Grace: 50 * time.Millisecond}}
 	te1 := edgeOn(t, srv1, listen(t), listen(t))
@@ -187,7 +190,7 @@ func TestRestartKeepsNameFromAgentThatLostIt(t *testing.T) {
 
 	alice, aliceGate, _ := gatedClient(t, te1.agentAddr, "alice-token")
 	var al *agent.Listener
-	waitFor(t, func() bool { // once bob's reservation lapsed
+	testwait.For(t, func() bool { // once bob's reservation lapsed
 		var err error
 		al, err = alice.Listen(context.Background(), "http://victim")
 		return err == nil
@@ -207,7 +210,7 @@ func TestRestartKeepsNameFromAgentThatLostIt(t *testing.T) {
 		t.Fatalf("bob's listener still open 20 s after his agent came back; victim answers %d %q", resp.StatusCode, body)
 	}
 	close(aliceGate)
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool {
 		resp, body := get(t, te2, url+"/", nil)
 		return resp.StatusCode == 200 && body == "alice /"
 	})
@@ -221,6 +224,7 @@ func TestRestartKeepsNameFromAgentThatLostIt(t *testing.T) {
 // without one (TicketKey alone). A restart keeps the names held when it
 // stopped for their holders, and serves the others at once.
 func TestFirstStartServesChosenNamesAtOnce(t *testing.T) {
+	t.Parallel()
 	key := []byte(strings.Repeat("f", 32))
 	t.Run("no record", func(t *testing.T) {
 		te := edgeOn(t, &edge.Server{TicketKey: key, Authenticate: tokens, Domain: "example.test"}, listen(t), listen(t))
@@ -255,7 +259,7 @@ func TestFirstStartServesChosenNamesAtOnce(t *testing.T) {
 			t.Fatalf("a name nobody held, after the restart: %v, want it at once", err)
 		}
 		close(gate)
-		waitFor(t, func() bool {
+		testwait.For(t, func() bool {
 			resp, body := get(t, te2, url+"/", nil)
 			return resp.StatusCode == 200 && body == "bob /"
 		})
@@ -265,6 +269,7 @@ func TestFirstStartServesChosenNamesAtOnce(t *testing.T) {
 // TestStateDirUnusable: a StateDir the edge cannot write keeps it from
 // starting, saying so.
 func TestStateDirUnusable(t *testing.T) {
+	t.Parallel()
 	file := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -280,6 +285,7 @@ func TestStateDirUnusable(t *testing.T) {
 // hands, so an edge killed without stopping (its record copied while it
 // runs) still gives names back to their holders.
 func TestRestartAfterCrashKeepsNames(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	te1 := edgeOn(t, &edge.Server{StateDir: dir, Authenticate: tokens, Domain: "example.test"}, listen(t), listen(t))
 	bind(t, tenant(t, te1, "alice"), "http://app")

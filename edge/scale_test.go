@@ -19,6 +19,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
@@ -105,15 +106,9 @@ func TestThousandSessionsThousandClients(t *testing.T) {
 		<-served
 	}
 	tr.CloseIdleConnections()
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool {
 		routes, _ := rt.Lookup(context.Background(), "http", "s0.example.test")
 		return len(routes) == 0
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for runtime.NumGoroutine() > base+10 { // the edge itself still runs
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines left, %d before", runtime.NumGoroutine(), base)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Goroutines(t, base+10) // the edge itself still runs
 }

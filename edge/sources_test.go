@@ -136,6 +136,7 @@ func (e *httpsEdge) heldConn(t *testing.T, ip string, client netip.AddrPort, tls
 // client the header names: two clients of the one load balancer each have
 // their own bound.
 func TestConnsPerSource(t *testing.T) {
+	t.Parallel()
 	const bound = 4
 	const lb = "127.0.0.3"
 	hostile, good := netip.MustParseAddrPort("203.0.113.7:4000"), netip.MustParseAddrPort("203.0.113.8:4000")
@@ -214,6 +215,7 @@ func TestConnsPerSource(t *testing.T) {
 // https name is closed before any handshake (handshake_limit), while a
 // client from another address completes its own and is served.
 func TestHandshakesPerSource(t *testing.T) {
+	t.Parallel()
 	const bound = 3
 	var obs tally
 	e := startHTTPSEdge(t, func(s *edge.Server) {
@@ -285,6 +287,7 @@ func TestHandshakesPerSource(t *testing.T) {
 // port and on the HTTP port, and one HTTP/2 connection carrying a hundred
 // requests at once) is served whole, and nothing is refused.
 func TestBrowserMeetsNoSourceBound(t *testing.T) {
+	t.Parallel()
 	var obs tally
 	e := startHTTPSEdge(t, func(s *edge.Server) { s.Observer = &obs })
 	const parallel = 8

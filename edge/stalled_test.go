@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,11 +40,6 @@ func stalledReaders(t *testing.T, sources, streams int) {
 	e := startProxiedEdge(t, srv)
 	events := make(chan agent.Event, 16)
 	c := &agent.Client{Addrs: []string{e.agentAddr}, Logger: logger, OnEvent: func(ev agent.Event) {
-		if ev.Kind == agent.Disconnected && os.Getenv("STALLED_DEBUG") != "" {
-			f, _ := os.Create("/tmp/stall_at_disconnect.txt")
-			pprof.Lookup("goroutine").WriteTo(f, 2)
-			f.Close()
-		}
 		select {
 		case events <- ev:
 		default:
@@ -67,13 +61,6 @@ func stalledReaders(t *testing.T, sources, streams int) {
 	}()
 	t.Cleanup(func() { l.Close(); <-done })
 	<-events // connected
-	if os.Getenv("STALLED_DEBUG") != "" {
-		time.AfterFunc(20*time.Second, func() {
-			f, _ := os.Create("/tmp/stall_at_20s.txt")
-			pprof.Lookup("goroutine").WriteTo(f, 2)
-			f.Close()
-		})
-	}
 
 	var heapBefore runtime.MemStats
 	runtime.GC()

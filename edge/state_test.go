@@ -17,6 +17,7 @@ import (
 // each name counts, a reservation that lapsed before the stop is gone,
 // and a line cut short or garbled is skipped.
 func TestReadRecord(t *testing.T) {
+	t.Parallel()
 	stop := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	path := filepath.Join(t.TempDir(), recordFile)
 	lines := `{"proto":"http","name":"live.example.test","identity":"alice"}
@@ -73,6 +74,7 @@ not json at all
 // The record stays about as large as what it describes, however often
 // names change hands, and says the last of it.
 func TestRecordCompacts(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	log := slog.New(slog.DiscardHandler)
 	n, err := openRecord(dir, new(router.MemoryRouter), time.Minute, log)
@@ -113,6 +115,7 @@ func TestRecordCompacts(t *testing.T) {
 // A record that cannot be written is removed, so that the next start is a
 // first start rather than one that believes a record missing changes.
 func TestRecordFailureRemovesIt(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	var logged bytes.Buffer
 	n, err := openRecord(dir, new(router.MemoryRouter), time.Minute, slog.New(slog.NewTextHandler(&logged, nil)))

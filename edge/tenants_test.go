@@ -19,6 +19,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
 )
@@ -70,6 +71,7 @@ func serve(t testing.TB, l net.Listener, name string) {
 }
 
 func TestTenantsCannotTakeEachOthersNames(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name             string
 		alice, bob       string
@@ -109,6 +111,7 @@ func TestTenantsCannotTakeEachOthersNames(t *testing.T) {
 }
 
 func TestOneIdentityOverSeveralProtocolsAndNestedNames(t *testing.T) {
+	t.Parallel()
 	te, rt := tenantEdge(t, &edge.Server{})
 	alice := tenant(t, te, "alice")
 	for _, url := range []string{"http://abc", "tls://abc.example.test", "http://*.w.example.test", "http://x.w.example.test"} {
@@ -124,6 +127,7 @@ func TestOneIdentityOverSeveralProtocolsAndNestedNames(t *testing.T) {
 }
 
 func TestCatchAllOnlyWhenAllowed(t *testing.T) {
+	t.Parallel()
 	te, _ := tenantEdge(t, &edge.Server{AllowCatchAll: true})
 	l, err := tenant(t, te, "bob").Listen(context.Background(), "http://*")
 	if err != nil {
@@ -143,6 +147,7 @@ func TestCatchAllOnlyWhenAllowed(t *testing.T) {
 }
 
 func TestPoolsByConsent(t *testing.T) {
+	t.Parallel()
 	te, _ := tenantEdge(t, &edge.Server{})
 	first, err := tenant(t, te, "alice").Listen(context.Background(), "http://solo")
 	if err != nil {
@@ -176,6 +181,7 @@ func TestPoolsByConsent(t *testing.T) {
 // in memory, with a record of names: bob, asking first, does not get
 // alice's name; alice does; bob's random name is granted meanwhile.
 func TestEdgeRestartGivesNamesBackToOwners(t *testing.T) {
+	t.Parallel()
 	key, dir := []byte(strings.Repeat("k", 32)), t.TempDir()
 	agentsLn, pubLn := listen(t), listen(t)
 	agentsAddr := agentsLn.Addr().String()
@@ -212,7 +218,7 @@ func TestEdgeRestartGivesNamesBackToOwners(t *testing.T) {
 		t.Fatalf("a random name during the restart grace: %v", err)
 	}
 	close(gate)
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool {
 		resp, body := get(t, te2, url+"/", nil)
 		return resp.StatusCode == 200 && body == "alice /"
 	})
@@ -229,6 +235,7 @@ func TestEdgeRestartGivesNamesBackToOwners(t *testing.T) {
 // the edge close the old session, and its endpoints, a pool member and a
 // TCP port among them, come back with the same URLs.
 func TestAgentSideDropTakesOverOldSession(t *testing.T) {
+	t.Parallel()
 	te, rt := tenantEdge(t, &edge.Server{TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, Timeouts: edge.Timeouts{HeartbeatInterval: time.Hour}})
 	r := newRelay(t, te.agentAddr)
 	var connects atomic.Int32
@@ -266,8 +273,8 @@ func TestAgentSideDropTakesOverOldSession(t *testing.T) {
 	urls := []string{web.URL(), member.URL(), tcpL.URL()}
 
 	r.cut()
-	waitFor(t, func() bool { return connects.Load() >= 2 })
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool { return connects.Load() >= 2 })
+	testwait.For(t, func() bool {
 		routes, _ := rt.Lookup(context.Background(), "http", "pool.example.test")
 		return len(routes) == 2
 	})
@@ -312,6 +319,7 @@ func TestAgentSideDropTakesOverOldSession(t *testing.T) {
 // briefly held by someone else; the bind fails as unavailable and is tried
 // again until the port is free, and the listener stays open meanwhile.
 func TestTransientBindErrorRetried(t *testing.T) {
+	t.Parallel()
 	agentsLn := listen(t)
 	agentsAddr := agentsLn.Addr().String()
 	srv1 := &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 1024, Max: 65535}}
@@ -343,14 +351,14 @@ func TestTransientBindErrorRetried(t *testing.T) {
 	var warned atomic.Int32
 	edgeOn(t, &edge.Server{Domain: "example.test", TCPPorts: edge.PortRange{Min: 1024, Max: 65535}, Router: rt,
 		Logger: logCounter(&warned, "tcp endpoint")}, agentsLn2, listen(t))
-	waitFor(t, func() bool { return warned.Load() >= 2 }) // refused twice at least, as unavailable
+	testwait.For(t, func() bool { return warned.Load() >= 2 }) // refused twice at least, as unavailable
 	select {
 	case err := <-accepted:
 		t.Fatalf("the listener ended while its port was busy: %v", err)
 	default:
 	}
 	squatter.Close()
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool {
 		routes, _ := rt.Lookup(context.Background(), "tcp", port)
 		return len(routes) == 1
 	})
@@ -372,6 +380,7 @@ func TestTransientBindErrorRetried(t *testing.T) {
 // session lives on, bob binds the name, and a client whose keep-alive
 // connection carried alice's requests now reaches bob only.
 func TestClosedListenerGetsNoMoreRequests(t *testing.T) {
+	t.Parallel()
 	te, _ := tenantEdge(t, &edge.Server{})
 	alice := tenant(t, te, "alice")
 	keep, err := alice.Listen(context.Background(), "http://keep") // keeps the session alive
@@ -408,6 +417,7 @@ func TestClosedListenerGetsNoMoreRequests(t *testing.T) {
 }
 
 func TestIDNALabels(t *testing.T) {
+	t.Parallel()
 	te, _ := tenantEdge(t, &edge.Server{})
 	alice := tenant(t, te, "alice")
 	for label, ok := range map[string]bool{
@@ -456,6 +466,7 @@ func (h countHandler) WithGroup(string) slog.Handler      { return h }
 // takes her name; when alice comes back, that refusal ends her listener,
 // and Accept says why.
 func TestLostNameEndsListener(t *testing.T) {
+	t.Parallel()
 	te, rt := tenantEdge(t, &edge.Server{Timeouts: edge.Timeouts{Grace: 50 * time.Millisecond}})
 	var conn atomic.Pointer[net.Conn]
 	gate := make(chan struct{})
@@ -474,12 +485,12 @@ func TestLostNameEndsListener(t *testing.T) {
 	defer alice.Close()
 	l := bind(t, alice, "http://app")
 	(*conn.Load()).Close()
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool {
 		routes, _ := rt.Lookup(context.Background(), "http", "app.example.test")
 		return len(routes) == 0
 	})
 	var bl *agent.Listener
-	waitFor(t, func() bool { // once alice's reservation lapsed
+	testwait.For(t, func() bool { // once alice's reservation lapsed
 		var err error
 		bl, err = tenant(t, te, "bob").Listen(context.Background(), "http://app")
 		return err == nil
@@ -496,6 +507,7 @@ func TestLostNameEndsListener(t *testing.T) {
 // lie about their length or status. The edge answers its clients with an
 // error, and goes on serving.
 func TestLyingAgentReplies(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	s := rawSession(t, te.agentAddr)
 	call := func(req wire.Request) wire.Response {

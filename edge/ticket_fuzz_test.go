@@ -216,6 +216,7 @@ func FuzzTicketRoundTrip(f *testing.F) {
 // each length modulo 3 of their bytes, with each other byte value, and
 // inserts a CR or LF at each place: no result may open.
 func TestTicketTamperedFails(t *testing.T) {
+	t.Parallel()
 	ts := ticketSigner{key: fuzzTicketKey}
 	for _, identity := range []string{"a", "ab", "abc"} {
 		tk := ticket{kind: ticketEndpoint, issued: time.Unix(1_700_000_000, 0), identity: identity, proto: "http", name: "abc"}

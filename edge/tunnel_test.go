@@ -26,6 +26,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 )
 
 // testEdge is an edge on loopback with its agent and HTTP listeners.
@@ -122,6 +123,7 @@ func nameHandler(name string) http.Handler {
 }
 
 func TestTwoAgentsEachByName(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	te.serveApp(t, "alpha", nameHandler("alpha"))
 	te.serveApp(t, "beta", nameHandler("beta"))
@@ -134,6 +136,7 @@ func TestTwoAgentsEachByName(t *testing.T) {
 }
 
 func TestForwardingHeadersAndRemoteAddr(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	type seen struct {
 		remote string
@@ -175,6 +178,7 @@ func TestForwardingHeadersAndRemoteAddr(t *testing.T) {
 }
 
 func TestUnknownNameAndBadHosts(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	te.serveApp(t, "app", nameHandler("app"))
 	cases := []struct {
@@ -213,6 +217,7 @@ func TestUnknownNameAndBadHosts(t *testing.T) {
 }
 
 func TestAgentKilledFailsCleanly(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	release := make(chan struct{})
 	entered := make(chan struct{}, 1)
@@ -253,6 +258,7 @@ func TestAgentKilledFailsCleanly(t *testing.T) {
 }
 
 func TestConcurrentRequestsOneSession(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	te.serveApp(t, "app", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, r.URL.Query().Get("i"))
@@ -381,6 +387,7 @@ func TestLargeUploadDownload(t *testing.T) {
 }
 
 func TestWebSocketEcho(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	te.serveApp(t, "ws", websocket.Handler(func(ws *websocket.Conn) { io.Copy(ws, ws) }))
 	_, port, _ := net.SplitHostPort(te.httpAddr)
@@ -413,6 +420,7 @@ func TestWebSocketEcho(t *testing.T) {
 }
 
 func TestServerSentEventsStream(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	acks := make(chan struct{})
 	te.serveApp(t, "sse", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -449,6 +457,7 @@ func TestServerSentEventsStream(t *testing.T) {
 }
 
 func TestRandomNameAndNameTaken(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	c := &agent.Client{Addrs: []string{te.agentAddr}}
 	defer c.Close()
@@ -473,6 +482,7 @@ func TestRandomNameAndNameTaken(t *testing.T) {
 }
 
 func TestListenerCloseUnbinds(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	l, _ := te.serveApp(t, "app", nameHandler("app"))
 	if resp, _ := get(t, te, te.url("app")+"/", nil); resp.StatusCode != 200 {
@@ -488,6 +498,7 @@ func TestListenerCloseUnbinds(t *testing.T) {
 }
 
 func TestShutdownLetsInFlightFinish(t *testing.T) {
+	t.Parallel()
 	te := startEdge(t)
 	release := make(chan struct{})
 	entered := make(chan struct{})
@@ -515,7 +526,7 @@ func TestShutdownLetsInFlightFinish(t *testing.T) {
 	shut := make(chan error, 1)
 	go func() { shut <- te.srv.Shutdown(context.Background()) }()
 	// New connections are refused once Shutdown has closed the listener.
-	waitFor(t, func() bool {
+	testwait.For(t, func() bool {
 		c, err := net.Dial("tcp", te.httpAddr)
 		if err == nil {
 			c.Close()
@@ -529,17 +540,6 @@ func TestShutdownLetsInFlightFinish(t *testing.T) {
 	}
 	if err := <-shut; err != nil {
 		t.Fatalf("Shutdown: %v", err)
-	}
-}
-
-func waitFor(t testing.TB, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10 s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -583,14 +583,7 @@ func TestCloseAndShutdownLeaveNoGoroutine(t *testing.T) {
 				c.Close()
 				<-served
 			}()
-			deadline := time.Now().Add(10 * time.Second)
-			for runtime.NumGoroutine() > base {
-				if time.Now().After(deadline) {
-					buf := make([]byte, 1<<20)
-					t.Fatalf("%d goroutines left over %d:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			testwait.Goroutines(t, base)
 		})
 	}
 }
@@ -598,6 +591,7 @@ func TestCloseAndShutdownLeaveNoGoroutine(t *testing.T) {
 // TestCurlUploadWithExpectContinue: curl sends "Expect: 100-continue"
 // before a large body; the upload goes through the tunnel whole.
 func TestCurlUploadWithExpectContinue(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl not installed")
 	}

@@ -3,6 +3,7 @@ package edge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"slices"
@@ -179,8 +180,14 @@ func (s *Server) newUpstream(conn net.Conn, route router.Route, host string, pc 
 		}
 	}
 	if err != nil {
+		// The conn broke before the request went out: the agent's reply
+		// came first (a refusal, or garbage), and net/http's reader saw it
+		// on a conn with no request yet.
 		reset(up.conn)
-		return nil, err
+		if refused := up.conn.refusal(); refused != nil {
+			return nil, refused
+		}
+		return nil, fmt.Errorf("%w: %w", errUpstreamBroke, err)
 	}
 	up.cc = cc
 	cc.SetStateHook(func(*http.ClientConn) { s.upstreamChanged(up) })
@@ -455,6 +462,10 @@ func (t *atomicTime) load() time.Time   { return time.Unix(0, t.ns.Load()) }
 
 // exchangeConn is the conn of an upstream: it keeps the agent's refusal,
 // whatever the Dialer.
+// errUpstreamBroke: a conn to an agent, open, broke before its first
+// request was sent.
+var errUpstreamBroke = errors.New("edge: the agent's stream broke before the request")
+
 type exchangeConn struct {
 	net.Conn
 	mu      sync.Mutex

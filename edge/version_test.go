@@ -17,6 +17,7 @@ import (
 // timeouts; a newer agent than the edge is answered with the edge's own
 // version.
 func TestKeepAliveFollowsTheAgentsVersion(t *testing.T) {
+	t.Parallel()
 	const interval, timeout = 30 * time.Millisecond, 200 * time.Millisecond
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Timeouts: edge.Timeouts{HeartbeatInterval: interval, HeartbeatTimeout: timeout}}, listen(t), listen(t))
 	for _, v := range []int{wire.MinVersion, wire.PingVersion, wire.Version + 1} {

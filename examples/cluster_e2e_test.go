@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/router/etcdrouter/etcdtest"
 )
 
@@ -83,23 +84,6 @@ func writeFiles(t *testing.T, dir string, files map[string][]byte) {
 	}
 }
 
-// eventually retries f until it succeeds, for up to 30 s, and fails the
-// test with f's last error otherwise.
-func eventually(t *testing.T, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // TestClusterOnEtcd runs three edge processes sharing routes through a real
 // etcd, which requires TLS client certificates (-etcd-cert, -etcd-key,
 // -etcd-ca), each edge with a relay certificate naming it, and agents
@@ -109,6 +93,7 @@ func eventually(t *testing.T, what string, f func() error) {
 // the two left. Then etcd stops for 10 s: cached routes keep answering;
 // once it is back, a new endpoint is seen by every edge.
 func TestClusterOnEtcd(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
@@ -210,20 +195,20 @@ func TestClusterOnEtcd(t *testing.T) {
 	}
 
 	for _, e := range []*clusterEdge{a, b, c} {
-		eventually(t, "http via "+e.name, func() error { return httpVia(e) })
-		eventually(t, "tls via "+e.name, func() error { return tlsVia(e) })
+		testwait.Until(t, 30*time.Second, "http via "+e.name, func() error { return httpVia(e) })
+		testwait.Until(t, 30*time.Second, "tls via "+e.name, func() error { return tlsVia(e) })
 	}
-	eventually(t, "tcp via B", func() error { return tcpVia("::1") })
+	testwait.Until(t, 30*time.Second, "tcp via B", func() error { return tcpVia("::1") })
 
 	// kill -9 A: the agents move to B, and the URLs answer on B and C.
 	a.cmd.Process.Kill()
 	killed := time.Now()
 	for _, e := range []*clusterEdge{b, c} {
-		eventually(t, "http via "+e.name+" after A died", func() error { return httpVia(e) })
-		eventually(t, "tls via "+e.name+" after A died", func() error { return tlsVia(e) })
+		testwait.Until(t, 30*time.Second, "http via "+e.name+" after A died", func() error { return httpVia(e) })
+		testwait.Until(t, 30*time.Second, "tls via "+e.name+" after A died", func() error { return tlsVia(e) })
 	}
-	eventually(t, "tcp via B after A died", func() error { return tcpVia("::1") })
-	eventually(t, "tcp via C after A died", func() error { return tcpVia("127.0.0.1") })
+	testwait.Until(t, 30*time.Second, "tcp via B after A died", func() error { return tcpVia("::1") })
+	testwait.Until(t, 30*time.Second, "tcp via C after A died", func() error { return tcpVia("127.0.0.1") })
 	t.Logf("after A was killed, every endpoint answered on B and C within %v", time.Since(killed).Round(100*time.Millisecond))
 
 	// etcd stops for 10 s: what the edges cached keeps answering.
@@ -241,7 +226,7 @@ func TestClusterOnEtcd(t *testing.T) {
 	// Afterwards the edges agree: a new endpoint bound on one (the agent
 	// connects to C first) is reached through the other.
 	readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", c.agents+","+b.agents, "-url", "http://late.example.test", "-to", httpLn.Addr().String()))
-	eventually(t, "a new endpoint via B", func() error {
+	testwait.Until(t, 30*time.Second, "a new endpoint via B", func() error {
 		tr := &http.Transport{DialContext: func(ctx context.Context, n, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, n, b.http)
 		}}

@@ -29,10 +29,12 @@ var examples = []string{"demo", "edge", "agent", "hello", "sniproxy"}
 // binDir holds the built examples.
 var binDir string
 
-// TestMain builds the examples before any test starts, so that no test's
-// deadline includes compiling them (a cold build cache takes minutes on a
-// small machine), then runs the tests.
+// TestMain builds the examples, and what the README's blocks compile
+// (prepareREADME), before any test starts, so that no test's deadline
+// includes compiling them (a cold build cache takes minutes on a small
+// machine), then runs the tests.
 func TestMain(m *testing.M) {
+	isolatedChild() // returns, but in the test binary run by isolatedCommand
 	dir, err := os.MkdirTemp("", "tunnelkit-examples-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -45,7 +47,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
+	cleanup := prepareREADME()
 	code := m.Run()
+	cleanup()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -193,6 +197,17 @@ func TestEdgeAgentHello(t *testing.T) {
 	}
 	if got := getVia(t, pub, url+"/x"); !strings.Contains(got, "Hello from behind the tunnel!") || !strings.Contains(got, "You are 127.0.0.1:") {
 		t.Fatalf("hello answered %q", got)
+	}
+
+	// hello -listen: a local app behind the agent's -to, which names the
+	// client the agent's forwarder reports.
+	local := readURL(t, start(t, filepath.Join(bin, "hello"), "-listen", "127.0.0.1:0"))
+	if !strings.HasPrefix(local, "http://127.0.0.1:") {
+		t.Fatalf("hello -listen printed %q", local)
+	}
+	url = readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-url", "http://local.example.test", "-to", strings.TrimPrefix(local, "http://")))
+	if got := getVia(t, pub, url+"/y"); !strings.Contains(got, "Hello from behind the tunnel!") || !strings.Contains(got, "X-Forwarded-For: 127.0.0.1\n") {
+		t.Fatalf("hello -listen behind the agent answered %q", got)
 	}
 }
 
@@ -385,6 +400,7 @@ func TestBadFlags(t *testing.T) {
 		{"agent", "-to", "127.0.0.1:1", "-wait", "-1s"},
 		{"hello", "-wait", "-1s"},
 		{"hello", "extra"},
+		{"hello", "-listen", "127.0.0.1:0", "-url", "http://x"},
 		{"edge", "-acme-orders-per-identity", "2"}, // without -acme-directory
 		{"edge", "-policy", "/nonexistent"},
 		{"edge", "-policy", badTokens}, // not JSON

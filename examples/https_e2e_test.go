@@ -118,6 +118,7 @@ func TestHTTPSWithOperatorCertificate(t *testing.T) {
 // before they expire (-acme-renew-before): a later handshake gets a new
 // certificate, without a restart, before the first one expires.
 func TestHTTPSWithACME(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
@@ -165,6 +166,7 @@ func TestHTTPSWithACME(t *testing.T) {
 // gets one; then the edge's budget is spent and carol's gets none. Each
 // refused handshake fails, as one for a name nobody bound does.
 func TestHTTPSWithACMEBudget(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}

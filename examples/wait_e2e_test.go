@@ -19,6 +19,7 @@ import (
 // failed, with the wait before the next, and prints its URL once the edge
 // is up.
 func TestAgentWaitsForItsEdge(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
@@ -126,6 +127,7 @@ func TestHelloToken(t *testing.T) {
 // TestMessagesReadOnce: the binaries' errors carry their name once, and
 // point at the flag to change.
 func TestMessagesReadOnce(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}

@@ -10,12 +10,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 )
 
 // CloseWrite on the conn Peek returns reaches the peer, which reads EOF and
 // can still send.
 func TestConnCloseWrite(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	client, server := tcpPair(t)
 	client.Write([]byte("PING"))
 	_, conn, err := Peek(server)
@@ -71,7 +73,7 @@ func (c *spyConn) ReadFrom(r io.Reader) (int64, error) {
 // hands the underlying conn to io.Copy, so its WriteTo (or the
 // destination's ReadFrom) runs: for *net.TCPConn, the splice path.
 func TestConnWriteTo(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	client, server := tcpPair(t)
 	spy := &spyConn{Conn: server}
 	conn := NewConn(spy, []byte("prefix,"))
@@ -100,7 +102,7 @@ func TestConnWriteTo(t *testing.T) {
 
 // A Conn from Peek, copied to another TCP conn: the whole stream arrives.
 func TestConnCopyTCPToTCP(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	client, server := tcpPair(t)
 	backendIn, backendOut := tcpPair(t)
 	stream := append(bytes.Clone(goHello(t)), bytes.Repeat([]byte("data"), 64<<10)...)
@@ -151,7 +153,7 @@ func (w *shortWriter) Write(p []byte) (int, error) { return min(len(p), w.max), 
 // Deadlines pass through to the underlying conn; the prefix is returned
 // whatever the deadline.
 func TestConnDeadlines(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	client, server := tcpPair(t)
 	conn := NewConn(server, []byte("pre"))
 	if err := conn.SetReadDeadline(time.Now().Add(-time.Second)); err != nil {
@@ -220,7 +222,7 @@ func TestConnClose(t *testing.T) {
 // Concurrent reads, writes and copies are free of data races (run with
 // -race); the bytes are all delivered once.
 func TestConnConcurrent(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	client, server := tcpPair(t)
 	conn := NewConn(server, bytes.Repeat([]byte("p"), 1000))
 	client.Write(bytes.Repeat([]byte("q"), 1000))

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"golang.org/x/crypto/cryptobyte"
 )
 
@@ -32,7 +33,7 @@ func TestECHSplitMode(t *testing.T) {
 	for _, transport := range transports {
 		for _, s := range []suite{aes, chacha, aes256} {
 			t.Run(fmt.Sprintf("%s/aead=%d", transport, s.aead), func(t *testing.T) {
-				checkNoLeak(t)
+				testwait.NoLeak(t, 0)
 				// The client picks the first suite of the configuration.
 				key, list := testECHKey(t, 42, publicName, s, aes)
 				keys, err := NewECHKeys([]tls.EncryptedClientHelloKey{key})
@@ -104,7 +105,7 @@ func relayError(err error) bool {
 func TestECHSplitModeHelloRetryRequest(t *testing.T) {
 	for _, transport := range transports {
 		t.Run(transport, func(t *testing.T) {
-			checkNoLeak(t)
+			testwait.NoLeak(t, 0)
 			h := getHeldKey(t)
 			backend := backendConfig(t)
 			backend.CurvePreferences = []tls.CurveID{tls.CurveP256}
@@ -126,7 +127,7 @@ func TestECHSplitModeHelloRetryRequest(t *testing.T) {
 // ChangeCipherSpec record before their second hello, which goes through
 // untouched.
 func TestECHSplitModeSessionIDAndCCS(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	h := getHeldKey(t)
 	backend := backendConfig(t)
 	backend.CurvePreferences = []tls.CurveID{tls.CurveP256}
@@ -146,7 +147,7 @@ func TestECHSplitModeSessionIDAndCCS(t *testing.T) {
 // tls.ECHRejectionError with that configuration, retries with it, and
 // gets through in split mode.
 func TestECHStaleConfig(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	h := getHeldKey(t)
 	_, staleList := testECHKey(t, configID(t, h.key.Config)+1, publicName, suite{kdfHKDFSHA256, aeadAES128GCM})
 
@@ -728,7 +729,7 @@ func (c *recordConn) Write(p []byte) (int, error) {
 // read first, so the client side knows whether it was a HelloRetryRequest
 // when it meets the client's next handshake record.
 func TestWrap(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	h := getHeldKey(t)
 	s := suite{kdfHKDFSHA256, aeadAES128GCM}
 	outerExts := []ext{sniExt(publicName), versionsExt(tls.VersionTLS13)}
@@ -891,7 +892,7 @@ func TestWrap(t *testing.T) {
 // A read of the client side waiting for the backend's first message ends
 // when either conn is closed.
 func TestWrapCloseUnblocks(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	h := getHeldKey(t)
 	msg := handshakeMsg(t, captureHello(t, echClient(t, h.list)))
 	res, err := h.keys.Decrypt(parseMsg(t, msg))
@@ -925,7 +926,7 @@ func TestWrapCloseUnblocks(t *testing.T) {
 // backend's first message; a later deadline lets the read go on, and a
 // deadline changed during the wait applies at once.
 func TestWrapDeadline(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	h := getHeldKey(t)
 	msg := handshakeMsg(t, captureHello(t, echClient(t, h.list)))
 	res, err := h.keys.Decrypt(parseMsg(t, msg))

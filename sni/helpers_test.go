@@ -14,7 +14,6 @@ import (
 	"io"
 	"math/big"
 	"net"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -348,24 +347,6 @@ func readAll(tb testing.TB, r io.Reader) []byte {
 }
 
 // ---- Leaks ----
-
-// checkNoLeak fails the test if, once it and its other cleanups are done,
-// more goroutines run than when it started. Call it first in a test.
-func checkNoLeak(t *testing.T) {
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				buf = buf[:runtime.Stack(buf, true)]
-				t.Errorf("goroutines left behind: %d, want at most %d\n%s", runtime.NumGoroutine(), before, buf)
-				return
-			}
-			time.Sleep(time.Millisecond) // polling for goroutines to exit, bounded
-		}
-	})
-}
 
 // ---- Certificates and ECH ----
 

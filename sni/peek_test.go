@@ -9,6 +9,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 )
 
 // segmentName makes Go's default hello 1521 bytes, the size in the field
@@ -47,7 +49,7 @@ func goPeek(p *Peeker, conn net.Conn) <-chan peekResult {
 // A hello larger than one segment: 1460 bytes, a pause, then the rest. Peek
 // must ask for more after the first segment and return once the rest is in.
 func TestPeekHelloOverTwoSegments(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	rec := captureHello(t, &tls.Config{ServerName: segmentName})
 	t.Logf("Go default ClientHello for %s: %d bytes", segmentName, len(rec))
 	if len(rec) <= 1460 {
@@ -133,7 +135,7 @@ func TestPeekNames(t *testing.T) {
 // One byte per Read over real TCP: the writer sends the next byte only once
 // Peek is reading again.
 func TestPeekOneByteAtATimeTCP(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	rec := goHello(t)
 	client, server := tcpPair(t)
 	hooked := newHookConn(server)
@@ -224,7 +226,7 @@ func TestPeekNotTLS(t *testing.T) {
 // bytes and then stays silent and open: Peek must answer at once. Were it
 // waiting, it would end with a timeout, not ErrNotTLS.
 func TestPeekNotTLSOverTCP(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	for name, b := range notTLS {
 		t.Run(name, func(t *testing.T) {
 			client, server := tcpPair(t)
@@ -246,7 +248,7 @@ func TestPeekNotTLSOverTCP(t *testing.T) {
 // A record length over 2^14 is rejected on its header, before reading the
 // record, while the client stays silent.
 func TestPeekRecordTooLarge(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	b := []byte{0x16, 0x03, 0x01, 0xff, 0xff}
 	c := newScript(t, nil, b)
 	if _, conn, err := Peek(c); !errors.Is(err, ErrTooLarge) {
@@ -303,7 +305,7 @@ func TestPeekMaxBytes(t *testing.T) {
 // A silent client times out, with an error that is a net.Error, and leaves
 // no goroutine behind. The conn is usable afterwards.
 func TestPeekTimeout(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	for name, sent := range map[string][]byte{
 		"silent":        nil,
 		"half a hello":  goHello(t)[:700],
@@ -331,7 +333,7 @@ func TestPeekTimeout(t *testing.T) {
 }
 
 func TestPeekEOF(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	rec := goHello(t)
 	for name, tc := range map[string]struct {
 		sent []byte
@@ -361,7 +363,7 @@ func TestPeekEOF(t *testing.T) {
 // A hello followed in the same write by a ChangeCipherSpec record: all of
 // it is replayed.
 func TestPeekReplaysBytesAfterHello(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	ccs := []byte{0x14, 0x03, 0x03, 0x00, 0x01, 0x01}
 	all := append(bytes.Clone(goHello(t)), ccs...)
 

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 )
 
 // These tests run real TLS clients against a crypto/tls server that gets its
@@ -85,7 +87,7 @@ func pingPong(tc *tls.Conn) error {
 }
 
 func TestRealGoClient(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	addr, result := startServer(t, pingPong)
 	conn, err := tls.Dial("tcp", addr, clientConfig(t, appName))
 	if err != nil {
@@ -114,7 +116,7 @@ func TestRealGoClient(t *testing.T) {
 // A client that dials an IP address sends no server_name: Peek succeeds
 // with an empty name, and the handshake completes.
 func TestRealGoClientNoSNI(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	addr, result := startServer(t, pingPong)
 	conn, err := tls.Dial("tcp", addr, clientConfig(t, "")) // verifies 127.0.0.1
 	if err != nil {
@@ -135,7 +137,7 @@ func TestRealGoClientNoSNI(t *testing.T) {
 // With ECH, Peek sees the public name of the outer hello, and the TLS
 // server, holding the key, the inner name.
 func TestRealGoClientECH(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	addr, result := startServer(t, pingPong)
 	cfg := clientConfig(t, appName)
 	cfg.EncryptedClientHelloConfigList = getPKI(t).echConfigList
@@ -177,7 +179,7 @@ func writeCA(t *testing.T) string {
 
 func TestRealOpenSSLClient(t *testing.T) {
 	openssl := lookPath(t, "openssl")
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	addr, result := startServer(t, pingPong)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -230,7 +232,7 @@ func firstLine(s, prefix string) string {
 // curl gets an HTTP response from the server behind Peek.
 func TestRealCurlClient(t *testing.T) {
 	curl := lookPath(t, "curl")
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	const body = "hello from behind sni.Peek\n"
 	addr, result := startServer(t, func(tc *tls.Conn) error {
 		req, err := http.ReadRequest(bufio.NewReader(tc))

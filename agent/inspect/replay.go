@@ -48,6 +48,33 @@ func (e *replayError) Error() string { return "replay: " + e.msg }
 // recorded, when the response has ended or ctx is done.
 func (in *Inspector) replay(ctx context.Context, e *entry, edit *replayEdit, client string) (*Exchange, error) {
 	x := &e.ex
+	r, err := replayRequest(e, edit)
+	if err != nil {
+		return nil, err
+	}
+	if e.replay == nil {
+		return nil, &replayError{http.StatusConflict, fmt.Sprintf("exchange %d was recorded by a forwarder that does not replay", x.ID)}
+	}
+	r.RemoteAddr = client
+	ri := &replayInfo{in: in, of: x.ID}
+	r = r.WithContext(context.WithValue(ctx, replayKey{}, ri))
+	if err := e.replay.Replay(r); err != nil {
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil, &replayError{http.StatusServiceUnavailable, fmt.Sprintf("the forwarder that recorded exchange %d has stopped", x.ID)}
+		}
+		return nil, err
+	}
+	if ri.result == nil {
+		return nil, errors.New("replay: the forwarder records with another inspector")
+	}
+	return &ri.result.ex, nil
+}
+
+// replayRequest is the request that replays e as edit changes it: the
+// recorded one where edit gives nothing, refused when what it would take
+// was not kept whole, or when an edited part is not valid HTTP.
+func replayRequest(e *entry, edit *replayEdit) (*http.Request, error) {
+	x := &e.ex
 	method, uri, host, header, body := x.Method, x.URL, x.Host, x.RequestHeader, x.RequestBody.Data
 	if edit.Method != nil {
 		method = *edit.Method
@@ -96,11 +123,6 @@ func (in *Inspector) replay(ctx context.Context, e *entry, edit *replayEdit, cli
 	// The body's length is the replay's own.
 	h.Del("Content-Length")
 	h.Del("Transfer-Encoding")
-
-	if e.replay == nil {
-		return nil, &replayError{http.StatusConflict, fmt.Sprintf("exchange %d was recorded by a forwarder that does not replay", x.ID)}
-	}
-	ri := &replayInfo{in: in, of: x.ID}
 	r := &http.Request{
 		Method:        method,
 		URL:           u,
@@ -111,20 +133,9 @@ func (in *Inspector) replay(ctx context.Context, e *entry, edit *replayEdit, cli
 		Host:          host,
 		Body:          http.NoBody,
 		ContentLength: int64(len(body)),
-		RemoteAddr:    client,
 	}
 	if len(body) > 0 {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 	}
-	r = r.WithContext(context.WithValue(ctx, replayKey{}, ri))
-	if err := e.replay.Replay(r); err != nil {
-		if errors.Is(err, http.ErrServerClosed) {
-			return nil, &replayError{http.StatusServiceUnavailable, fmt.Sprintf("the forwarder that recorded exchange %d has stopped", x.ID)}
-		}
-		return nil, err
-	}
-	if ri.result == nil {
-		return nil, errors.New("replay: the forwarder records with another inspector")
-	}
-	return &ri.result.ex, nil
+	return r, nil
 }

@@ -63,6 +63,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/agent/forward"
 	"github.com/tunnelkit/tunnelkit/agent/inspect"
+	"github.com/tunnelkit/tunnelkit/examples/internal/logbuf"
 	"github.com/tunnelkit/tunnelkit/metrics"
 )
 
@@ -112,8 +113,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	proxyProto := fs.Int("proxy-proto", 0, "send a PROXY protocol header of this version (1 or 2) to -to at the start of each connection (with an http or https URL, needs -log-requests=false); 0: none")
 	pool := fs.Bool("pool", false, "join the endpoint's pool rather than fail when it is already bound")
 	token := fs.String("token", "", "token to present to the edge")
-	edgeCA := fs.String("edge-ca", "", "PEM file of the CA that signed the edges' certificates, each checked against its -edge host name (default: the system's roots)")
-	plaintext := fs.Bool("plaintext", false, "connect to the edges without TLS (the default for a loopback edge)")
+	edgeCA := fs.String("edge-ca", "", "PEM file of the CA that signed the edges' certificates, each checked against its -edge host name; given, it turns TLS on for a loopback edge too (default: the system's roots)")
+	plaintext := fs.Bool("plaintext", false, "connect to the edges without TLS (the default for a loopback edge, unless -edge-ca is given)")
 	proxyFlag := fs.String("proxy", "", "reach the edges through this proxy: http://[user:password@]host:port or https://... (CONNECT), socks5://[user:password@]host:port or socks5h://... (default: HTTPS_PROXY, else ALL_PROXY, from the environment, except for edges NO_PROXY lists and loopback edges)")
 	proxyCA := fs.String("proxy-ca", "", "PEM file of the CA that signed an https:// proxy's certificate (default: the system's roots)")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (empty: none)")
@@ -176,7 +177,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		insp = new(inspect.Inspector)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	// A line per request goes out with others, 50 ms later at most, not
+	// in a write of its own on the request's path.
+	lw := logbuf.New(stderr, 50*time.Millisecond)
+	defer lw.Close()
+	log := slog.New(slog.NewTextHandler(lw, nil))
 	c := &agent.Client{Addrs: edges, Token: *token, Plaintext: *plaintext, Logger: log}
 	if *proxyFlag != "" {
 		u, err := parseProxy(*proxyFlag)

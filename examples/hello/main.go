@@ -3,7 +3,11 @@
 // alone on one stdout line and logs to stderr. It waits for its edge at
 // startup, as the agent does: for good, or for -wait.
 //
+// With -listen, it is a plain local app instead, for an agent's -to: it
+// serves HTTP on that address and prints its URL, http://ADDR.
+//
 //	hello -edge 127.0.0.1:7000 [-token T] [-url http://hello.example.test] [-wait D]
+//	hello -listen 127.0.0.1:3000
 package main
 
 import (
@@ -13,11 +17,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/tunnelkit/tunnelkit/agent"
 )
@@ -57,11 +63,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	token := fs.String("token", "", "token to present to the edge")
 	url := fs.String("url", "", "public URL to ask for (empty: a random name)")
 	wait := fs.Duration("wait", 0, "how long to wait for the edge at startup, trying again with backoff (0: for good)")
+	listen := fs.String("listen", "", "serve on this local address instead of through an edge: an app for an agent's -to (empty: through the edge)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *listen != "" {
+		for _, f := range []string{"edge", "token", "url", "wait"} {
+			if flagSet(fs, f) {
+				return fmt.Errorf("-%s is for serving through an edge, -listen for serving locally: give one or the other", f)
+			}
+		}
+		return serveLocal(ctx, *listen, stdout)
 	}
 	if *wait < 0 {
 		return fmt.Errorf("-wait %v: want a duration, or 0 for good", *wait)
@@ -90,9 +105,36 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-// Handler greets the client by the address the tunnel reports.
+// serveLocal serves Handler on addr until ctx is done.
+func serveLocal(ctx context.Context, addr string, stdout io.Writer) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("-listen: %w", err)
+	}
+	fmt.Fprintln(stdout, "http://"+ln.Addr().String())
+	srv := &http.Server{Handler: Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { <-ctx.Done(); srv.Close() }()
+	if err := srv.Serve(ln); ctx.Err() == nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// Handler greets the client by the address the tunnel reports, and names
+// the hops of X-Forwarded-For when there are some (behind an agent's -to,
+// the client is the agent's forwarder, and X-Forwarded-For the client).
 func Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "Hello from behind the tunnel!\nYou are %s, asking for %s%s\n", r.RemoteAddr, r.Host, r.URL.Path)
+		if xff := r.Header.Get("X-Forwarded-For"); xff != "" {
+			fmt.Fprintf(w, "X-Forwarded-For: %s\n", xff)
+		}
 	})
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -130,21 +129,3 @@ func guard(tb testing.TB, c net.Conn) {
 }
 
 // ---- Leaks ----
-
-// checkNoLeak fails the test if, once it and its other cleanups are done,
-// more goroutines run than when it started. Call it first in a test.
-func checkNoLeak(t *testing.T) {
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				buf = buf[:runtime.Stack(buf, true)]
-				t.Errorf("goroutines left behind: %d, want at most %d\n%s", runtime.NumGoroutine(), before, buf)
-				return
-			}
-			time.Sleep(time.Millisecond) // polling for goroutines to exit, bounded
-		}
-	})
-}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 )
 
 // ---- Helpers ----
@@ -398,7 +400,7 @@ func TestTrustPrefixes(t *testing.T) {
 // Close unblocks Accept, closes the conns not yet returned, is idempotent
 // and leaves no goroutine behind.
 func TestListenerClose(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	ln, hook := newListener(t, nil)
 	accepted := acceptAsync(ln)
 	silent := dial(t, ln, []byte("PROX"))
@@ -436,7 +438,7 @@ func TestListenerClose(t *testing.T) {
 
 // Many conns in every state when Close is called.
 func TestListenerCloseBusy(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	ln, hook := newListener(t, func(l *Listener) { l.MaxPending = 4 })
 	var clients []*net.TCPConn
 	for i := range 10 {
@@ -461,7 +463,7 @@ func TestListenerCloseBusy(t *testing.T) {
 
 // Close before any Accept closes the inner listener and starts nothing.
 func TestListenerCloseUnused(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	ln, _ := newListener(t, nil)
 	if err := ln.Close(); err != nil {
 		t.Fatal(err)
@@ -473,7 +475,7 @@ func TestListenerCloseUnused(t *testing.T) {
 
 // The inner listener closed by someone else closes the Listener.
 func TestListenerInnerClosed(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	ln, _ := newListener(t, nil)
 	errc := make(chan error, 1)
 	go func() { _, err := ln.Accept(); errc <- err }()
@@ -524,7 +526,7 @@ func (l *chanListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0
 // Errors of the inner Accept are returned, one per Accept, and the Listener
 // goes on.
 func TestListenerAcceptError(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	inner := newChanListener()
 	ln := &Listener{Listener: inner}
 	defer ln.Close()
@@ -565,7 +567,7 @@ func (c *countConn) Close() error {
 // The Listener never holds more than MaxPending conns: it takes the next one
 // from the inner listener only once one is gone.
 func TestListenerMaxPending(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	const maxPending, total = 3, 30
 	inner := newChanListener()
 	var mu sync.Mutex
@@ -671,7 +673,7 @@ func rejectionOf(t *testing.T, ch <-chan rejection) rejection {
 // signature, which closes its conn at once, reported to Rejected and
 // logged at Debug only.
 func TestListenerUntrustedVetted(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	ln, _, rejected, records := mixedListener(t, true, 100*time.Millisecond)
 
 	// The trusted proxy, with a header, then without one.
@@ -746,7 +748,7 @@ func TestListenerUntrustedVetted(t *testing.T) {
 // once, unread, even when Required is set: a header it sends reaches the
 // server as bytes, and a server that speaks first is not kept waiting.
 func TestListenerUntrustedPassedUnread(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	ln, _, _, _ := mixedListener(t, false, -1) // no deadline: a read would wait for good
 
 	c := dial(t, ln, nil)
@@ -775,7 +777,7 @@ func TestListenerUntrustedPassedUnread(t *testing.T) {
 // being vetted does not keep the trusted proxy's conn waiting. Close ends
 // the stranger's read.
 func TestListenerUntrustedHoldNoPlace(t *testing.T) {
-	checkNoLeak(t)
+	testwait.NoLeak(t, 0)
 	ln, hook, _, _ := mixedListener(t, true, -1)
 	ln.MaxPending = 1
 	accepted := acceptAsync(ln)

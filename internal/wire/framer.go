@@ -82,9 +82,10 @@ type framer struct {
 	// onReset, if set, is called from the reader with the stream ID of
 	// each RST frame read; onEnd once reading fails (the session is
 	// over). Both must not block.
-	onReset func(id uint32)
-	onEnd   func()
-	onData  func(id uint32, n int) // called with each DATA frame's length before muxado reads its payload
+	onReset  func(id uint32)
+	onEnd    func()
+	onData   func(id uint32, n int) // called with each DATA frame's length before muxado reads its payload
+	onWndInc func(id, inc uint32)   // called with each WNDINC frame read, before muxado counts it
 
 	frames atomic.Uint64 // frames read: the peer is alive while it grows
 
@@ -121,6 +122,10 @@ func (f *framer) ReadFrame() (frame.Frame, error) {
 		}
 	case f.onReset != nil && fr.Type() == frame.TypeRst:
 		f.onReset(uint32(fr.StreamId()))
+	case f.onWndInc != nil && fr.Type() == frame.TypeWndInc:
+		if wi, ok := fr.(*frame.WndInc); ok {
+			f.onWndInc(uint32(fr.StreamId()), wi.WindowIncrement())
+		}
 	}
 	return fr, err
 }

@@ -36,8 +36,8 @@ type Heartbeat struct {
 // Run pings over st, a stream whose type byte was sent, until st fails.
 // It returns when both of its loops have ended.
 func (h *Heartbeat) Run(st io.ReadWriter) {
-	interval := cmp(h.Interval, DefaultHeartbeatInterval)
-	timeout := cmp(h.Timeout, DefaultHeartbeatTimeout)
+	interval := orDefault(h.Interval, DefaultHeartbeatInterval)
+	timeout := orDefault(h.Timeout, DefaultHeartbeatTimeout)
 	var once sync.Once
 	var watchdog *time.Timer
 	var mu sync.Mutex // guards watchdog's Resets and heard
@@ -120,7 +120,8 @@ func Echo(st io.ReadWriter) {
 	}
 }
 
-func cmp(d, def time.Duration) time.Duration {
+// orDefault is d, or def when d is zero or negative.
+func orDefault(d, def time.Duration) time.Duration {
 	if d <= 0 {
 		return def
 	}

@@ -28,8 +28,8 @@ type Pinger struct {
 // Start pings over s until stop is called, the session ends, or Dead. It
 // returns at once.
 func (p *Pinger) Start(s *Session) (stop func()) {
-	interval := cmp(p.Interval, DefaultHeartbeatInterval)
-	timeout := cmp(p.Timeout, DefaultHeartbeatTimeout)
+	interval := orDefault(p.Interval, DefaultHeartbeatInterval)
+	timeout := orDefault(p.Timeout, DefaultHeartbeatTimeout)
 	p.mu.Lock()
 	p.heard, p.heardAt = s.Heard(), time.Now()
 	p.timer = time.AfterFunc(interval, func() { p.tick(s, interval, timeout) })

@@ -1,10 +1,12 @@
 package wire
 
 import (
+	"cmp"
 	"container/list"
 	"encoding/binary"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +47,9 @@ type Session struct {
 	shedding  atomic.Bool // a cut is being chosen
 
 	stalled stalledSends // streams whose writes are under way
+
+	window int64     // each stream's window, both ways
+	sched  scheduler // the slots of muxado's send queue (see send.go)
 }
 
 // NewSession starts a muxado session on conn, as the client (the agent) or
@@ -52,7 +57,7 @@ type Session struct {
 // backlog streams the peer opened that wait to be accepted (zero:
 // muxado's 128; a stream past it is reset).
 func NewSession(conn net.Conn, window uint32, client bool, backlog uint32) *Session {
-	s := &Session{}
+	s := &Session{window: int64(window)}
 	cfg := &muxado.Config{
 		MaxWindowSize: window,
 		AcceptBacklog: backlog,
@@ -61,6 +66,7 @@ func NewSession(conn net.Conn, window uint32, client bool, backlog uint32) *Sess
 			s.fr.onReset = s.peerReset
 			s.fr.onEnd = s.ended
 			s.fr.onData = s.received
+			s.fr.onWndInc = s.granted
 			return s.fr
 		},
 	}
@@ -92,7 +98,7 @@ func (s *Session) AcceptStream() (*Stream, error) {
 }
 
 func (s *Session) track(ms muxado.Stream) *Stream {
-	st := &Stream{Stream: ms, sess: s}
+	st := &Stream{Stream: ms, sess: s, windowed: make(chan struct{}, 1), ended: make(chan struct{})}
 	s.streams.Store(ms.Id(), st)
 	return st
 }
@@ -141,18 +147,20 @@ func (s *Session) received(id uint32, n int) {
 }
 
 // shed cuts the streams that have held unread bytes the longest (their
-// readers stalled first) until the unread bytes are within max.
+// readers stalled first) until the unread bytes are within max. It runs in
+// the session's reader, which reads nothing meanwhile: one pass over the
+// streams, however many it cuts.
 func (s *Session) shed(max int64) {
-	for s.unread.Load() > max {
-		var victim *Stream
-		s.streams.Range(func(_, v any) bool {
-			st := v.(*Stream)
-			if st.unread.Load() > 0 && (victim == nil || st.heldSince.Load() < victim.heldSince.Load()) {
-				victim = st
-			}
-			return true
-		})
-		if victim == nil {
+	var held []*Stream
+	s.streams.Range(func(_, v any) bool {
+		if st := v.(*Stream); st.unread.Load() > 0 {
+			held = append(held, st)
+		}
+		return true
+	})
+	slices.SortFunc(held, func(a, b *Stream) int { return cmp.Compare(a.heldSince.Load(), b.heldSince.Load()) })
+	for _, victim := range held {
+		if s.unread.Load() <= max {
 			return
 		}
 		victim.cut()
@@ -162,12 +170,20 @@ func (s *Session) shed(max int64) {
 	}
 }
 
+// granted counts a window increment the peer sent for stream id.
+func (s *Session) granted(id uint32, inc uint32) {
+	if v, ok := s.streams.Load(id); ok {
+		v.(*Stream).grant(inc)
+	}
+}
+
 // forget stops counting a stream closed or reset here: its unread bytes
 // go with it.
 func (s *Session) forget(st *Stream) {
 	if _, ok := s.streams.LoadAndDelete(st.Id()); ok {
 		s.unread.Add(-st.unread.Swap(0))
 	}
+	st.end()
 	s.stalled.remove(st)
 }
 
@@ -229,6 +245,9 @@ func (s *Session) reset(st muxado.Stream) {
 // peerReset runs the AfterReset funcs of stream id: the peer reset it
 // (or muxado did, for a frame that broke its rules).
 func (s *Session) peerReset(id uint32) {
+	if v, ok := s.streams.Load(id); ok {
+		v.(*Stream).end()
+	}
 	s.wmu.Lock()
 	st := s.watched[id]
 	var fs []*resetWatch
@@ -245,6 +264,10 @@ func (s *Session) peerReset(id uint32) {
 // call does anything.
 func (s *Session) ended() {
 	s.stalled.stop()
+	s.streams.Range(func(_, v any) bool {
+		v.(*Stream).end()
+		return true
+	})
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.over {
@@ -293,6 +316,16 @@ type Stream struct {
 
 	waiting      *list.Element // in sess.stalled while a write is under way; guarded by its mu
 	waitingSince time.Time     // likewise
+
+	// Sending (see send.go).
+	wmu        sync.Mutex    // held by a Write: one at a time
+	sent       int64         // bytes written; guarded by wmu
+	finish     uint64        // the virtual finish of its last frame; guarded by sess.sched.mu
+	granted    atomic.Int64  // window increments the peer sent
+	windowWait atomic.Bool   // a write waits for the peer's window
+	windowed   chan struct{} // a token when the peer granted window
+	ended      chan struct{} // closed when the stream or its session ended
+	endOnce    sync.Once
 }
 
 // Read reads what the peer sent.
@@ -400,13 +433,17 @@ func (st *Stream) leave() {
 	}
 }
 
-// Write writes b; see muxado. It fails at once after Close or Reset.
+// Write writes b, in frames of at most MaxFrameData bytes, taking turns
+// with the session's other streams (see send.go); see muxado. It fails at
+// once after Close or Reset, and ends when the stream ends.
 func (st *Stream) Write(b []byte) (int, error) {
 	if !st.enter() {
 		return 0, errStreamClosed
 	}
 	defer st.leave()
-	return st.Stream.Write(b)
+	st.wmu.Lock()
+	defer st.wmu.Unlock()
+	return st.send(b)
 }
 
 // CloseWrite half-closes the stream: the peer reads EOF once it read what

@@ -195,19 +195,6 @@ func lookup(t testing.TB, r *Router, proto, host string) []router.Route {
 	return routes
 }
 
-// waitFor polls cond until it holds, failing the test with what after
-// timeout. It waits for an outcome; timeout only bounds a failing test.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("still not %s after %v", what, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // sees reports whether r's Lookup(proto, host) returns exactly want.
 func sees(t testing.TB, r *Router, proto, host string, want ...router.Route) func() bool {
 	return func() bool {

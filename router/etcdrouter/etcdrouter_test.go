@@ -12,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/router"
 	"github.com/tunnelkit/tunnelkit/router/etcdrouter/etcdtest"
 	"github.com/tunnelkit/tunnelkit/router/routertest"
@@ -57,7 +58,7 @@ func TestTwoEdges(t *testing.T) {
 	if !sees(t, a, "http", "app.example.test", want)() {
 		t.Fatalf("edge-a: Lookup right after Bind = %+v; want %+v", lookup(t, a, "http", "app.example.test"), want)
 	}
-	waitFor(t, callTimeout, "edge-b sees the route bound through edge-a", sees(t, b, "http", "app.example.test", want))
+	testwait.Within(t, callTimeout, "edge-b sees the route bound through edge-a", sees(t, b, "http", "app.example.test", want))
 	expectChange(change{want, true})
 
 	// The name is alice's on either edge.
@@ -69,11 +70,11 @@ func TestTwoEdges(t *testing.T) {
 	rb := router.Route{Proto: "http", Name: "app.example.test", Identity: "alice", SessionID: "s3", TunnelID: "t3", Pool: true}
 	bind(t, b, rb)
 	expectChange(change{at(rb, "edge-b"), true})
-	waitFor(t, callTimeout, "edge-a sees the pool of both edges", func() bool { return len(lookup(t, a, "http", "app.example.test")) == 2 })
+	testwait.Within(t, callTimeout, "edge-a sees the pool of both edges", func() bool { return len(lookup(t, a, "http", "app.example.test")) == 2 })
 
 	unbind(t, a, rt, 0)
 	expectChange(change{want, false})
-	waitFor(t, callTimeout, "edge-b sees the route of edge-a gone", sees(t, b, "http", "app.example.test", at(rb, "edge-b")))
+	testwait.Within(t, callTimeout, "edge-b sees the route of edge-a gone", sees(t, b, "http", "app.example.test", at(rb, "edge-b")))
 
 	// A reservation made through edge-b holds on edge-a.
 	unbind(t, b, rb, time.Minute)
@@ -82,7 +83,7 @@ func TestTwoEdges(t *testing.T) {
 		t.Fatalf("edge-a: Bind of a name under alice's reservation made through edge-b = %v; want ErrNameTaken", err)
 	}
 	// edge-a's cache hears of edge-b's unbind through its watch.
-	waitFor(t, callTimeout, "edge-a's Lookup of the reserved name finds nothing", func() bool { return len(lookup(t, a, "http", "app.example.test")) == 0 })
+	testwait.Within(t, callTimeout, "edge-a's Lookup of the reserved name finds nothing", func() bool { return len(lookup(t, a, "http", "app.example.test")) == 0 })
 
 	// A route of another edge is not bound through this one.
 	if err := tryBind(a, at(bob, "edge-b")); err == nil || errors.Is(err, router.ErrNameTaken) {
@@ -135,7 +136,7 @@ func TestRaceAcrossEdges(t *testing.T) {
 			t.Fatalf("round %d: the winner's edge does not see its route", i)
 		}
 		for _, r := range []*Router{a, b} {
-			waitFor(t, callTimeout, fmt.Sprintf("round %d: %s sees the winner's route", i, r.edge), sees(t, r, win.Proto, host, at(win, winEdge)))
+			testwait.Within(t, callTimeout, fmt.Sprintf("round %d: %s sees the winner's route", i, r.edge), sees(t, r, win.Proto, host, at(win, winEdge)))
 		}
 	}
 }
@@ -155,18 +156,18 @@ func TestDeadEdge(t *testing.T) {
 	bind(t, a, res)
 	const reserve = 6 * time.Second
 	unbind(t, a, res, reserve)
-	waitFor(t, callTimeout, "edge-b sees edge-a's route", sees(t, b, "http", "live.example.test", at(live, "edge-a")))
+	testwait.Within(t, callTimeout, "edge-b sees edge-a's route", sees(t, b, "http", "live.example.test", at(live, "edge-a")))
 
 	cliA.Close() // as kill -9 would: no revocation, no more keep-alives
 	killed := time.Now()
-	waitFor(t, 20*time.Second, "edge-b rid of the routes of edge-a, whose lease expired", sees(t, b, "http", "live.example.test"))
+	testwait.Within(t, 20*time.Second, "edge-b rid of the routes of edge-a, whose lease expired", sees(t, b, "http", "live.example.test"))
 	t.Logf("edge-a's routes vanished %v after it died (TTL 2s, etcd's minimum)", time.Since(killed).Round(time.Millisecond))
 
 	bobRes := router.Route{Proto: "tcp", Name: "20001", Identity: "bob", SessionID: "s2", TunnelID: "t3"}
 	if err := tryBind(b, bobRes); !errors.Is(err, router.ErrNameTaken) {
 		t.Fatalf("Bind of a port reserved for %v by a dead edge = %v; want ErrNameTaken until the reservation lapses", reserve, err)
 	}
-	waitFor(t, 20*time.Second, "the reservation of the dead edge lapsed", func() bool { return tryBind(b, bobRes) == nil })
+	testwait.Within(t, 20*time.Second, "the reservation of the dead edge lapsed", func() bool { return tryBind(b, bobRes) == nil })
 	if err := tryBind(b, router.Route{Proto: "http", Name: "live.example.test", Identity: "bob", SessionID: "s2", TunnelID: "t4"}); err != nil {
 		t.Fatalf("Bind of the name of a dead edge's route = %v", err)
 	}
@@ -184,7 +185,7 @@ func TestOutage(t *testing.T) {
 
 	r1 := router.Route{Proto: "http", Name: "one.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t1"}
 	bind(t, a, r1)
-	waitFor(t, callTimeout, "edge-b sees edge-a's route", sees(t, b, "http", "one.example.test", at(r1, "edge-a")))
+	testwait.Within(t, callTimeout, "edge-b sees edge-a's route", sees(t, b, "http", "one.example.test", at(r1, "edge-a")))
 
 	// Close refuses new calls at once, but waits for the streams (the
 	// Routers' watches and keep-alives) up to its request timeout (7s)
@@ -192,7 +193,7 @@ func TestOutage(t *testing.T) {
 	probe := newClient(t, endpoint)
 	stopped := make(chan struct{})
 	go func() { e.Stop(); close(stopped) }()
-	waitFor(t, callTimeout, "etcd refuses calls", func() bool {
+	testwait.Within(t, callTimeout, "etcd refuses calls", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
 		_, err := probe.Get(ctx, "probe")
@@ -250,12 +251,12 @@ func TestOutage(t *testing.T) {
 	t.Logf("etcd restarted in %v", time.Since(t0).Round(time.Millisecond))
 	// Binds go through again once the clients reconnect, and both edges
 	// agree.
-	waitFor(t, 30*time.Second, "a Bind through edge-a succeeds after etcd came back", func() bool { return tryBind(a, r2) == nil })
+	testwait.Within(t, 30*time.Second, "a Bind through edge-a succeeds after etcd came back", func() bool { return tryBind(a, r2) == nil })
 	t.Logf("a Bind went through %v after etcd came back", time.Since(t0).Round(time.Millisecond))
-	waitFor(t, callTimeout, "edge-b sees the route bound through edge-a after the outage", sees(t, b, "tls", "two.example.test"))
-	waitFor(t, callTimeout, "edge-b sees the route bound through edge-a after the outage", sees(t, b, "http", "two.example.test", at(r2, "edge-a")))
+	testwait.Within(t, callTimeout, "edge-b sees the route bound through edge-a after the outage", sees(t, b, "tls", "two.example.test"))
+	testwait.Within(t, callTimeout, "edge-b sees the route bound through edge-a after the outage", sees(t, b, "http", "two.example.test", at(r2, "edge-a")))
 	bind(t, b, r3)
-	waitFor(t, callTimeout, "edge-a sees the route bound through edge-b after the outage", sees(t, a, "tls", "three.example.test", at(r3, "edge-b")))
+	testwait.Within(t, callTimeout, "edge-a sees the route bound through edge-b after the outage", sees(t, a, "tls", "three.example.test", at(r3, "edge-b")))
 	for _, r := range []*Router{a, b} {
 		if !sees(t, r, "http", "one.example.test", at(r1, "edge-a"))() {
 			t.Fatalf("after the outage: %s's Lookup = %+v; want the route bound before", r.edge, lookup(t, r, "http", "one.example.test"))
@@ -285,7 +286,7 @@ func TestLeaseExpired(t *testing.T) {
 	taken := router.Route{Proto: "http", Name: "taken.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t2"}
 	bind(t, a, keep)
 	bind(t, a, taken)
-	waitFor(t, callTimeout, "edge-b sees edge-a's route", sees(t, b, "http", "taken.example.test", at(taken, "edge-a")))
+	testwait.Within(t, callTimeout, "edge-b sees edge-a's route", sees(t, b, "http", "taken.example.test", at(taken, "edge-a")))
 
 	// The lease goes (as if its keep-alives had failed for its TTL).
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
@@ -298,28 +299,28 @@ func TestLeaseExpired(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("edge-a did not notice its lease was gone")
 	}
-	waitFor(t, callTimeout, "edge-b rid of edge-a's routes", sees(t, b, "http", "keep.example.test"))
-	waitFor(t, callTimeout, "edge-a no member for edge-b while its lease is gone", isMember(t, b, "edge-a", false))
+	testwait.Within(t, callTimeout, "edge-b rid of edge-a's routes", sees(t, b, "http", "keep.example.test"))
+	testwait.Within(t, callTimeout, "edge-a no member for edge-b while its lease is gone", isMember(t, b, "edge-a", false))
 	bobs := router.Route{Proto: "tls", Name: "taken.example.test", Identity: "bob", SessionID: "s2", TunnelID: "t3"}
 	bind(t, b, bobs)
 	close(resume)
 
-	waitFor(t, 20*time.Second, "edge-b sees edge-a's route bound again", sees(t, b, "http", "keep.example.test", at(keep, "edge-a")))
-	waitFor(t, callTimeout, "edge-a a member again for edge-b, under its new lease", isMember(t, b, "edge-a", true))
-	waitFor(t, callTimeout, "edge-a rid of its route whose name bob took", sees(t, a, "http", "taken.example.test"))
-	waitFor(t, callTimeout, "edge-a warned of the route it dropped", func() bool {
+	testwait.Within(t, 20*time.Second, "edge-b sees edge-a's route bound again", sees(t, b, "http", "keep.example.test", at(keep, "edge-a")))
+	testwait.Within(t, callTimeout, "edge-a a member again for edge-b, under its new lease", isMember(t, b, "edge-a", true))
+	testwait.Within(t, callTimeout, "edge-a rid of its route whose name bob took", sees(t, a, "http", "taken.example.test"))
+	testwait.Within(t, callTimeout, "edge-a warned of the route it dropped", func() bool {
 		return strings.Contains(logs.String(), "level=WARN msg=\"etcdrouter: route dropped") && strings.Contains(logs.String(), "taken.example.test")
 	})
 	if a.owns(a.keysOf(at(taken, "edge-a")).route) {
 		t.Fatal("edge-a still counts the route whose name bob took as its own")
 	}
 	// bob's route reaches edge-a's cache through its watch.
-	waitFor(t, callTimeout, "edge-a sees bob's route", sees(t, a, "tls", "taken.example.test", at(bobs, "edge-b")))
+	testwait.Within(t, callTimeout, "edge-a sees bob's route", sees(t, a, "tls", "taken.example.test", at(bobs, "edge-b")))
 	// The new lease holds: binding and unbinding go on.
 	more := router.Route{Proto: "http", Name: "more.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t4"}
 	bind(t, a, more)
 	unbind(t, a, keep, 0)
-	waitFor(t, callTimeout, "edge-b sees edge-a's routes after the new lease", func() bool {
+	testwait.Within(t, callTimeout, "edge-b sees edge-a's routes after the new lease", func() bool {
 		return sees(t, b, "http", "more.example.test", at(more, "edge-a"))() && sees(t, b, "http", "keep.example.test")()
 	})
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net"
 	"testing"
+
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 )
 
 // isMember returns a condition: r's IsMember(id) answers want, without
@@ -46,7 +48,7 @@ func TestMembers(t *testing.T) {
 	if !isMember(t, a, "edge-c/with a slash", true)() {
 		t.Fatal("edge-a: IsMember of the edge that just joined = false; want true")
 	}
-	waitFor(t, callTimeout, "in edge-b's cache", func() bool {
+	testwait.Within(t, callTimeout, "in edge-b's cache", func() bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		_, ok := b.members["edge-c/with a slash"]
@@ -57,8 +59,8 @@ func TestMembers(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, callTimeout, "edge-c gone from edge-a's members", isMember(t, a, "edge-c/with a slash", false))
-	waitFor(t, callTimeout, "edge-c gone from edge-b's members", isMember(t, b, "edge-c/with a slash", false))
+	testwait.Within(t, callTimeout, "edge-c gone from edge-a's members", isMember(t, a, "edge-c/with a slash", false))
+	testwait.Within(t, callTimeout, "edge-c gone from edge-b's members", isMember(t, b, "edge-c/with a slash", false))
 	if _, err := c.IsMember(context.Background(), "edge-a"); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("IsMember after Close = %v; want net.ErrClosed", err)
 	}

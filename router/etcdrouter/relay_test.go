@@ -15,6 +15,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 )
 
 // relayEdge is an edge of a cluster on etcd: a Server with its Router,
@@ -105,17 +106,17 @@ func TestRelayAdmitsEdgesRegisteredInEtcd(t *testing.T) {
 		return nil
 	}
 	// B relays to A once its cache has A's route.
-	waitFor(t, callTimeout, "a client of B reaches the agent on A", func() bool { return get() == nil })
+	testwait.Within(t, callTimeout, "a client of B reaches the agent on A", func() bool { return get() == nil })
 
 	if !refused(t, a.relayAddr, ca.IssueEdge(t, []string{"127.0.0.1:1"}, "127.0.0.1"), ca) {
 		t.Error("the certificate of an edge that never joined opened a relay session")
 	}
 	left := newRouter(t, Config{Prefix: prefix, Edge: "127.0.0.1:2"})
-	waitFor(t, callTimeout, "the edge that joined a member for A", isMember(t, a.rt, "127.0.0.1:2", true))
+	testwait.Within(t, callTimeout, "the edge that joined a member for A", isMember(t, a.rt, "127.0.0.1:2", true))
 	if err := left.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, callTimeout, "the edge that left no member for A", isMember(t, a.rt, "127.0.0.1:2", false))
+	testwait.Within(t, callTimeout, "the edge that left no member for A", isMember(t, a.rt, "127.0.0.1:2", false))
 	if !refused(t, a.relayAddr, ca.IssueEdge(t, []string{"127.0.0.1:2"}, "127.0.0.1"), ca) {
 		t.Error("the certificate of an edge that left opened a relay session")
 	}

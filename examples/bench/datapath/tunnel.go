@@ -24,6 +24,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/examples/internal/logbuf"
+
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/agent/forward"
 	"github.com/tunnelkit/tunnelkit/examples/internal/edgecmd"
@@ -142,7 +144,8 @@ func runAgent(ctx context.Context, ctl *control, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	log := childLogger(*quiet)
+	log, logs := childLogger(*quiet)
+	defer logs.Close()
 	c := &agent.Client{Addrs: []string{*edgeAddr}, Logger: log}
 	if *edgeCA != "" {
 		roots, err := loadRoots(*edgeCA)
@@ -276,12 +279,14 @@ func runAgents(ctx context.Context, ctl *control, args []string) error {
 
 // childLogger is the text logger to stderr that the example binaries
 // use; quiet keeps warnings and errors only.
-func childLogger(quiet bool) *slog.Logger {
+func childLogger(quiet bool) (*slog.Logger, *logbuf.Writer) {
 	opts := &slog.HandlerOptions{}
 	if quiet {
 		opts.Level = slog.LevelWarn
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+	// As examples/agent batches its lines.
+	w := logbuf.New(os.Stderr, 50*time.Millisecond)
+	return slog.New(slog.NewTextHandler(w, opts)), w
 }
 
 // urlScheme returns the scheme of an endpoint URL, "http" for a bare name,

@@ -30,6 +30,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/examples/internal/logbuf"
+
 	"golang.org/x/crypto/acme/autocert"
 
 	"github.com/tunnelkit/tunnelkit/edge"
@@ -139,7 +141,11 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	if *echKeygen != "" {
 		return echKeygenTo(*echKeygen, *publicName, stdout)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	// The access log's line per request goes out with others, 50 ms later
+	// at most, not in a write of its own on the request's path.
+	lw := logbuf.New(stderr, 50*time.Millisecond)
+	defer lw.Close()
+	log := slog.New(slog.NewTextHandler(lw, nil))
 	certs, acme, err := certificates(*certFile, *keyFile, *acmeDir, *acmeCA, *acmeEmail, *acmeCache)
 	if err != nil {
 		return err
