@@ -137,6 +137,7 @@ func serveHTTPS(t testing.TB, c *agent.Client, url string, cert tls.Certificate,
 // reaches the third, and the https endpoint, with ECH accepted; and an
 // agent that connects while Chromium loads its page serves too.
 func TestOnePortHTTPSPassthroughECHAndAgents(t *testing.T) {
+	t.Parallel()
 	testtools.Need(t, "chromium", "curl")
 	e := startOnePortEdge(t, nil)
 	appCA := testpki.New(t)
@@ -268,6 +269,7 @@ func (a *appOffers) serve(t testing.TB, c *agent.Client, url string, cert tls.Ce
 // An agent that dials that name fails, saying that no agent port answered.
 // No session opens at the edge but the app's own agent's.
 func TestTLSAgentHelloForAPassthroughName(t *testing.T) {
+	t.Parallel()
 	e := startOnePortEdge(t, nil)
 	appCA := testpki.New(t)
 	app := &appOffers{offered: make(chan []string, 4)}
@@ -326,6 +328,7 @@ func TestTLSAgentHelloForAPassthroughName(t *testing.T) {
 // HTTP/1.1 400 without ALPN or with http/1.1, an HTTP/2 server's SETTINGS
 // with h2. Nothing opens a session.
 func TestTLSWithoutAgentALPNGetsNoAgentProtocol(t *testing.T) {
+	t.Parallel()
 	e := startOnePortEdge(t, nil)
 	serveHTTP(t, e.agent(t, "example.test"), "https://web", echoInfo)
 	dial := func(name string, protos ...string) (*tls.Conn, error) {
@@ -381,6 +384,7 @@ func TestTLSWithoutAgentALPNGetsNoAgentProtocol(t *testing.T) {
 // of a common protocol. An agent there fails saying it found no agent
 // port, while the agent port serves as ever.
 func TestTLSAgentsTurnedOff(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name      string
 		configure func(*edge.Server)
@@ -428,6 +432,7 @@ func TestTLSAgentsTurnedOff(t *testing.T) {
 // when wrong), its identity owns its names (another's bind of them is
 // refused) and the edge serves its endpoints.
 func TestTLSAgentServedAsOnTheAgentPort(t *testing.T) {
+	t.Parallel()
 	e := startOnePortEdge(t, func(s *edge.Server) { s.Authenticate = tokens })
 	wrong := e.agent(t, "example.test")
 	wrong.Token = "mallory-token"
@@ -460,6 +465,7 @@ func TestTLSAgentServedAsOnTheAgentPort(t *testing.T) {
 // the TLS port, though it came on a public listener, does not hold it up
 // until its context ends.
 func TestShutdownEndsTLSAgentSessions(t *testing.T) {
+	t.Parallel()
 	e := startOnePortEdge(t, nil)
 	serveHTTP(t, e.agent(t, "example.test"), "https://app", nameHandler("app"))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -617,6 +623,7 @@ func (f *flooder) closeAll() {
 // send garbage after the handshake are closed at once, having read
 // nothing after it.
 func TestTLSAgentFloodBounded(t *testing.T) {
+	t.Parallel()
 	const bound = 16
 	hello := agentHello(t)
 	for _, c := range []struct {
@@ -688,6 +695,7 @@ func TestTLSAgentFloodBounded(t *testing.T) {
 // its source connects too. The sources are those a load balancer names
 // in PROXY protocol headers, as for any client of the TLS port.
 func TestTLSAgentHandshakesPerSource(t *testing.T) {
+	t.Parallel()
 	const bound = 8
 	e := startOnePortEdge(t, func(s *edge.Server) {
 		s.Limits = edge.Limits{HandshakesPerSource: bound}

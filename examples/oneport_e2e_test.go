@@ -14,6 +14,7 @@ import (
 // as README's one-port setup does: the agent connects on the public TLS
 // port, and its https endpoint is served on that same port.
 func TestOnePort(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
