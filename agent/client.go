@@ -30,8 +30,9 @@ import (
 // hello) takes at most 10 s, within the context given to Listen. A Client
 // must not be copied, nor its fields changed, after first use.
 type Client struct {
-	// Addrs are the agent addresses of the edges, "host:port" each, tried
-	// in order: one edge, or edges that share their names (a cluster
+	// Addrs are the agent addresses of the edges, "host:port" each (an
+	// agent port, or an edge's public TLS port, which takes agents over
+	// TLS: see TLSConfig), tried in order: one edge, or edges that share their names (a cluster
 	// behind DNS), so that an endpoint comes back with the same name on
 	// any of them. The client holds a session to one edge at a time. The
 	// first goes to the first edge that takes it: when an attempt fails
@@ -55,7 +56,10 @@ type Client struct {
 	// tls.Dial; set one only when every edge's certificate carries it. Nil:
 	// TLS with the system's roots and each edge's host as the server name,
 	// except that a loopback edge ("127.0.0.1:7000", "localhost:7000") is
-	// plaintext.
+	// plaintext. Its NextProtos are replaced: the agent offers the agent
+	// protocol ("tunnelkit/1") alone by ALPN, which lets an edge take the
+	// session on its public TLS port (see edge.Server.NoAgentsOnTLS), and
+	// takes an edge that selects it or none (an agent port).
 	TLSConfig *tls.Config
 
 	// Plaintext connects without TLS, whatever the edges' addresses are.

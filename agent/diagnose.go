@@ -122,6 +122,14 @@ func (c *Client) recognise(ctx context.Context, addr string, tlsCfg *tls.Config,
 			return tlsExpected(addr)
 		}
 		return notAgentPort(addr, pe.Got, tlsCfg != nil)
+	case tlsCfg != nil && handshake && remoteAlert(err, alertNoApplicationProtocol):
+		// A TLS server that selects protocols by ALPN, and not the
+		// agent's: an HTTPS server, or an edge's public TLS port that
+		// takes no agents.
+		if found := c.probeHTTP(ctx, addr, tlsCfg); found != nil {
+			return found
+		}
+		return &sentinelError{kind: ErrNotAgentPort, msg: fmt.Sprintf("%s refused the agent protocol (ALPN %s) in its TLS handshake: it may be an edge's public TLS port that takes no agents (edge.Server.NoAgentsOnTLS), or another TLS server", addr, wire.ALPN)}
 	case ctx.Err() != nil || !closedEarly(err):
 		return nil
 	case tlsCfg == nil && errors.As(err, &pe) && len(pe.Got) == 0:
@@ -137,6 +145,18 @@ func (c *Client) recognise(ctx context.Context, addr string, tlsCfg *tls.Config,
 		}
 	}
 	return nil
+}
+
+// alertNoApplicationProtocol is the TLS alert of a server that selects
+// protocols by ALPN and takes none of the client's (RFC 7301).
+const alertNoApplicationProtocol tls.AlertError = 120
+
+// remoteAlert reports whether err is the TLS alert a, sent by the peer.
+// crypto/tls wraps a received alert in a net.OpError whose error reads as
+// the alert does.
+func remoteAlert(err error, a tls.AlertError) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "remote error" && oe.Err != nil && oe.Err.Error() == a.Error()
 }
 
 // tlsExpected is the error of an attempt in plaintext on an edge that

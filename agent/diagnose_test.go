@@ -109,3 +109,32 @@ func TestOtherServerRecognised(t *testing.T) {
 		t.Errorf("agent on an SSH server: %v\nwant %s...\", which starts no tunnelkit session", err, want)
 	}
 }
+
+// TestALPNRefusalRecognised points a TLS agent at a TLS server that
+// selects protocols by ALPN, none of them the agent's and none HTTP (an
+// edge's public TLS port without agents refuses so too): the agent, which
+// offers the agent protocol alone whatever its TLSConfig's NextProtos,
+// says the address refused it.
+func TestALPNRefusalRecognised(t *testing.T) {
+	ca := testpki.New(t)
+	offered := make(chan []string, 4)
+	ln := tls.NewListener(testnet.Listen(t), &tls.Config{
+		Certificates: []tls.Certificate{ca.Issue(t, "127.0.0.1")},
+		NextProtos:   []string{"imap"},
+		GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+			select {
+			case offered <- h.SupportedProtos:
+			default:
+			}
+			return nil, nil
+		},
+	})
+	addr := testnet.Serve(t, ln, func(c net.Conn) { c.(*tls.Conn).Handshake() })
+	err := listenOnce(t, &agent.Client{Addrs: []string{addr}, TLSConfig: &tls.Config{RootCAs: ca.Pool, NextProtos: []string{"h2"}}})
+	if want := "agent: not an edge's agent port: " + addr + " refused the agent protocol (ALPN tunnelkit/1) in its TLS handshake"; !errors.Is(err, agent.ErrNotAgentPort) || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("TLS agent on a server refusing its ALPN: %v\nwant ErrNotAgentPort, starting %s", err, want)
+	}
+	if got := <-offered; len(got) != 1 || got[0] != "tunnelkit/1" {
+		t.Errorf("the agent offered %q, want [tunnelkit/1]", got)
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/internal/wire"
 )
 
 // edgeTimeout bounds opening a session to one edge (the dial, TLS, the
@@ -92,7 +94,10 @@ func (e *edgesError) list(b *strings.Builder) {
 func (e *edgesError) Unwrap() []error { return e.errs }
 
 // tlsConfig returns the TLS configuration to the edge at addr, or nil for
-// plaintext.
+// plaintext. It offers the agent protocol by ALPN (wire.ALPN) and nothing
+// else, which an edge's public TLS port takes for an agent's session. The
+// edge selects it, or no protocol (an agent port whose TLS knows no ALPN):
+// crypto/tls refuses a selection the client did not offer.
 func (c *Client) tlsConfig(addr string) *tls.Config {
 	if c.Plaintext {
 		return nil
@@ -101,19 +106,21 @@ func (c *Client) tlsConfig(addr string) *tls.Config {
 	if err != nil {
 		host = addr
 	}
-	if c.TLSConfig != nil {
-		if c.TLSConfig.ServerName != "" {
-			return c.TLSConfig
+	var cfg *tls.Config
+	switch {
+	case c.TLSConfig != nil:
+		cfg = c.TLSConfig.Clone()
+		if cfg.ServerName == "" {
+			cfg.ServerName = host
 		}
-		cfg := c.TLSConfig.Clone()
-		cfg.ServerName = host
-		return cfg
-	}
-	if host == "localhost" {
+	case host == "localhost":
 		return nil
+	default:
+		if a, err := netip.ParseAddr(host); err == nil && a.IsLoopback() {
+			return nil
+		}
+		cfg = &tls.Config{ServerName: host}
 	}
-	if a, err := netip.ParseAddr(host); err == nil && a.IsLoopback() {
-		return nil
-	}
-	return &tls.Config{ServerName: host}
+	cfg.NextProtos = []string{wire.ALPN}
+	return cfg
 }

@@ -18,9 +18,10 @@ type Limits struct {
 	SessionsPerIdentity int
 
 	// PendingSessions bounds the agent connections that have not had their
-	// hello accepted yet: past it, the one waiting longest is closed. Each
-	// costs a goroutine and its buffers, for at most Timeouts.Handshake.
-	// Zero: 1024.
+	// hello accepted yet, on agent ports and the public TLS port together
+	// (see Server.NoAgentsOnTLS), their TLS handshakes included: past it,
+	// the one waiting longest is closed. Each costs a goroutine and its
+	// buffers, for at most Timeouts.Handshake. Zero: 1024.
 	PendingSessions int
 
 	// EndpointsPerSession bounds the endpoints one agent session holds at
@@ -96,8 +97,10 @@ type Limits struct {
 	// accepted, as ReasonConnLimit (logged at the Debug level only). It
 	// bounds what the idle keep-alive connections of one source cost (an
 	// idle HTTP/2 connection holds about 32 KiB), which ClientShare does
-	// not: they hold no stream. TCP endpoints are not counted here: each
-	// of their connections holds a stream, within ClientShare. Zero: 1024,
+	// not: they hold no stream. Agent sessions on a ServeSNI listener
+	// count there too (see Server.NoAgentsOnTLS). TCP endpoints are not
+	// counted here: each of their connections holds a stream, within
+	// ClientShare. Zero: 1024,
 	// which a browser (six HTTP/1.1 connections per name at most, or one
 	// HTTP/2 connection) or a NAT of a hundred browsing users does not
 	// meet. Behind a load balancer that sends no PROXY protocol header,
@@ -105,11 +108,11 @@ type Limits struct {
 	ConnsPerSource int
 
 	// HandshakesPerSource bounds the TLS handshakes the edge terminates
-	// (for https endpoints and the public names of Server.ECHKeys) that
-	// one client source (as for ConnsPerSource) has under way at once.
-	// Past it, the source's next connection for such a name is closed
-	// before its handshake, as ReasonHandshakeLimit (logged at the Debug
-	// level only). A full handshake costs the edge about a millisecond of
+	// on the ServeSNI listeners (for https endpoints, the public names of
+	// Server.ECHKeys and agent sessions) that one client source (as for
+	// ConnsPerSource) has under way at once. Past it, the source's next
+	// connection for such a handshake is closed before it, as
+	// ReasonHandshakeLimit (logged at the Debug level only). A full handshake costs the edge about a millisecond of
 	// a core: the bound keeps one source from taking the CPU, and holding
 	// handshakes open until Timeouts.Handshake, from every other. Zero:
 	// 64. A handshake lasts a round trip or two, and a browser opens at

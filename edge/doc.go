@@ -4,7 +4,9 @@
 // connections are routed by server name on the ServeSNI listeners: passed
 // through untouched to tls:// endpoints, or terminated by the edge for
 // https:// endpoints (HTTP/2 and HTTP/1.1, with Certificates,
-// GetCertificate or ACME). TCP endpoints get a port of their own.
+// GetCertificate or ACME). TCP endpoints get a port of their own. With a
+// certificate, the ServeSNI listeners take agent sessions too, told apart
+// by ALPN (see Server.NoAgentsOnTLS): one port 443 for browsers and agents.
 //
 // Typical use, in a control plane of your own:
 //

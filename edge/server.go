@@ -204,6 +204,29 @@ type Server struct {
 	// they are (plaintext, or TLS the caller set up).
 	AgentTLS *tls.Config
 
+	// NoAgentsOnTLS keeps agent sessions off the ServeSNI listeners.
+	// False: an edge with a source of certificates (Certificates,
+	// GetCertificate or ACME) takes agent sessions there too, beside
+	// public TLS, so that an agent whose network lets out port 443 alone
+	// reaches it: a ClientHello that offers the ALPN protocol
+	// "tunnelkit/1" is an agent's, unless its server name (the inner one,
+	// when the edge decrypts ECH) is passed through to a tls endpoint,
+	// which gets it untouched whatever it offers. The edge completes an
+	// agent's handshake with its own certificate for the name the agent
+	// dialled (the first of Certificates for an agent that dialled an IP
+	// address and so sent no name; ACME has certificates for endpoints
+	// only), and serves the session as ServeAgents does: the same
+	// Authenticate, limits and tickets; AgentTLS does not apply there. Its
+	// handshake counts against Limits.HandshakesPerSource, its
+	// connection against Limits.ConnsPerSource, and, until its hello is
+	// accepted, against Limits.PendingSessions. Give agents a name that no
+	// agent can bind over tls (Domain itself, a name outside it, a public
+	// name of ECHKeys) or an IP address: an agent that dials a name under
+	// Domain reaches whoever binds that name over tls, who would see its
+	// token if it had a certificate for the name. PROTOCOL.md has the
+	// rule.
+	NoAgentsOnTLS bool
+
 	// ProxyProtocolFrom are the addresses of the load balancers in front
 	// of the edge that send a PROXY protocol header (version 1 or 2) at the
 	// start of each connection to the public listeners (ServeHTTPListener,
@@ -386,7 +409,7 @@ func (s *Server) checkCertificates(public []string) {
 type Listeners struct {
 	Agents net.Listener // agent sessions (see ServeAgents)
 	HTTP   net.Listener // public HTTP (see ServeHTTPListener)
-	TLS    net.Listener // public TLS: tls:// passed through, https:// terminated (see ServeSNI)
+	TLS    net.Listener // public TLS: tls:// passed through, https:// terminated, agent sessions by ALPN (see ServeSNI)
 }
 
 // Start serves ls, each in a goroutine that Close and Shutdown stop and

@@ -87,9 +87,27 @@ func (ss *session) release() {
 	ss.srv.obs().Stream(-1)
 }
 
-// serveSession runs one agent session until it ends, then removes its
-// routes.
+// serveSession runs the session of an agent that came to an agent port
+// (ServeAgents) until it ends.
 func (s *Server) serveSession(c net.Conn) {
+	s.serveAgent(c, func(c net.Conn) (net.Conn, error) {
+		if s.AgentTLS == nil {
+			return c, nil
+		}
+		// The handshake happens on the preamble's first read, bounded by
+		// its deadline.
+		return tls.Server(c, s.AgentTLS), nil
+	})
+}
+
+// serveAgent runs one agent session on c until it ends, then removes its
+// routes: agents of both ports, the agent port's (serveSession) and the
+// public TLS port's (serveTLSAgent), take this one path. secure returns
+// the conn the session speaks on, c itself or TLS over it; it runs once c
+// counts among the pending sessions, so that connections that never say
+// hello are bounded together, whether they stop in their TLS handshake or
+// after it.
+func (s *Server) serveAgent(c net.Conn, secure func(net.Conn) (net.Conn, error)) {
 	if s.auth.blocked(sourceOf(addrPort(c.RemoteAddr()).Addr())) {
 		s.obs().Refused(ReasonAuthThrottled)
 		c.Close()
@@ -97,10 +115,11 @@ func (s *Server) serveSession(c net.Conn) {
 	}
 	pending := s.addPending(c)
 	raw := c
-	if s.AgentTLS != nil {
-		// The handshake happens on the preamble's first read, bounded by
-		// its deadline.
-		c = tls.Server(c, s.AgentTLS)
+	c, err := secure(raw)
+	if err != nil {
+		s.log().Debug("agent session refused", "agent_addr", raw.RemoteAddr().String(), "err", err)
+		raw.Close()
+		return
 	}
 	window, err := s.preamble(c)
 	if err != nil {

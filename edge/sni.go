@@ -19,17 +19,21 @@ import (
 // edge holds the ECH key that decrypts it) looked up among tls and https
 // routes: a tls route gets the bytes untouched (conn.go), an https route
 // makes the edge complete the handshake itself (tls.go) and serve HTTP on
-// the connection. So one port serves both, chosen by name.
+// the connection. So one port serves both, chosen by name, and agent
+// sessions beside them, chosen by ALPN (tlsagents.go).
 
 // ServeSNI serves public TLS on ln: each connection's server name is read
 // with sni.Peek, without terminating TLS, and the untouched bytes go to an
 // agent that bound that name (exact or wildcard) over tls; for a name bound
 // over https, the edge terminates TLS itself and serves HTTP/2 or HTTP/1.1
-// (see ACME and Certificates). A connection that is not
-// TLS is decided on its first byte and handed to NotTLS (closed when nil);
-// one whose hello is malformed, late or names no route is closed, and so
-// is one past Limits.ConnsPerSource or Limits.HandshakesPerSource. It
-// returns ErrServerClosed after Close or Shutdown.
+// (see ACME and Certificates). A hello that offers the agent protocol
+// "tunnelkit/1" by ALPN, for a name not passed through, opens an agent
+// session, served as ServeAgents serves one (see NoAgentsOnTLS). A
+// connection that is not TLS is decided on its first byte and handed to
+// NotTLS (closed when nil); one whose hello is malformed, late or names no
+// route is closed, and so is one past Limits.ConnsPerSource or
+// Limits.HandshakesPerSource. It returns ErrServerClosed after Close or
+// Shutdown.
 func (s *Server) ServeSNI(ln net.Listener) error {
 	s.init()
 	if s.cfgErr != nil {
@@ -76,23 +80,37 @@ func (s *Server) handleSNI(c net.Conn) {
 			return
 		}
 	}
+	route := hello
+	if ech != nil {
+		route = ech.Inner
+	}
 	if ech == nil && s.ech.publicNames[hello.ServerName] {
 		// The public names are the operator's (no agent binds them, see
 		// operatorName): the edge answers them itself, whatever routes
 		// the Router holds, and sends a client whose ECH configuration
 		// is stale its retry configurations.
+		if s.tlsAgent(route, false) {
+			s.serveTLSAgent(c, pc)
+			return
+		}
 		s.terminate(pc)
 		return
 	}
-	route := hello
-	if ech != nil {
-		route = ech.Inner
+	if route.ServerName == "" && s.tlsAgent(route, false) {
+		// An agent that dialled an IP address: no name, so nothing to
+		// pass through (no route has the empty name).
+		s.serveTLSAgent(c, pc)
+		return
 	}
 	proto, routes, err := s.chooseTLS(context.Background(), route)
 	if err != nil {
 		s.log().Info("routing unavailable", "proto", "tls", "name", hello.ServerName, "err", err)
 		s.obs().Refused(ReasonRoutingUnavailable)
 		pc.Close()
+		return
+	}
+	if s.tlsAgent(route, proto == wire.ProtoTLS && len(routes) > 0) {
+		s.serveTLSAgent(c, pc)
 		return
 	}
 	if proto == wire.ProtoHTTPS {

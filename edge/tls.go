@@ -34,6 +34,7 @@ import (
 type terminating struct {
 	once     sync.Once
 	config   *tls.Config
+	agents   *tls.Config  // of agent sessions on the public TLS port (tlsagents.go)
 	acme     *certManager // nil without ACME
 	acmeHTTP http.Handler // its HTTP-01 challenges
 	leaves   []*tls.Certificate
@@ -87,6 +88,7 @@ func (s *Server) tlsTerm() *terminating {
 		t.config.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 			return s.policyTLS(hello, base)
 		}
+		t.agents = s.agentTLSConfig()
 		t.queue = newConnQueue()
 		t.handshakes.max = s.cfg.handshakesPerSource
 		t.hs = s.newHTTPServer(http.HandlerFunc(s.serveHTTPS), "https")

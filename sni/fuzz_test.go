@@ -2,8 +2,10 @@ package sni
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +17,81 @@ import (
 // the same bytes in reads of chunk bytes, agrees with it and replays every
 // byte. The seed corpus runs in every go test.
 func FuzzParse(f *testing.F) {
+	for _, seed := range parseSeeds(f) {
+		f.Add(seed, uint8(0))
+		f.Add(seed, uint8(1))
+		f.Add(seed, uint8(200))
+	}
+
+	f.Fuzz(func(t *testing.T, data []byte, chunk uint8) {
+		h, err := Parse(data)
+		checkResult(t, h, err)
+
+		// Peek, reading chunk+1 bytes at a time (in at most 64 reads, to
+		// keep execs fast: unit tests cover 1-byte reads of whole hellos),
+		// then EOF.
+		size := max(int(chunk)+1, len(data)/64)
+		sc := newScript(t, io.EOF, chunked(data, size)...)
+		ph, conn, perr := (&Peeker{Timeout: -1}).Peek(sc)
+		checkResult(t, ph, perr)
+		if got := readAll(t, conn); !bytes.Equal(got, data) {
+			t.Fatalf("Peek's conn replays % x, want % x", got, data)
+		}
+		if errors.Is(perr, ErrTooLarge) {
+			return // Peek has a cap, Parse none
+		}
+		switch {
+		case err == nil:
+			if perr != nil || ph.ServerName != h.ServerName || !slices.Equal(ph.ALPN, h.ALPN) || !bytes.Equal(ph.Raw, h.Raw) || ph.RecordVersion != h.RecordVersion {
+				t.Fatalf("Parse: %q %q; Peek: %v, %v", h.ServerName, h.ALPN, ph, perr)
+			}
+		case errors.Is(err, ErrIncomplete):
+			if !errors.Is(perr, io.EOF) && !errors.Is(perr, io.ErrUnexpectedEOF) {
+				t.Fatalf("Parse: %v; Peek: %v, want an EOF", err, perr)
+			}
+		default:
+			if sentinel(err) != sentinel(perr) {
+				t.Fatalf("Parse: %v; Peek: %v", err, perr)
+			}
+		}
+	})
+}
+
+// FuzzParseAgreesWithCryptoTLS checks that where Parse and crypto/tls's
+// server both take a hello, they read the same server name and ALPN list:
+// a router that decides by them (an edge takes a hello that offers its
+// agent protocol for an agent's) must see what the TLS server that then
+// completes the handshake sees.
+func FuzzParseAgreesWithCryptoTLS(f *testing.F) {
+	for _, seed := range parseSeeds(f) {
+		f.Add(seed)
+	}
+	f.Add(record(buildHello(sniExt("app.example"), alpnExt("tunnelkit/1"), versionsExt(0x0304))))
+	f.Add(record(buildHello(alpnExt("h2", "tunnelkit/1", "http/1.1"))))
+
+	errStop := errors.New("stop")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		h, err := Parse(data)
+		if err != nil {
+			return
+		}
+		var info *tls.ClientHelloInfo
+		cfg := &tls.Config{GetConfigForClient: func(chi *tls.ClientHelloInfo) (*tls.Config, error) {
+			info = chi
+			return nil, errStop
+		}}
+		tls.Server(newScript(nil, io.EOF, data), cfg).Handshake()
+		if info == nil {
+			return // crypto/tls refused it
+		}
+		if !strings.EqualFold(info.ServerName, h.RawServerName) || !slices.Equal(info.SupportedProtos, h.ALPN) {
+			t.Fatalf("crypto/tls read the name %q and ALPN %q; Parse %q and %q", info.ServerName, info.SupportedProtos, h.RawServerName, h.ALPN)
+		}
+	})
+}
+
+// parseSeeds are hellos, whole, split and broken, and other first bytes.
+func parseSeeds(f *testing.F) [][]byte {
 	rec := goHello(f)
 	msg := handshakeMsg(f, rec)
 	alpn := clientConfig(f, appName)
@@ -24,7 +101,7 @@ func FuzzParse(f *testing.F) {
 	ccs := []byte{0x14, 0x03, 0x03, 0x00, 0x01, 0x01}
 	host := bytes.Index(msg, []byte(appName))
 
-	for _, seed := range [][]byte{
+	return [][]byte{
 		rec,
 		append(bytes.Clone(rec), ccs...),
 		captureHello(f, alpn),
@@ -56,44 +133,7 @@ func FuzzParse(f *testing.F) {
 		{0x16, 0x03, 0x01, 0x00, 0x00},
 		{0x16},
 		{},
-	} {
-		f.Add(seed, uint8(0))
-		f.Add(seed, uint8(1))
-		f.Add(seed, uint8(200))
 	}
-
-	f.Fuzz(func(t *testing.T, data []byte, chunk uint8) {
-		h, err := Parse(data)
-		checkResult(t, h, err)
-
-		// Peek, reading chunk+1 bytes at a time (in at most 64 reads, to
-		// keep execs fast: unit tests cover 1-byte reads of whole hellos),
-		// then EOF.
-		size := max(int(chunk)+1, len(data)/64)
-		sc := newScript(t, io.EOF, chunked(data, size)...)
-		ph, conn, perr := (&Peeker{Timeout: -1}).Peek(sc)
-		checkResult(t, ph, perr)
-		if got := readAll(t, conn); !bytes.Equal(got, data) {
-			t.Fatalf("Peek's conn replays % x, want % x", got, data)
-		}
-		if errors.Is(perr, ErrTooLarge) {
-			return // Peek has a cap, Parse none
-		}
-		switch {
-		case err == nil:
-			if perr != nil || ph.ServerName != h.ServerName || !bytes.Equal(ph.Raw, h.Raw) || ph.RecordVersion != h.RecordVersion {
-				t.Fatalf("Parse: %q; Peek: %v, %v", h.ServerName, ph, perr)
-			}
-		case errors.Is(err, ErrIncomplete):
-			if !errors.Is(perr, io.EOF) && !errors.Is(perr, io.ErrUnexpectedEOF) {
-				t.Fatalf("Parse: %v; Peek: %v, want an EOF", err, perr)
-			}
-		default:
-			if sentinel(err) != sentinel(perr) {
-				t.Fatalf("Parse: %v; Peek: %v", err, perr)
-			}
-		}
-	})
 }
 
 var sentinels = []error{ErrNotTLS, ErrMalformed, ErrTooLarge, ErrInvalidName, ErrIncomplete}

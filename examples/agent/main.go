@@ -3,7 +3,9 @@
 // or https URL a line per request (method, path, status, bytes, duration,
 // client), for the others a line per connection. -edge takes one edge's
 // agent address or several, separated by commas: edges that share their
-// names, which the agent moves between when its session ends.
+// names, which the agent moves between when its session ends. An edge's
+// agent address is its agent port, or its public TLS port (443) when it
+// takes agents there.
 //
 //	agent -edge 127.0.0.1:7000 -url http://abc.example.test -to 127.0.0.1:3001
 //	agent -edge 127.0.0.1:7000 -url https://abc.example.test -inspect 127.0.0.1:4040 -to 127.0.0.1:3001
@@ -13,6 +15,7 @@
 //	agent -edge 127.0.0.1:7000 -url tcp://:20001 -proxy-proto 2 -pool -to 127.0.0.1:22
 //	agent -edge edge1.example.com:7000,edge2.example.com:7000 -url https://abc.example.com -to 127.0.0.1:3001
 //	agent -edge edge.example.com:7000 -token T -wait 1m -url https://abc.example.com -to 127.0.0.1:3001
+//	agent -edge example.com:443 -url https://abc.example.com -to 127.0.0.1:3001
 //	agent -edge edge.example.com:7000 -proxy http://user:password@proxy.corp:3128 -url https://abc.example.com -to 127.0.0.1:3001
 //	HTTPS_PROXY=socks5://proxy.corp:1080 agent -edge edge.example.com:7000 -url https://abc.example.com -to 127.0.0.1:3001
 //
@@ -102,7 +105,7 @@ func message(err error) string {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	edgeList := fs.String("edge", "127.0.0.1:7000", "the edge's agent address, or several separated by commas (edges that share their names): the agent connects to the first that answers and, when its session ends, moves on to the next")
+	edgeList := fs.String("edge", "127.0.0.1:7000", "the edge's agent address (its agent port, or its public TLS port when it takes agents there), or several separated by commas (edges that share their names): the agent connects to the first that answers and, when its session ends, moves on to the next")
 	url := fs.String("url", "", "public URL to ask for: http://abc.example.test, https://abc.example.test (TLS ends at the edge), tls://app.example.test (TLS passed through to -to), tcp:// (any port) or tcp://:20001 (empty: http with a random name)")
 	to := fs.String("to", "", "local address to forward connections to, e.g. 127.0.0.1:3001")
 	appProto := fs.String("app-protocol", "", "for an http or https URL, what -to speaks: http1 (HTTP/1.1) or h2c (HTTP/2 without TLS, as gRPC servers do) (empty: http1)")

@@ -13,6 +13,12 @@
 //	     -acme-directory https://acme-v02.api.letsencrypt.org/directory \
 //	     -acme-email ops@example.com -acme-cache /var/lib/edge/acme
 //
+// With a certificate, -tls takes agent sessions too (ALPN tunnelkit/1,
+// see PROTOCOL.md), and an empty -agents leaves out the agent port: one port
+// for everything (-tls-agents=false turns agents on -tls off).
+//
+//	edge -domain example.com -http :80 -tls :443 -cert example.pem -key example-key.pem -agents ''
+//
 // A tokens file holds one "token identity" pair per line; blank lines and
 // lines starting with # are skipped. Each identity owns the names its
 // agents bind; agents of one identity may share a pool.

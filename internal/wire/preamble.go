@@ -18,6 +18,12 @@ const (
 	MaxWindow     = 16 << 20
 )
 
+// ALPN is the protocol an agent offers in the ALPN extension of its TLS
+// ClientHello, and an edge selects: on an edge's public TLS port it tells
+// an agent's session from public traffic (PROTOCOL.md, "Transport"). An
+// agent port with TLS may select it or no protocol at all.
+const ALPN = "tunnelkit/1"
+
 // preambleMagic opens the session preamble in both directions; its last
 // byte is the preamble's version.
 var preambleMagic = [4]byte{'T', 'K', 'T', '1'}

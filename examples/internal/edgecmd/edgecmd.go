@@ -75,10 +75,11 @@ func Run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 func run(ctx context.Context, name string, args []string, stdout, stderr io.Writer, ext *Extension) error {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	agents := fs.String("agents", "127.0.0.1:7000", "address agents connect to")
+	agents := fs.String("agents", "127.0.0.1:7000", "address agents connect to (empty: none; agents connect on -tls, see -tls-agents)")
 	httpAddr := fs.String("http", "127.0.0.1:8080", "address of public HTTP")
 	domain := fs.String("domain", "example.test", "domain HTTP endpoints are named under")
 	tlsAddr := fs.String("tls", "", "address of public TLS, routed by SNI (empty: none)")
+	tlsAgents := fs.Bool("tls-agents", true, "with -cert or -acme-directory, take agent sessions on -tls too, told apart by ALPN (tunnelkit/1), unless their server name is a tls endpoint's; false: agents connect on -agents only")
 	tcpPorts := fs.String("tcp-ports", "", "range of ports for TCP endpoints, e.g. 20000-20100 (empty: none)")
 	token := fs.String("token", "", "shared secret agents must present, as identity \"token\" (empty, and no -tokens: any agent is accepted, each its own identity)")
 	tokensFile := fs.String("tokens", "", "file of \"token identity\" lines: agents present a token, and its identity owns their names")
@@ -180,8 +181,13 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 		}
 		echKeys = append(echKeys, key)
 	}
+	agentsOnTLS := *tlsAgents && (len(certs) > 0 || acme != nil)
+	if *agents == "" && !agentsOnTLS {
+		return errors.New("-agents is empty: agents then connect on -tls, which takes them with -cert or -acme-directory, and without -tls-agents=false")
+	}
 	srv := &edge.Server{
 		ID:                *id,
+		NoAgentsOnTLS:     !*tlsAgents,
 		ECHKeys:           echKeys,
 		Certificates:      certs,
 		ACME:              acme,
@@ -275,9 +281,11 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 		lns = append(lns, ln)
 		return ln, nil
 	}
-	agentLn, err := listen(*agents)
-	if err != nil {
-		return err
+	var agentLn net.Listener
+	if *agents != "" {
+		if agentLn, err = listen(*agents); err != nil {
+			return err
+		}
 	}
 	httpLn, err := listen(*httpAddr)
 	if err != nil {
@@ -294,7 +302,11 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 			return err
 		}
 	}
-	log.Info("edge up", "id", srv.ID, "state", srv.StateDir, "agents", agentLn.Addr().String(), "http", httpLn.Addr().String(), "tls", *tlsAddr, "relay", *relayAddr, "tcp_ports", *tcpPorts, "domain", *domain, "https", len(certs) > 0 || acme != nil)
+	agentAddr := "" // none
+	if agentLn != nil {
+		agentAddr = agentLn.Addr().String()
+	}
+	log.Info("edge up", "id", srv.ID, "state", srv.StateDir, "agents", agentAddr, "agents_on_tls", agentsOnTLS, "http", httpLn.Addr().String(), "tls", *tlsAddr, "relay", *relayAddr, "tcp_ports", *tcpPorts, "domain", *domain, "https", len(certs) > 0 || acme != nil)
 	// Start registers every listener before any agent can bind, so that
 	// the first URL handed out names the public ports.
 	if err := srv.Start(edge.Listeners{Agents: agentLn, HTTP: httpLn, TLS: tlsLn}); err != nil {

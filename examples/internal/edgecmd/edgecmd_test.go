@@ -131,3 +131,23 @@ func TestPolicyFlags(t *testing.T) {
 		}
 	}
 }
+
+// -tls-agents=false turns agent sessions on -tls off; they are on by
+// default. An edge with no -agents needs them, and a certificate.
+func TestTLSAgentsFlag(t *testing.T) {
+	if srv := configured(t); srv.NoAgentsOnTLS {
+		t.Error("agent sessions on -tls are off by default")
+	}
+	if srv := configured(t, "-tls-agents=false"); !srv.NoAgentsOnTLS {
+		t.Error("-tls-agents=false left agent sessions on -tls on")
+	}
+	for _, args := range [][]string{
+		{"-agents", "", "-http", "127.0.0.1:0"},
+		{"-agents", "", "-http", "127.0.0.1:0", "-tls", "127.0.0.1:0"},
+	} {
+		err := Run(context.Background(), "edge", args, io.Discard, io.Discard, nil)
+		if err == nil || !strings.Contains(err.Error(), "-agents is empty") {
+			t.Errorf("edge %q: %v, want a refusal: agents would have nowhere to connect", args, err)
+		}
+	}
+}
