@@ -119,6 +119,7 @@ func (s *Server) serveAgent(c net.Conn, secure func(net.Conn) (net.Conn, error))
 	if err != nil {
 		s.log().Debug("agent session refused", "agent_addr", raw.RemoteAddr().String(), "err", err)
 		raw.Close()
+		s.donePending(pending)
 		return
 	}
 	window, err := s.preamble(c)

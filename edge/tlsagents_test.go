@@ -661,6 +661,31 @@ func TestTLSAgentFloodBounded(t *testing.T) {
 			}
 		})
 	}
+	// A handshake that fails (the client does not trust the edge) ends
+	// the connection's place among the pending sessions: were it kept,
+	// every failed handshake would hold a place until pushed out. Each
+	// connection took its place before the edge sent its certificate,
+	// so the count is settled once the last client saw it.
+	t.Run("failed handshakes", func(t *testing.T) {
+		e := startOnePortEdge(t, func(s *edge.Server) {
+			s.Limits = edge.Limits{PendingSessions: bound, HandshakesPerSource: -1}
+		})
+		for range 3 * bound {
+			c, err := net.Dial("tcp", e.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc := tls.Client(c, &tls.Config{ServerName: "example.test", NextProtos: []string{wire.ALPN}})
+			if err := tc.Handshake(); err == nil {
+				t.Fatal("a client that trusts no one completed its handshake")
+			}
+			c.Close()
+		}
+		if n := e.obs.get("refused/" + string(edge.ReasonPendingLimit)); n != 0 {
+			t.Errorf("%d pending sessions pushed out by %d failed handshakes, want none", n, 3*bound)
+		}
+		serveHTTP(t, e.agent(t, "example.test"), "https://app", nameHandler("app"))
+	})
 	t.Run("garbage after the handshake", func(t *testing.T) {
 		e := startOnePortEdge(t, func(s *edge.Server) {
 			s.Limits = edge.Limits{PendingSessions: bound, HandshakesPerSource: -1}
