@@ -322,7 +322,6 @@ type Stream struct {
 	sent       int64         // bytes written; guarded by wmu
 	finish     uint64        // the virtual finish of its last frame; guarded by sess.sched.mu
 	granted    atomic.Int64  // window increments the peer sent
-	windowWait atomic.Bool   // a write waits for the peer's window
 	windowed   chan struct{} // a token when the peer granted window
 	ended      chan struct{} // closed when the stream or its session ended
 	endOnce    sync.Once
