@@ -318,13 +318,13 @@ type Stream struct {
 	waitingSince time.Time     // likewise
 
 	// Sending (see send.go).
-	wmu        sync.Mutex    // held by a Write: one at a time
-	sent       int64         // bytes written; guarded by wmu
-	finish     uint64        // the virtual finish of its last frame; guarded by sess.sched.mu
-	granted    atomic.Int64  // window increments the peer sent
-	windowed   chan struct{} // a token when the peer granted window
-	ended      chan struct{} // closed when the stream or its session ended
-	endOnce    sync.Once
+	wmu      sync.Mutex    // held by a Write: one at a time
+	sent     int64         // bytes written; guarded by wmu
+	finish   uint64        // the virtual finish of its last frame; guarded by sess.sched.mu
+	granted  atomic.Int64  // window increments the peer sent
+	windowed chan struct{} // a token when the peer granted window
+	ended    chan struct{} // closed when the stream or its session ended
+	endOnce  sync.Once
 }
 
 // Read reads what the peer sent.
