@@ -25,49 +25,11 @@ func (c *Client) connect(ctx context.Context, addr string) (*wire.Session, error
 // open opens a session: the transport, the mux, the hello. It installs
 // the session and starts its goroutines.
 func (c *Client) open(ctx context.Context, addr string) (*wire.Session, error) {
-	// Proxy hook (dial.go): the edge directly, or through Client.Proxy.
-	conn, err := c.dialEdge(ctx, addr)
+	conn, window, err := c.reach(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
-	tlsCfg := c.tlsConfig(addr)
-	// Until the preamble is read, a probe may tell what answers at addr
-	// when it is not an edge (diagnose.go).
-	w := c.watch(ctx, conn, addr, tlsCfg)
-	fail := func(handshake bool, err error) (*wire.Session, error) {
-		conn.Close()
-		if found := w.stop(); found != nil {
-			return nil, found
-		}
-		return nil, c.diagnose(ctx, addr, tlsCfg, handshake, err)
-	}
-	if tlsCfg != nil {
-		tc := tls.Client(conn, tlsCfg)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			return fail(true, fmt.Errorf("agent: TLS to edge: %w", ctxErr(ctx, err)))
-		}
-		conn = tc
-	}
-	window, err := c.preamble(ctx, conn)
-	if err != nil {
-		return fail(false, ctxErr(ctx, err))
-	}
-	if found := w.stop(); found != nil {
-		conn.Close()
-		return nil, found
-	}
-	// The edge opens a stream per public connection: a burst of them must
-	// not overflow muxado's accept queue (128 by default), which resets
-	// the streams it cannot queue.
-	mux := wire.NewSession(conn, window, true, 1024)
-	// Streams whose public clients stopped reading hold the app's bytes
-	// on this host (the app's socket buffers above all): past a bound,
-	// the one stalled the longest is cut, and with it the connection to
-	// the app.
-	mux.LimitStalled(wire.DefaultMaxStalled, wire.StallAfter, func(st *wire.Stream) {
-		c.log().Debug("stream cut: its client stopped reading, and the session holds its bound of stalled streams", "edge", addr, "max", wire.DefaultMaxStalled)
-	})
-	mux.LimitUnread(wire.DefaultMaxUnread, nil)
+	mux := c.newSession(conn, window, addr)
 	// Serve the edge's streams before the hello, so that its heartbeat is
 	// answered from the start.
 	accepting := make(chan struct{})
@@ -108,6 +70,63 @@ func (c *Client) open(ctx context.Context, addr string) (*wire.Session, error) {
 	c.log().Info("connected to edge", "edge", addr, "session", resp.HelloResp.SessionID)
 	c.emit(Event{Kind: Connected, Addr: addr})
 	return mux, nil
+}
+
+// reach dials the edge at addr (through Client.Proxy if set), completes
+// TLS if the edge is reached over it, and reads the edge's preamble: it
+// returns the conn the session speaks on and the edge's window. When addr
+// is not an edge, the error says what answers there (diagnose.go).
+func (c *Client) reach(ctx context.Context, addr string) (net.Conn, uint32, error) {
+	// Proxy hook (dial.go): the edge directly, or through Client.Proxy.
+	conn, err := c.dialEdge(ctx, addr)
+	if err != nil {
+		return nil, 0, err
+	}
+	tlsCfg := c.tlsConfig(addr)
+	// Until the preamble is read, a probe may tell what answers at addr
+	// when it is not an edge (diagnose.go).
+	w := c.watch(ctx, conn, addr, tlsCfg)
+	fail := func(handshake bool, err error) (net.Conn, uint32, error) {
+		conn.Close()
+		if found := w.stop(); found != nil {
+			return nil, 0, found
+		}
+		return nil, 0, c.diagnose(ctx, addr, tlsCfg, handshake, err)
+	}
+	if tlsCfg != nil {
+		tc := tls.Client(conn, tlsCfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return fail(true, fmt.Errorf("agent: TLS to edge: %w", ctxErr(ctx, err)))
+		}
+		conn = tc
+	}
+	window, err := c.preamble(ctx, conn)
+	if err != nil {
+		return fail(false, ctxErr(ctx, err))
+	}
+	if found := w.stop(); found != nil {
+		conn.Close()
+		return nil, 0, found
+	}
+	return conn, window, nil
+}
+
+// newSession starts the agent's side of a session on conn, with its
+// bounds on what stalled and unread streams hold.
+func (c *Client) newSession(conn net.Conn, window uint32, addr string) *wire.Session {
+	// The edge opens a stream per public connection: a burst of them must
+	// not overflow muxado's accept queue (128 by default), which resets
+	// the streams it cannot queue.
+	mux := wire.NewSession(conn, window, true, 1024)
+	// Streams whose public clients stopped reading hold the app's bytes
+	// on this host (the app's socket buffers above all): past a bound,
+	// the one stalled the longest is cut, and with it the connection to
+	// the app.
+	mux.LimitStalled(wire.DefaultMaxStalled, wire.StallAfter, func(st *wire.Stream) {
+		c.log().Debug("stream cut: its client stopped reading, and the session holds its bound of stalled streams", "edge", addr, "max", wire.DefaultMaxStalled)
+	})
+	mux.LimitUnread(wire.DefaultMaxUnread, nil)
+	return mux
 }
 
 // preamble asks the edge for the stream window and returns the one it

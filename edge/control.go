@@ -235,7 +235,7 @@ func (ss *session) decideHello(ctx context.Context, h *wire.Hello) (wire.Respons
 		ss.previous = prev.session
 		ss.mu.Unlock()
 	}
-	t, err := s.signer.sign(ticket{kind: ticketSession, issued: time.Now(), identity: identity, session: ss.id})
+	t, err := s.signer.sign(ticket{kind: ticketSession, issued: s.now(), identity: identity, session: ss.id})
 	if err != nil {
 		ss.log.Warn("session ticket", "err", err)
 	}
@@ -540,5 +540,5 @@ func (s *Server) endpointOptions(r *router.Route, opts map[string]string, rawPol
 // endpointTicket returns a fresh ticket saying that r's identity holds its
 // name.
 func (s *Server) endpointTicket(r router.Route) (string, error) {
-	return s.signer.sign(ticket{kind: ticketEndpoint, issued: time.Now(), identity: r.Identity, proto: r.Proto, name: r.Name})
+	return s.signer.sign(ticket{kind: ticketEndpoint, issued: s.now(), identity: r.Identity, proto: r.Proto, name: r.Name})
 }

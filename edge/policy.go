@@ -152,7 +152,7 @@ func (s *Server) policyOptions() policy.Options {
 		OIDC:      s.OIDC,
 		CookieKey: s.cookieKey,
 		Refuse:    s.refusePolicy,
-		Now:       s.PolicyClock,
+		Now:       s.Clock,
 		Logger:    s.log(),
 	}
 }

@@ -444,7 +444,7 @@ func TestPolicyBasicAuth(t *testing.T) {
 func TestPolicyRateLimit(t *testing.T) {
 	t.Parallel()
 	clock := &fakeClock{t: time.Now()}
-	e := startPolicyEdge(t, func(s *edge.Server) { s.PolicyClock = clock.Now })
+	e := startPolicyEdge(t, func(s *edge.Server) { s.Clock = clock.Now })
 	hits := e.bindApp(t, "", agent.Endpoint{URL: "http://app", Policy: &policy.Spec{RateLimit: &policy.RateLimit{Requests: 2, Seconds: 3600}}}, showHeaders)
 	a, b := e.client("203.0.113.5:4000"), e.client("203.0.113.6:4000")
 	for i := range 2 {

@@ -175,10 +175,12 @@ type Server struct {
 	// refused as unsupported (bad_request).
 	OIDC func(ctx context.Context, cfg policy.OIDCConfig) (policy.Provider, error)
 
-	// PolicyClock is the clock of traffic policies: rate limits' refills,
-	// webhook timestamps, the expiry of OIDC logins. Nil: time.Now. It is
-	// for tests; the rest of the edge keeps time by the system clock.
-	PolicyClock func() time.Time
+	// Clock is the edge's clock for what it dates and lets expire: the
+	// tickets it issues, the restart grace of names (StateDir), and
+	// traffic policies (rate limits' refills, webhook timestamps, the
+	// expiry of OIDC logins). Nil: time.Now. It is for tests; deadlines
+	// and timeouts on connections keep the system clock.
+	Clock func() time.Time
 
 	// StateDir, if set, is a directory where the edge keeps a record of
 	// who holds which name (the file names.jsonl), written as agents bind
@@ -322,7 +324,7 @@ func (s *Server) init() {
 		s.mem = new(router.MemoryRouter)
 		if s.cfgErr == nil && s.StateDir != "" && s.Router == nil {
 			var err error
-			if s.names, err = openRecord(s.StateDir, s.mem, s.cfg.restartGrace, s.log()); err != nil {
+			if s.names, err = openRecord(s.StateDir, s.mem, s.cfg.restartGrace, s.log(), s.now); err != nil {
 				s.cfgErr = fmt.Errorf("edge: StateDir: %w", err)
 			}
 		}
@@ -801,4 +803,12 @@ func newID() string {
 	var b [8]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// now is the time by Server.Clock.
+func (s *Server) now() time.Time {
+	if s.Clock != nil {
+		return s.Clock()
+	}
+	return time.Now()
 }

@@ -62,6 +62,7 @@ type nameRecord struct {
 	*router.MemoryRouter
 	path string
 	log  *slog.Logger
+	now  func() time.Time // Server.Clock
 
 	// What the start restored, until restoredUntil. Read-only after the
 	// start.
@@ -77,11 +78,11 @@ type nameRecord struct {
 // openRecord reads the record in dir, reserves in mem, for grace, each name
 // it says was held when the edge stopped, and starts a new record of mem.
 // No record is a first start: nothing is reserved.
-func openRecord(dir string, mem *router.MemoryRouter, grace time.Duration, log *slog.Logger) (*nameRecord, error) {
+func openRecord(dir string, mem *router.MemoryRouter, grace time.Duration, log *slog.Logger, now func() time.Time) (*nameRecord, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	n := &nameRecord{MemoryRouter: mem, path: filepath.Join(dir, recordFile), log: log, restored: map[baseKey]restoredName{}, held: map[endpointKey]holding{}}
+	n := &nameRecord{MemoryRouter: mem, path: filepath.Join(dir, recordFile), log: log, now: now, restored: map[baseKey]restoredName{}, held: map[endpointKey]holding{}}
 	before, err := readRecord(n.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -89,7 +90,7 @@ func openRecord(dir string, mem *router.MemoryRouter, grace time.Duration, log *
 	case err != nil:
 		return nil, err
 	}
-	n.restoredUntil = time.Now().Add(grace)
+	n.restoredUntil = now().Add(grace)
 	for k, h := range before {
 		r := router.Route{Proto: k.proto, Name: k.name, Identity: h.identity}
 		if grace <= 0 {
@@ -183,7 +184,7 @@ func (n *nameRecord) Unbind(ctx context.Context, r router.Route, reserve time.Du
 // own or one above it, was kept at the restart for the identity that held
 // it when the edge stopped.
 func (n *nameRecord) explain(err error, r router.Route) error {
-	if !errors.Is(err, router.ErrNameTaken) || len(n.restored) == 0 || !time.Now().Before(n.restoredUntil) {
+	if !errors.Is(err, router.ErrNameTaken) || len(n.restored) == 0 || !n.now().Before(n.restoredUntil) {
 		return err
 	}
 	for k := baseOf(r.Proto, r.Name); ; {
@@ -254,7 +255,7 @@ func (n *nameRecord) snapshotLocked() error {
 	}
 	w := bufio.NewWriter(f)
 	enc := json.NewEncoder(w)
-	now := time.Now()
+	now := n.now()
 	for k, h := range n.held {
 		if !h.until.IsZero() && h.until.Before(now) {
 			delete(n.held, k) // lapsed
@@ -306,7 +307,7 @@ func (n *nameRecord) stop() {
 	if n.f == nil {
 		return
 	}
-	n.writeLocked(recordLine{Stopped: time.Now()})
+	n.writeLocked(recordLine{Stopped: n.now()})
 	if n.f == nil {
 		return
 	}

@@ -77,7 +77,7 @@ func TestRecordCompacts(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	log := slog.New(slog.DiscardHandler)
-	n, err := openRecord(dir, new(router.MemoryRouter), time.Minute, log)
+	n, err := openRecord(dir, new(router.MemoryRouter), time.Minute, log, time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestRecordFailureRemovesIt(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	var logged bytes.Buffer
-	n, err := openRecord(dir, new(router.MemoryRouter), time.Minute, slog.New(slog.NewTextHandler(&logged, nil)))
+	n, err := openRecord(dir, new(router.MemoryRouter), time.Minute, slog.New(slog.NewTextHandler(&logged, nil)), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -119,8 +119,10 @@ func (q *waiterQueue) Pop() any {
 // caller holds st.wmu.
 func (st *Stream) send(b []byte) (int, error) {
 	n := 0
+	defer st.pending.Store(0)
 	for len(b) > 0 {
-		avail := st.sess.window + st.granted.Load() - st.sent
+		st.pending.Store(int64(len(b)))
+		avail := st.sess.window + st.granted.Load() - st.sent.Load()
 		if avail <= 0 {
 			if err := st.waitWindow(); err != nil {
 				return n, err
@@ -131,7 +133,7 @@ func (st *Stream) send(b []byte) (int, error) {
 		st.sess.sched.acquire(st, chunk)
 		m, err := st.Stream.Write(b[:chunk])
 		st.sess.sched.release()
-		st.sent += int64(m)
+		st.sent.Add(int64(m))
 		n += m
 		if err != nil {
 			return n, err

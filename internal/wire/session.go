@@ -319,7 +319,8 @@ type Stream struct {
 
 	// Sending (see send.go).
 	wmu      sync.Mutex    // held by a Write: one at a time
-	sent     int64         // bytes written; guarded by wmu
+	sent     atomic.Int64  // bytes written; written under wmu, read by the stalled check
+	pending  atomic.Int64  // bytes of the Write under way not yet written; likewise
 	finish   uint64        // the virtual finish of its last frame; guarded by sess.sched.mu
 	granted  atomic.Int64  // window increments the peer sent
 	windowed chan struct{} // a token when the peer granted window

@@ -1,7 +1,9 @@
 package wire
 
 import (
+	"cmp"
 	"container/list"
+	"slices"
 	"sync"
 	"time"
 )
@@ -44,12 +46,16 @@ type stalledSends struct {
 // connection (a megabyte or more each). Past max such streams, the one
 // that has waited the longest is cut (reset, its AfterReset funcs run),
 // and cut is told (from a goroutine of the session's; it must not block).
-// Zero max: no bound.
+// Zero max: no bound. Called again, the new bounds apply at once to the
+// streams waiting.
 func (s *Session) LimitStalled(max int, after time.Duration, cut func(*Stream)) {
 	ss := &s.stalled
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	ss.max, ss.after, ss.cut = max, after, cut
+	if ss.timer != nil && ss.list.Len() > 0 {
+		ss.timer.Reset(0) // the streams waiting now, by the new bounds
+	}
 }
 
 // add notes that a write of st started.
@@ -73,28 +79,42 @@ func (ss *stalledSends) remove(st *Stream) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if st.waiting != nil {
-		ss.list.Remove(st.waiting)
+		if !ss.over { // stop emptied the list: its elements are no longer in it
+			ss.list.Remove(st.waiting)
+		}
 		st.waiting = nil
 	}
 }
 
-// check cuts the streams that waited longer than after, oldest first,
-// while more than max of them wait, and arms the timer for the next one
-// to pass after.
+// check cuts streams that waited longer than after while more than max
+// of them wait, and arms the timer for the next one to pass after. The
+// victims are those that sent the most and would send the most with the
+// Write under way (oldest first among equals): a stream whose peer reads
+// nothing has sent its whole window, and holds more behind it; one that
+// waits its turn on a congested link with a short answer sent little and
+// would send little, and is done once its turn comes.
 func (ss *stalledSends) check() {
 	ss.mu.Lock()
+	if ss.over {
+		ss.mu.Unlock()
+		return
+	}
 	now := time.Now()
-	stale := 0
+	var stale []*list.Element
 	for e := ss.list.Front(); e != nil && now.Sub(e.Value.(*Stream).waitingSince) >= ss.after; e = e.Next() {
-		stale++
+		stale = append(stale, e)
 	}
 	var victims []*Stream
-	for ; stale > ss.max; stale-- {
-		e := ss.list.Front()
-		st := e.Value.(*Stream)
-		ss.list.Remove(e)
-		st.waiting = nil
-		victims = append(victims, st)
+	if len(stale) > ss.max {
+		slices.SortStableFunc(stale, func(a, b *list.Element) int {
+			return cmp.Compare(b.Value.(*Stream).holds(), a.Value.(*Stream).holds())
+		})
+		for _, e := range stale[:len(stale)-ss.max] {
+			st := e.Value.(*Stream)
+			ss.list.Remove(e)
+			st.waiting = nil
+			victims = append(victims, st)
+		}
 	}
 	if e := ss.list.Front(); e != nil && !ss.over {
 		next := ss.after - now.Sub(e.Value.(*Stream).waitingSince)
@@ -123,3 +143,6 @@ func (ss *stalledSends) stop() {
 	}
 	ss.list.Init()
 }
+
+// holds is what a stream sent and would send with the Write under way.
+func (st *Stream) holds() int64 { return st.sent.Load() + st.pending.Load() }

@@ -134,3 +134,55 @@ func TestLimitStalledCutsWaitingSenders(t *testing.T) {
 		t.Fatalf("%d cuts, want %d (or up to %d)", got, stalled-max, stalled)
 	}
 }
+
+// TestLimitStalledCutsWhatSentMost: of two stalled streams past the
+// bound, the cut takes the one that sent more, though the other waited
+// longer: a stream whose peer reads nothing has sent its window and holds
+// more, while one that waits its turn with a short answer sent little.
+func TestLimitStalledCutsWhatSentMost(t *testing.T) {
+	client, server := sessionPair(t, false)
+	cut := make(chan *Stream, 2)
+	// Bounds that cut nothing until the streams are set up, then at once.
+	client.LimitStalled(1, time.Hour, func(st *Stream) { cut <- st })
+	accepted := make(chan muxado.Stream, 2)
+	go func() {
+		for {
+			st, err := server.AcceptStream()
+			if err != nil {
+				return
+			}
+			accepted <- st
+		}
+	}()
+	write := func(n int) (*Stream, muxado.Stream, chan error) {
+		t.Helper()
+		st, err := client.OpenStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { _, err := st.Write(make([]byte, n)); done <- err }()
+		return st, <-accepted, done
+	}
+	older, _, olderDone := write(2 * MinWindow) // sends its window, then waits
+	newer, newerPeer, newerDone := write(3 * MinWindow)
+	// The peer reads a window and a byte of the newer one, so it sent more
+	// than the older one, and reads no more.
+	if _, err := io.ReadFull(newerPeer, make([]byte, MinWindow+1)); err != nil {
+		t.Fatal(err)
+	}
+	client.LimitStalled(1, time.Nanosecond, func(st *Stream) { cut <- st })
+	if st := <-cut; st != newer {
+		t.Fatalf("the cut took the stream that sent less (older %p, newer %p, cut %p)", older, newer, st)
+	}
+	if err := <-newerDone; err == nil {
+		t.Fatal("the cut stream's write succeeded")
+	}
+	select {
+	case err := <-olderDone:
+		t.Fatalf("the older stream's write ended: %v", err)
+	case st := <-cut:
+		t.Fatalf("a second stream cut: %p", st)
+	default:
+	}
+}

@@ -67,7 +67,7 @@ func TestBrowserLoginThroughEdge(t *testing.T) {
 		Certificates: []tls.Certificate{pki.Issue(t, "*.example.test")},
 		TicketKey:    ticketKey,
 		OIDC:         providers.Provider,
-		PolicyClock:  clock.Now,
+		Clock:        clock.Now,
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { srv.ServeAgents(agents) })
