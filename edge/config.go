@@ -111,13 +111,14 @@ type Limits struct {
 	// on the ServeSNI listeners (for https endpoints, the public names of
 	// Server.ECHKeys and agent sessions) that one client source (as for
 	// ConnsPerSource) has under way at once. Past it, the source's next
-	// connection for such a handshake is closed before it, as
-	// ReasonHandshakeLimit (logged at the Debug level only). A full handshake costs the edge about a millisecond of
-	// a core: the bound keeps one source from taking the CPU, and holding
-	// handshakes open until Timeouts.Handshake, from every other. Zero:
-	// 64. A handshake lasts a round trip or two, and a browser opens at
-	// most six connections to a name at once, so a browser, or a NAT of a
-	// hundred users loading pages together, has a few under way.
+	// connection for such a handshake waits for one of them to end (its
+	// hello unread; at most ConnsPerSource of them wait), and is closed
+	// as ReasonHandshakeLimit (logged at the Debug level only) if none
+	// ends within Timeouts.Handshake. A full handshake costs the edge
+	// about a millisecond of a core: the bound keeps one source from
+	// taking the CPU, while a client that opens many connections at once
+	// (Go's http.Transport, before its first HTTP/2 connection is up) has
+	// them served in turn. Zero: 64.
 	HandshakesPerSource int
 }
 

@@ -99,7 +99,8 @@ const (
 
 	// ReasonHandshakeLimit: a connection for a name whose TLS the edge
 	// terminates, closed before its handshake, its client source having
-	// Limits.HandshakesPerSource handshakes under way already.
+	// had Limits.HandshakesPerSource handshakes under way for as long as
+	// Timeouts.Handshake (or the edge closing meanwhile).
 	ReasonHandshakeLimit Reason = "handshake_limit"
 
 	// ReasonACMEBudget: a terminated TLS handshake failed for a name that

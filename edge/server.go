@@ -304,7 +304,8 @@ type Server struct {
 
 	mu          sync.Mutex
 	closed      bool
-	httpPort    string // the ports URLs name, from HTTPPort and TLSPort or the listeners
+	stopping    chan struct{} // closed with closed: waiters for a handshake slot give up
+	httpPort    string        // the ports URLs name, from HTTPPort and TLSPort or the listeners
 	tlsPort     string
 	pending     list.List // agent conns waiting for their hello
 	evicted     int       // pending conns closed to make room
@@ -322,6 +323,7 @@ func (s *Server) init() {
 	s.initOnce.Do(func() {
 		s.cfg, s.cfgErr = s.resolve()
 		s.mem = new(router.MemoryRouter)
+		s.stopping = make(chan struct{})
 		if s.cfgErr == nil && s.StateDir != "" && s.Router == nil {
 			var err error
 			if s.names, err = openRecord(s.StateDir, s.mem, s.cfg.restartGrace, s.log(), s.now); err != nil {
@@ -661,6 +663,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.closed {
+		close(s.stopping)
+	}
 	s.closed = true
 	for ln := range s.listeners {
 		ln.Close()

@@ -31,8 +31,8 @@ import (
 // session, served as ServeAgents serves one (see NoAgentsOnTLS). A
 // connection that is not TLS is decided on its first byte and handed to
 // NotTLS (closed when nil); one whose hello is malformed, late or names no
-// route is closed, and so is one past Limits.ConnsPerSource or
-// Limits.HandshakesPerSource. It returns ErrServerClosed after Close or
+// route is closed, and so is one past Limits.ConnsPerSource (one past
+// Limits.HandshakesPerSource waits its turn). It returns ErrServerClosed after Close or
 // Shutdown.
 func (s *Server) ServeSNI(ln net.Listener) error {
 	s.init()

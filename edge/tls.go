@@ -27,7 +27,7 @@ import (
 // by ALPN on the connection, through the same reverse proxy as plain
 // HTTP), and for the public names of its ECH keys (retry configurations).
 // Each client source has at most Limits.HandshakesPerSource handshakes
-// under way.
+// under way; its further connections wait their turn.
 
 // terminating is the TLS the edge terminates for https endpoints: its
 // configuration and the HTTP server its connections go to.
@@ -40,8 +40,8 @@ type terminating struct {
 	leaves   []*tls.Certificate
 	queue    *connQueue
 	hs       *http.Server
-	// handshakes counts the handshakes under way per client source.
-	handshakes sourceCount
+	// handshakes bounds the handshakes under way per client source.
+	handshakes handshakeSlots
 	serve      sync.Once
 }
 
@@ -90,7 +90,7 @@ func (s *Server) tlsTerm() *terminating {
 		}
 		t.agents = s.agentTLSConfig()
 		t.queue = newConnQueue()
-		t.handshakes.max = s.cfg.handshakesPerSource
+		t.handshakes.max, t.handshakes.stop = s.cfg.handshakesPerSource, s.stopping
 		t.hs = s.newHTTPServer(http.HandlerFunc(s.serveHTTPS), "https")
 		p := new(http.Protocols)
 		p.SetHTTP1(true)
@@ -129,13 +129,14 @@ func (s *Server) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, erro
 }
 
 // terminate completes the TLS handshake of a public connection for an
-// https endpoint and hands it to the https HTTP server, unless the
-// client's source has Limits.HandshakesPerSource handshakes under way.
+// https endpoint and hands it to the https HTTP server, once the client's
+// source has fewer than Limits.HandshakesPerSource handshakes under way
+// (it is closed if that takes longer than Timeouts.Handshake).
 func (s *Server) terminate(c net.Conn) {
 	t := s.tlsTerm()
 	src := sourceOf(addrPort(c.RemoteAddr()).Addr())
-	if !t.handshakes.acquire(src) {
-		s.log().Debug("tls handshake refused: its source has its handshakes under way", "client", c.RemoteAddr().String(), "max", s.cfg.handshakesPerSource)
+	if !t.handshakes.acquire(src, time.Now().Add(s.cfg.handshake)) {
+		s.log().Debug("tls handshake refused: its source had its handshakes under way until the handshake timeout", "client", c.RemoteAddr().String(), "max", s.cfg.handshakesPerSource)
 		s.obs().Refused(ReasonHandshakeLimit)
 		c.Close()
 		return

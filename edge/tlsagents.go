@@ -60,8 +60,8 @@ func (s *Server) agentTLSConfig() *tls.Config {
 func (s *Server) serveTLSAgent(public, c net.Conn) {
 	t := s.tlsTerm()
 	src := sourceOf(addrPort(c.RemoteAddr()).Addr())
-	if !t.handshakes.acquire(src) {
-		s.log().Debug("agent handshake refused: its source has its handshakes under way", "agent_addr", c.RemoteAddr().String(), "max", s.cfg.handshakesPerSource)
+	if !t.handshakes.acquire(src, time.Now().Add(s.cfg.handshake)) {
+		s.log().Debug("agent handshake refused: its source had its handshakes under way until the handshake timeout", "agent_addr", c.RemoteAddr().String(), "max", s.cfg.handshakesPerSource)
 		s.obs().Refused(ReasonHandshakeLimit)
 		c.Close()
 		return

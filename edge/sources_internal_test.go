@@ -1,0 +1,62 @@
+package edge
+
+import (
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
+)
+
+// TestHandshakeSlots: past its bound a source waits for a slot; a release
+// wakes a waiter, two releases two of them; a waiter gives up at its
+// deadline or when the server stops; other sources never wait; and the
+// table forgets a source that holds and waits for nothing.
+func TestHandshakeSlots(t *testing.T) {
+	a, b := netip.MustParsePrefix("192.0.2.1/32"), netip.MustParsePrefix("192.0.2.2/32")
+	far := time.Now().Add(time.Hour)
+	h := &handshakeSlots{max: 2, stop: make(chan struct{})}
+	if !h.acquire(a, far) || !h.acquire(a, far) {
+		t.Fatal("a source did not get its bound of slots")
+	}
+	if !h.acquire(b, far) {
+		t.Fatal("another source waited")
+	}
+	h.release(b)
+
+	// Past the bound, a waiter gives up at its deadline, holding nothing.
+	if h.acquire(a, time.Now().Add(20*time.Millisecond)) {
+		t.Fatal("a source got a slot past its bound")
+	}
+
+	// Two waiters, two releases: both get a slot.
+	var wg sync.WaitGroup
+	got := make(chan bool, 2)
+	for range 2 {
+		wg.Go(func() { got <- h.acquire(a, far) })
+	}
+	testwait.For(t, func() bool { h.mu.Lock(); defer h.mu.Unlock(); return h.by[a].waiters == 2 })
+	h.release(a)
+	h.release(a)
+	wg.Wait()
+	if !<-got || !<-got {
+		t.Fatal("a waiter did not get a freed slot")
+	}
+
+	// The server stops: a waiter gives up.
+	wg.Go(func() { got <- h.acquire(a, far) })
+	testwait.For(t, func() bool { h.mu.Lock(); defer h.mu.Unlock(); return h.by[a].waiters == 1 })
+	close(h.stop)
+	wg.Wait()
+	if <-got {
+		t.Fatal("a waiter got a slot past the bound when the server stopped")
+	}
+	h.release(a)
+	h.release(a)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.by) != 0 {
+		t.Fatalf("the table keeps %d sources that hold nothing", len(h.by))
+	}
+}
