@@ -17,8 +17,10 @@ func TestHandshakeSlots(t *testing.T) {
 	a, b := netip.MustParsePrefix("192.0.2.1/32"), netip.MustParsePrefix("192.0.2.2/32")
 	far := time.Now().Add(time.Hour)
 	h := &handshakeSlots{max: 2, stop: make(chan struct{})}
-	if !h.acquire(a, far) || !h.acquire(a, far) {
-		t.Fatal("a source did not get its bound of slots")
+	for i := range 2 {
+		if !h.acquire(a, far) {
+			t.Fatalf("a source did not get slot %d of its bound of 2", i+1)
+		}
 	}
 	if !h.acquire(b, far) {
 		t.Fatal("another source waited")
@@ -40,8 +42,10 @@ func TestHandshakeSlots(t *testing.T) {
 	h.release(a)
 	h.release(a)
 	wg.Wait()
-	if !<-got || !<-got {
-		t.Fatal("a waiter did not get a freed slot")
+	for range 2 {
+		if !<-got {
+			t.Fatal("a waiter did not get a freed slot")
+		}
 	}
 
 	// The server stops: a waiter gives up.
