@@ -8,7 +8,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
-	github.com/tunnelkit/tunnelkit v0.0.0
+	github.com/tunnelkit/tunnelkit v0.0.0-20261201190621-e537fa9625c8
 )
 
 require (

@@ -6,7 +6,7 @@ replace github.com/tunnelkit/tunnelkit => ../..
 
 require (
 	github.com/coreos/go-oidc/v3 v3.21.0
-	github.com/tunnelkit/tunnelkit v0.0.0
+	github.com/tunnelkit/tunnelkit v0.0.0-20261201190621-e537fa9625c8
 	github.com/zitadel/oidc/v3 v3.52.0
 	golang.org/x/oauth2 v0.38.0
 )

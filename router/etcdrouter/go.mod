@@ -3,7 +3,7 @@ module github.com/tunnelkit/tunnelkit/router/etcdrouter
 go 1.26.0
 
 require (
-	github.com/tunnelkit/tunnelkit v0.0.0
+	github.com/tunnelkit/tunnelkit v0.0.0-20261201190621-e537fa9625c8
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/pkg/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
