@@ -12,9 +12,9 @@ replace (
 require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/tunnelkit/tunnelkit v0.0.0-20261201190621-e537fa9625c8
-	github.com/tunnelkit/tunnelkit/metrics v0.0.0-20261201190621-e537fa9625c8
-	github.com/tunnelkit/tunnelkit/policy/oidc v0.0.0-20261201190621-e537fa9625c8
-	github.com/tunnelkit/tunnelkit/router/etcdrouter v0.0.0-20261201190621-e537fa9625c8
+	github.com/tunnelkit/tunnelkit/metrics v0.0.0-20261201190626-6a5522650f5a
+	github.com/tunnelkit/tunnelkit/policy/oidc v0.0.0-20261201190626-6a5522650f5a
+	github.com/tunnelkit/tunnelkit/router/etcdrouter v0.0.0-20261201190626-6a5522650f5a
 	go.etcd.io/etcd/client/v3 v3.7.3
 	golang.ngrok.com/muxado/v2 v2.0.2
 	golang.org/x/crypto v0.59.0
