@@ -490,10 +490,13 @@ func TestACMEUnboundNameNotRenewed(t *testing.T) {
 	if !e.logs.wait(10*time.Second, func() bool { return len(e.logs.find("acme: certificate dropped", "name", gone)) == 1 }) {
 		t.Errorf("no log line for %s dropped", gone)
 	}
-	if !e.orders.wait(60*time.Second, func() bool { return e.orders.count(named(keep)) == 2 }) {
+	// Renewed at least once: on a loaded machine an order can take longer
+	// than the 10 s a 30 s certificate lives before it is due again, so
+	// renewals may follow each other faster than this wait looks.
+	if !e.orders.wait(60*time.Second, func() bool { return e.orders.count(named(keep)) >= 2 }) {
 		t.Fatalf("%s, still bound, was not renewed (orders: %v)", keep, e.orders.list())
 	}
-	if !e.logs.wait(60*time.Second, func() bool { return len(e.logs.find("acme: certificate issued", "name", keep, "renewal", "true")) == 1 }) {
+	if !e.logs.wait(60*time.Second, func() bool { return len(e.logs.find("acme: certificate issued", "name", keep, "renewal", "true")) >= 1 }) {
 		t.Errorf("no log line for %s renewed", keep)
 	}
 	if n := e.orders.count(named(gone)); n != 1 {
