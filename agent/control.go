@@ -11,15 +11,53 @@ import (
 
 // The control requests of a session: hello, bind, renew, unbind.
 
+// bind asks the edge on mux for the endpoint b. ctx bounds the wait for
+// the answer, not the request: when ctx ends first, bind returns its
+// cause, and an endpoint the edge grants all the same is unbound by a
+// goroutine of the client's, so that giving up on one bind neither leaves
+// an endpoint the agent knows nothing of nor costs the session its other
+// endpoints.
 func (c *Client) bind(ctx context.Context, mux *wire.Session, b wire.Bind) (*wire.BindResp, error) {
-	var resp wire.Response
-	if err := c.call(ctx, mux, wire.Request{Op: wire.OpBind, Bind: &b}, &resp); err != nil {
-		return nil, err
+	type answer struct {
+		resp wire.Response
+		err  error
 	}
-	if resp.BindResp == nil {
-		return nil, fmt.Errorf("%w: bind answered without an endpoint", ErrRefused)
+	answered := make(chan answer, 1)
+	// The request is bounded by edgeTimeout and Close, not by ctx: when
+	// ctx ends first, the edge may grant the endpoint all the same.
+	callCtx, cancel := context.WithTimeoutCause(c.ctx, edgeTimeout, errEdgeTimeout)
+	go func() {
+		defer cancel()
+		var a answer
+		a.err = c.call(callCtx, mux, wire.Request{Op: wire.OpBind, Bind: &b}, &a.resp)
+		answered <- a
+	}()
+	select {
+	case a := <-answered:
+		if a.err != nil {
+			return nil, a.err
+		}
+		if a.resp.BindResp == nil {
+			return nil, fmt.Errorf("%w: bind answered without an endpoint", ErrRefused)
+		}
+		return a.resp.BindResp, nil
+	case <-ctx.Done():
 	}
-	return resp.BindResp, nil
+	// The caller gave up: an endpoint granted after all is unbound, so
+	// that the edge holds none the agent knows nothing of, and the
+	// session, with its other endpoints, stays.
+	go func() {
+		a := <-answered
+		if a.err != nil || a.resp.BindResp == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, edgeTimeout)
+		defer cancel()
+		var resp wire.Response
+		err := c.call(ctx, mux, wire.Request{Op: wire.OpUnbind, Unbind: &wire.Unbind{TunnelID: a.resp.BindResp.TunnelID}}, &resp)
+		c.log().Debug("endpoint granted after its Listen gave up: unbound", "url", a.resp.BindResp.URL, "err", err)
+	}()
+	return nil, fmt.Errorf("agent: bind: %w", context.Cause(ctx))
 }
 
 // call sends one control request on its own stream and reads the answer.

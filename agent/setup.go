@@ -111,7 +111,7 @@ func (c *Client) listenOnce(ctx context.Context, b wire.Bind, edges []string) (l
 	defer c.binding.RUnlock()
 	resp, err := c.bind(ctx, mux, b)
 	if err != nil {
-		if !errors.Is(err, ErrUnavailable) && !permanent(err) {
+		if ctx.Err() == nil && !errors.Is(err, ErrUnavailable) && !permanent(err) {
 			// The session broke: the next attempt opens another.
 			mux.Close()
 			return nil, addr, false, err

@@ -12,6 +12,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/testnet"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
@@ -144,5 +145,99 @@ func TestCloseEndsTheWait(t *testing.T) {
 	c.Close()
 	if r := <-done; !errors.Is(r.err, net.ErrClosed) {
 		t.Fatalf("Listen after Close: %v, want net.ErrClosed", r.err)
+	}
+}
+
+// slowRouter is a MemoryRouter whose Bind of one name waits until the
+// test lets it go.
+type slowRouter struct {
+	*router.MemoryRouter
+	name    string
+	waiting chan struct{} // a token when a Bind of name waits
+	release chan struct{} // closed to let it go
+}
+
+func (r *slowRouter) Bind(ctx context.Context, rt router.Route) error {
+	if rt.Name == r.name {
+		r.waiting <- struct{}{}
+		<-r.release
+	}
+	return r.MemoryRouter.Bind(ctx, rt)
+}
+
+// TestListenGivingUpKeepsTheSession: a Listen whose context ends while
+// the edge has not answered its bind returns the context's cause, and
+// the session stays, with the endpoint bound before it: no reconnection,
+// and its connections still arrive. When the edge grants the abandoned
+// endpoint after all, the agent unbinds it: the edge holds no endpoint
+// the agent knows nothing of.
+func TestListenGivingUpKeepsTheSession(t *testing.T) {
+	t.Parallel()
+	rt := &slowRouter{MemoryRouter: &router.MemoryRouter{}, name: "slow.example.test", waiting: make(chan struct{}, 1), release: make(chan struct{})}
+	srv := &edge.Server{Domain: "example.test", Router: rt}
+	ln := testnet.Listen(t)
+	done := make(chan struct{})
+	go func() { defer close(done); srv.ServeAgents(ln) }()
+	t.Cleanup(func() { srv.Close(); <-done })
+
+	ev := make(events, 100)
+	c := &agent.Client{Addrs: []string{ln.Addr().String()}, OnEvent: ev.record}
+	defer c.Close()
+	kept, err := c.Listen(context.Background(), "http://kept")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.next(t, agent.Connected)
+
+	ctx, cancel := context.WithCancelCause(context.Background())
+	gaveUp := errors.New("the caller gave up")
+	res := listenAsync(ctx, c, "http://slow")
+	<-rt.waiting // the edge is binding it
+	cancel(gaveUp)
+	if r := <-res; !errors.Is(r.err, gaveUp) {
+		t.Fatalf("Listen whose context ended: %v, %v; want its cause", r.l, r.err)
+	}
+	close(rt.release) // the edge grants it now
+
+	// The endpoint granted late is unbound by the agent.
+	testwait.Within(t, 10*time.Second, "the late endpoint unbound", func() bool {
+		routes, _ := rt.Lookup(context.Background(), "http", "slow.example.test")
+		return len(routes) == 0
+	})
+	// The session stayed, and its endpoint works.
+	select {
+	case e := <-ev:
+		t.Fatalf("the session changed: %v (%v)", e.Kind, e.Err)
+	default:
+	}
+	accepted := make(chan error, 1)
+	go func() {
+		c, err := kept.Accept()
+		if err == nil {
+			c.Close()
+		}
+		accepted <- err
+	}()
+	routes, _ := rt.Lookup(context.Background(), "http", "kept.example.test")
+	if len(routes) != 1 {
+		t.Fatalf("%d routes for the endpoint bound before, want 1", len(routes))
+	}
+	conn, err := srv.DialRoute(context.Background(), routes[0], edge.ConnInfo{Host: "kept.example.test"})
+	if err != nil {
+		t.Fatalf("dialling the endpoint bound before: %v", err)
+	}
+	conn.Close()
+	select {
+	case err := <-accepted:
+		if err != nil {
+			t.Fatalf("the endpoint bound before: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the endpoint bound before got no connection")
+	}
+	select {
+	case e := <-ev:
+		t.Fatalf("the session changed: %v (%v)", e.Kind, e.Err)
+	default:
 	}
 }
