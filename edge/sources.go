@@ -14,30 +14,99 @@ import (
 // way (Limits.HandshakesPerSource, see terminate). The source is the real
 // client's: the listeners are wrapped outside the PROXY protocol's.
 
-// sourceCount counts what each client source holds, against a bound.
+// sourceCount counts what each client source holds, against a bound: the
+// connections of a listener (Limits.ConnsPerSource), which are refused
+// past it, and the TLS handshakes under way (Limits.HandshakesPerSource),
+// which wait for a slot past it. A handshake waits with its ClientHello
+// unread, rather than being closed: a client that opens many connections
+// at once (Go's http.Transport dials one per request until its first
+// HTTP/2 connection is up) has them all served in turn, as a plain server
+// serves them, while the source never has more than the bound of
+// handshakes taking the CPU. The connections waiting are bounded by
+// Limits.ConnsPerSource, and each waits no longer than its handshake
+// would be allowed.
 type sourceCount struct {
-	max int // 0: no bound
+	max  int             // 0: no bound
+	stop <-chan struct{} // closed when the server stops: waiters give up
 
 	mu sync.Mutex
-	n  map[netip.Prefix]int // sources holding one or more
+	by map[netip.Prefix]*slots // sources holding or waiting for one
 }
 
-// acquire counts one more for src, unless src holds max already. A conn
-// whose address is not an IP address (a pipe, a Unix socket) is not
-// counted.
-func (c *sourceCount) acquire(src netip.Prefix) bool {
+// slots is what one source holds, and its waiters.
+type slots struct {
+	n       int           // held
+	waiters int           // waiting for one
+	wake    chan struct{} // a token when one may be free; made for the first waiter
+}
+
+// signal wakes one waiter, if none is awake already.
+func (sl *slots) signal() {
+	select {
+	case sl.wake <- struct{}{}:
+	default:
+	}
+}
+
+// acquire counts one more for src, waiting while src holds max until
+// deadline (a zero deadline: no wait) or until stop is closed; it
+// reports whether it counted one. A conn whose address is not an IP
+// address (a pipe, a Unix socket) is not counted.
+func (c *sourceCount) acquire(src netip.Prefix, deadline time.Time) bool {
 	if c.max <= 0 || !src.IsValid() {
 		return true
 	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.n[src] >= c.max {
-		return false
+	if c.by == nil {
+		c.by = map[netip.Prefix]*slots{}
 	}
-	if c.n == nil {
-		c.n = map[netip.Prefix]int{}
+	sl := c.by[src]
+	if sl == nil {
+		sl = &slots{}
+		c.by[src] = sl
 	}
-	c.n[src]++
+	for sl.n >= c.max {
+		if deadline.IsZero() {
+			return false // sl holds max: it is kept
+		}
+		if timer == nil {
+			timer = time.NewTimer(time.Until(deadline))
+		}
+		if sl.wake == nil {
+			sl.wake = make(chan struct{}, 1)
+		}
+		sl.waiters++
+		c.mu.Unlock()
+		var gave bool
+		select {
+		case <-sl.wake:
+		case <-timer.C:
+			gave = true
+		case <-c.stop:
+			gave = true
+		}
+		c.mu.Lock()
+		sl.waiters--
+		if gave {
+			if sl.n == 0 && sl.waiters == 0 {
+				delete(c.by, src)
+			} else if sl.n < c.max && sl.waiters > 0 {
+				sl.signal() // the token this waiter may have missed
+			}
+			return false
+		}
+	}
+	sl.n++
+	if sl.n < c.max && sl.waiters > 0 {
+		sl.signal() // two freed, one token: pass it on
+	}
 	return true
 }
 
@@ -48,8 +117,13 @@ func (c *sourceCount) release(src netip.Prefix) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.n[src]--; c.n[src] <= 0 {
-		delete(c.n, src)
+	sl := c.by[src]
+	sl.n--
+	switch {
+	case sl.waiters > 0:
+		sl.signal()
+	case sl.n == 0:
+		delete(c.by, src)
 	}
 }
 
@@ -80,7 +154,7 @@ func (l *sourceListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		src := sourceOf(addrPort(c.RemoteAddr()).Addr())
-		if l.conns.acquire(src) {
+		if l.conns.acquire(src, time.Time{}) {
 			return &sourceConn{Conn: c, release: func() { l.conns.release(src) }}, nil
 		}
 		c.Close()
@@ -111,107 +185,3 @@ func (c *sourceConn) CloseWrite() error {
 }
 
 var errNoHalfClose = errors.New("edge: the connection cannot be half-closed")
-
-// handshakeSlots bounds the TLS handshakes under way per client source
-// (Limits.HandshakesPerSource). A connection past the bound waits for a
-// slot, its ClientHello unread in its socket, rather than being closed:
-// a client that opens many connections at once (Go's http.Transport
-// dials one per request until its first HTTP/2 connection is up) gets
-// them all served in turn, as a plain server serves them, while the
-// source never has more than the bound of handshakes taking the CPU. The
-// connections waiting are bounded by Limits.ConnsPerSource, and each
-// waits no longer than its handshake would be allowed.
-type handshakeSlots struct {
-	max  int           // 0: no bound
-	stop chan struct{} // closed when the server stops: waiters give up
-
-	mu sync.Mutex
-	by map[netip.Prefix]*slots // sources holding or waiting for one
-}
-
-// slots is one source's handshakes under way, and its waiters.
-type slots struct {
-	n       int           // under way
-	waiters int           // waiting for one
-	wake    chan struct{} // a token when one may be free
-}
-
-// signal wakes one waiter, if none is awake already.
-func (sl *slots) signal() {
-	select {
-	case sl.wake <- struct{}{}:
-	default:
-	}
-}
-
-// acquire takes a slot for src, waiting for one until deadline or until
-// the server stops; it reports whether it got one. A conn whose address
-// is not an IP address (a pipe, a Unix socket) is not counted.
-func (h *handshakeSlots) acquire(src netip.Prefix, deadline time.Time) bool {
-	if h.max <= 0 || !src.IsValid() {
-		return true
-	}
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.by == nil {
-		h.by = map[netip.Prefix]*slots{}
-	}
-	sl := h.by[src]
-	if sl == nil {
-		sl = &slots{wake: make(chan struct{}, 1)}
-		h.by[src] = sl
-	}
-	for sl.n >= h.max {
-		if timer == nil {
-			timer = time.NewTimer(time.Until(deadline))
-		}
-		sl.waiters++
-		h.mu.Unlock()
-		var gave bool
-		select {
-		case <-sl.wake:
-		case <-timer.C:
-			gave = true
-		case <-h.stop:
-			gave = true
-		}
-		h.mu.Lock()
-		sl.waiters--
-		if gave {
-			if sl.n == 0 && sl.waiters == 0 {
-				delete(h.by, src)
-			} else if sl.n < h.max && sl.waiters > 0 {
-				sl.signal() // the token this waiter may have missed
-			}
-			return false
-		}
-	}
-	sl.n++
-	if sl.n < h.max && sl.waiters > 0 {
-		sl.signal() // two slots freed, one token: pass it on
-	}
-	return true
-}
-
-// release gives back a slot of src that acquire took.
-func (h *handshakeSlots) release(src netip.Prefix) {
-	if h.max <= 0 || !src.IsValid() {
-		return
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	sl := h.by[src]
-	sl.n--
-	switch {
-	case sl.waiters > 0:
-		sl.signal()
-	case sl.n == 0:
-		delete(h.by, src)
-	}
-}

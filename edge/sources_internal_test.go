@@ -9,14 +9,16 @@ import (
 	"github.com/tunnelkit/tunnelkit/internal/testwait"
 )
 
-// TestHandshakeSlots: past its bound a source waits for a slot; a release
-// wakes a waiter, two releases two of them; a waiter gives up at its
-// deadline or when the server stops; other sources never wait; and the
-// table forgets a source that holds and waits for nothing.
-func TestHandshakeSlots(t *testing.T) {
+// TestSourceCountWaits: past its bound a source is refused at once, or
+// waits for a slot when it has a deadline; a release wakes a waiter, two
+// releases two of them; a waiter gives up at its deadline or when the
+// server stops; other sources never wait; and the table forgets a source
+// that holds and waits for nothing.
+func TestSourceCountWaits(t *testing.T) {
 	a, b := netip.MustParsePrefix("192.0.2.1/32"), netip.MustParsePrefix("192.0.2.2/32")
 	far := time.Now().Add(time.Hour)
-	h := &handshakeSlots{max: 2, stop: make(chan struct{})}
+	stop := make(chan struct{})
+	h := &sourceCount{max: 2, stop: stop}
 	for i := range 2 {
 		if !h.acquire(a, far) {
 			t.Fatalf("a source did not get slot %d of its bound of 2", i+1)
@@ -27,7 +29,12 @@ func TestHandshakeSlots(t *testing.T) {
 	}
 	h.release(b)
 
-	// Past the bound, a waiter gives up at its deadline, holding nothing.
+	// Past the bound, a count that may not wait (a listener's
+	// connections) is refused at once, and a waiter gives up at its
+	// deadline, holding nothing.
+	if h.acquire(a, time.Time{}) {
+		t.Fatal("a source got a slot past its bound without waiting")
+	}
 	if h.acquire(a, time.Now().Add(20*time.Millisecond)) {
 		t.Fatal("a source got a slot past its bound")
 	}
@@ -51,7 +58,7 @@ func TestHandshakeSlots(t *testing.T) {
 	// The server stops: a waiter gives up.
 	wg.Go(func() { got <- h.acquire(a, far) })
 	testwait.For(t, func() bool { h.mu.Lock(); defer h.mu.Unlock(); return h.by[a].waiters == 1 })
-	close(h.stop)
+	close(stop)
 	wg.Wait()
 	if <-got {
 		t.Fatal("a waiter got a slot past the bound when the server stopped")

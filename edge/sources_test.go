@@ -215,7 +215,7 @@ func TestConnsPerSource(t *testing.T) {
 // https name waits, its hello unread, while a client from another address
 // completes its own and is served; once one of the source's handshakes
 // ends, the waiting connection's starts. One still waiting when the edge
-// closes never has a handshake (see TestHandshakeSlots for the waits).
+// closes never has a handshake (see TestSourceCountWaits for the waits).
 func TestHandshakesPerSource(t *testing.T) {
 	t.Parallel()
 	const bound = 3

@@ -41,7 +41,7 @@ type terminating struct {
 	queue    *connQueue
 	hs       *http.Server
 	// handshakes bounds the handshakes under way per client source.
-	handshakes handshakeSlots
+	handshakes sourceCount
 	serve      sync.Once
 }
 
