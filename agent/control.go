@@ -53,8 +53,7 @@ func (c *Client) bind(ctx context.Context, mux *wire.Session, b wire.Bind) (*wir
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, edgeTimeout)
 		defer cancel()
-		var resp wire.Response
-		err := c.call(ctx, mux, wire.Request{Op: wire.OpUnbind, Unbind: &wire.Unbind{TunnelID: a.resp.BindResp.TunnelID}}, &resp)
+		err := c.unbindTunnel(ctx, mux, a.resp.BindResp.TunnelID)
 		c.log().Debug("endpoint granted after its Listen gave up: unbound", "url", a.resp.BindResp.URL, "err", err)
 	}()
 	return nil, fmt.Errorf("agent: bind: %w", context.Cause(ctx))
@@ -169,8 +168,13 @@ func (c *Client) unbind(l *Listener) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var resp wire.Response
-	if err := c.call(ctx, mux, wire.Request{Op: wire.OpUnbind, Unbind: &wire.Unbind{TunnelID: id}}, &resp); err != nil {
+	if err := c.unbindTunnel(ctx, mux, id); err != nil {
 		c.log().Debug("unbind", "url", l.URL(), "err", err)
 	}
+}
+
+// unbindTunnel asks the edge on mux to unbind the endpoint of tunnel id.
+func (c *Client) unbindTunnel(ctx context.Context, mux *wire.Session, id string) error {
+	var resp wire.Response
+	return c.call(ctx, mux, wire.Request{Op: wire.OpUnbind, Unbind: &wire.Unbind{TunnelID: id}}, &resp)
 }
