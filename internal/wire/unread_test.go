@@ -21,16 +21,7 @@ func TestLimitUnreadCutsStalledStreams(t *testing.T) {
 	const max = 3 * MinWindow
 	client.LimitUnread(max, func(*Stream) { cuts.Add(1) })
 
-	accepted := make(chan muxado.Stream, 16)
-	go func() {
-		for {
-			st, err := server.AcceptStream()
-			if err != nil {
-				return
-			}
-			accepted <- st
-		}
-	}()
+	accepted := acceptAll(server, 16)
 	open := func() (*Stream, muxado.Stream) {
 		t.Helper()
 		st, err := client.OpenStream()
@@ -84,16 +75,7 @@ func TestLimitStalledCutsWaitingSenders(t *testing.T) {
 	var cuts atomic.Int32
 	const max = 2
 	client.LimitStalled(max, 50*time.Millisecond, func(*Stream) { cuts.Add(1) })
-	accepted := make(chan muxado.Stream, 16)
-	go func() {
-		for {
-			st, err := server.AcceptStream()
-			if err != nil {
-				return
-			}
-			accepted <- st
-		}
-	}()
+	accepted := acceptAll(server, 16)
 	const stalled = 6
 	failed := make(chan error, stalled)
 	for range stalled {
@@ -144,16 +126,7 @@ func TestLimitStalledCutsWhatSentMost(t *testing.T) {
 	cut := make(chan *Stream, 2)
 	// Bounds that cut nothing until the streams are set up, then at once.
 	client.LimitStalled(1, time.Hour, func(st *Stream) { cut <- st })
-	accepted := make(chan muxado.Stream, 2)
-	go func() {
-		for {
-			st, err := server.AcceptStream()
-			if err != nil {
-				return
-			}
-			accepted <- st
-		}
-	}()
+	accepted := acceptAll(server, 2)
 	write := func(n int) (*Stream, muxado.Stream, chan error) {
 		t.Helper()
 		st, err := client.OpenStream()
@@ -185,4 +158,20 @@ func TestLimitStalledCutsWhatSentMost(t *testing.T) {
 		t.Fatalf("a second stream cut: %p", st)
 	default:
 	}
+}
+
+// acceptAll accepts the streams of s until it ends, each sent on the
+// returned channel (room for room of them).
+func acceptAll(s muxado.Session, room int) <-chan muxado.Stream {
+	accepted := make(chan muxado.Stream, room)
+	go func() {
+		for {
+			st, err := s.AcceptStream()
+			if err != nil {
+				return
+			}
+			accepted <- st
+		}
+	}()
+	return accepted
 }
