@@ -193,18 +193,33 @@ func looksTLS(got []byte) bool {
 	return len(got) > 0 && (got[0] == 0x15 || got[0] == 0x16) && (len(got) == 1 || got[1] == 0x03)
 }
 
+// probeDial opens a probe's connection to addr, within probeTimeout: it
+// returns the probe's context, the conn, which is closed when that context
+// ends, and done, which closes it and ends the context.
+func (c *Client) probeDial(ctx context.Context, addr string) (context.Context, net.Conn, func(), error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	conn, err := c.dialEdge(ctx, addr)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	return ctx, conn, func() {
+		stop()
+		conn.Close()
+		cancel()
+	}, nil
+}
+
 // probeHTTP sends a HEAD request to addr (over TLS when tlsCfg is set,
 // whatever the certificate) and returns an ErrNotAgentPort error when an
 // HTTP server answers; nil when something else does, or nothing.
 func (c *Client) probeHTTP(ctx context.Context, addr string, tlsCfg *tls.Config) error {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	conn, err := c.dialEdge(ctx, addr)
+	ctx, conn, done, err := c.probeDial(ctx, addr)
 	if err != nil {
 		return nil
 	}
-	defer conn.Close()
-	defer context.AfterFunc(ctx, func() { conn.Close() })()
+	defer done()
 	if tlsCfg != nil {
 		tc := tls.Client(conn, probeTLSConfig(tlsCfg.ServerName))
 		var rh tls.RecordHeaderError
@@ -230,13 +245,11 @@ func (c *Client) probeHTTP(ctx context.Context, addr string, tlsCfg *tls.Config)
 // TLS handshake. It checks no certificate: it only asks whether TLS is
 // spoken there, and sends nothing after the handshake.
 func (c *Client) probeTLS(ctx context.Context, addr string) bool {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	conn, err := c.dialEdge(ctx, addr)
+	ctx, conn, done, err := c.probeDial(ctx, addr)
 	if err != nil {
 		return false
 	}
-	defer conn.Close()
+	defer done()
 	host, _, _ := net.SplitHostPort(addr)
 	err = tls.Client(conn, probeTLSConfig(host)).HandshakeContext(ctx)
 	var alert tls.AlertError
@@ -246,14 +259,11 @@ func (c *Client) probeTLS(ctx context.Context, addr string) bool {
 // probePlaintext reports whether addr answers a plaintext session
 // preamble with one.
 func (c *Client) probePlaintext(ctx context.Context, addr string) bool {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	conn, err := c.dialEdge(ctx, addr)
+	_, conn, done, err := c.probeDial(ctx, addr)
 	if err != nil {
 		return false
 	}
-	defer conn.Close()
-	defer context.AfterFunc(ctx, func() { conn.Close() })()
+	defer done()
 	if err := wire.WritePreamble(conn, wire.DefaultWindow); err != nil {
 		return false
 	}
