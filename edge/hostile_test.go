@@ -734,15 +734,18 @@ func TestEndpointsPerSessionBounded(t *testing.T) {
 func TestStreamClosedByAppIsNotReused(t *testing.T) {
 	t.Parallel()
 	te := startEdge(t)
-	var conns atomic.Int32
+	var conns, closed atomic.Int32
 	app := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		fmt.Fprintf(w, "%s %s", r.Method, b)
 	}))
 	app.Config.IdleTimeout = 20 * time.Millisecond
 	app.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
+		switch s {
+		case http.StateNew:
 			conns.Add(1)
+		case http.StateClosed:
+			closed.Add(1)
 		}
 	}
 	app.Start()
@@ -751,14 +754,22 @@ func TestStreamClosedByAppIsNotReused(t *testing.T) {
 	defer c.Close()
 	l := bind(t, c, "app")
 	go forward.Bytes{To: app.Listener.Addr().String()}.Serve(l)
+	// Each request comes once the app closed its idle connection, and the
+	// close had time to cross the agent and reach the edge: a request sent
+	// while the close is on its way meets it, through any proxy.
+	afterClose := func() {
+		testwait.For(t, func() bool { return closed.Load() == conns.Load() })
+		time.Sleep(100 * time.Millisecond)
+	}
 	for i := range 6 {
 		if i > 0 {
-			time.Sleep(100 * time.Millisecond) // the app closes its idle conn meanwhile
+			afterClose()
 		}
 		resp, body := get(t, te, te.url("app")+"/", nil)
 		if resp.StatusCode != 200 || body != "GET " {
 			t.Fatalf("GET %d after the app closed its idle connection: %d %q", i, resp.StatusCode, body)
 		}
+		afterClose()
 		pr, err := te.httpClient.Post(te.url("app")+"/", "text/plain", strings.NewReader("x"))
 		if err != nil {
 			t.Fatal(err)
@@ -769,7 +780,7 @@ func TestStreamClosedByAppIsNotReused(t *testing.T) {
 			t.Fatalf("POST %d: %d %q", i, pr.StatusCode, b)
 		}
 	}
-	if conns.Load() < 6 {
+	if conns.Load() < 12 {
 		t.Fatalf("the app saw %d connections; its idle timeout did not close them as the test meant", conns.Load())
 	}
 }
