@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -33,6 +34,10 @@ const (
 	// copyLimit is the largest payload the framer copies to write it with
 	// its header in one Write; larger ones go as net.Buffers (writev on TCP).
 	copyLimit = 16 << 10
+
+	// maxOut is the most bytes of frames the framer holds back to write
+	// them with the frames on their way (see framer.hold).
+	maxOut = 32 << 10
 )
 
 // Sizes of the muxado frame layout: an 8-byte header (24-bit length, 4-bit
@@ -51,6 +56,8 @@ const (
 // connReader), writes each frame's header and payload in one Write, and
 // holds back small window updates to send them with the next
 // frame written (or alone once a stream's held update reaches windowHold).
+// (A Session's framer also writes the frames of several streams in one
+// Write: see hold.)
 // Each frame is encoded exactly as the stock framer does; only window
 // updates are sent later, and those of one stream merged into one, so
 // either end may use the stock framer.
@@ -71,7 +78,7 @@ func NewFramer(r io.Reader, w io.Writer) frame.Framer {
 }
 
 func newFramer(r io.Reader, w io.Writer, hold uint32) *framer {
-	f := &framer{w: w, hold: hold}
+	f := &framer{w: w, windowHold: hold}
 	f.stock = frame.NewFramer(newConnReader(r), w)
 	f.held = f.heldArr[:0]
 	return f
@@ -88,16 +95,25 @@ type framer struct {
 	onData   func(id uint32, n int) // called with each DATA frame's length before muxado reads its payload
 	onWndInc func(id, inc uint32)   // called with each WNDINC frame read, before muxado counts it
 
+	// hold, if set, is asked under mu, for each frame to write, whether
+	// more frames are on their way to the framer: then the frame waits to
+	// be written with them, in one Write. data says whether it is a DATA
+	// frame of stream id. Whoever makes hold answer false from then on
+	// (the last frame on its way was written, or will not be) must call
+	// flush.
+	hold func(id uint32, data bool) bool
+
 	frames atomic.Uint64 // frames read: the peer is alive while it grows
 
 	// stock reads every frame (through the buffer) and writes the frames
 	// this framer does not encode itself (GOAWAY).
-	stock frame.Framer
-	w     io.Writer
-	hold  uint32
+	stock      frame.Framer
+	w          io.Writer
+	windowHold uint32
 
 	held    []heldInc // window updates not sent yet, one per stream
 	heldArr [maxHeld]heldInc
+	out     *[]byte // frames encoded and held back (see hold), from writeBuffers; nil: none
 
 	err error // the first write error, or errGoneAway: every later write fails with it
 }
@@ -145,16 +161,25 @@ func (f *framer) WriteFrame(fr frame.Frame) error {
 		}
 		var b [headerSize]byte
 		putHeader(b[:], len(p), frame.TypeData, fr.Flags(), fr.StreamId())
-		return f.write(b[:], p)
+		later := f.hold != nil && f.hold(uint32(fr.StreamId()), true)
+		if !later && f.hold != nil && len(p) <= copyLimit {
+			// The last small frame on its way: let the goroutines that
+			// are ready to run (the session's other writers, under load)
+			// hand theirs to muxado first, so that they go in this
+			// Write. With none ready, this returns at once.
+			runtime.Gosched()
+			later = f.holding()
+		}
+		return f.write(b[:], p, later)
 	case *frame.WndInc:
 		return f.windowUpdate(fr.StreamId(), fr.WindowIncrement())
 	case *frame.Rst:
 		var b [rstSize]byte
 		putHeader(b[:], 4, frame.TypeRst, 0, fr.StreamId())
 		binary.BigEndian.PutUint32(b[headerSize:], uint32(fr.ErrorCode()))
-		return f.write(b[:], nil)
+		return f.write(b[:], nil, f.holding())
 	}
-	if err := f.write(nil, nil); err != nil {
+	if err := f.write(nil, nil, false); err != nil {
 		return err
 	}
 	err := f.stock.WriteFrame(fr)
@@ -175,7 +200,23 @@ func (f *framer) inject(frames []byte) error {
 	if f.err != nil {
 		return f.err
 	}
-	return f.write(frames, nil)
+	return f.write(frames, nil, false)
+}
+
+// flush writes the frames held back, if any (see hold).
+func (f *framer) flush() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil || f.out == nil {
+		return f.err
+	}
+	return f.write(nil, nil, false)
+}
+
+// holding asks hold about a frame that is not a stream's DATA. The caller
+// holds mu.
+func (f *framer) holding() bool {
+	return f.hold != nil && f.hold(0, false)
 }
 
 // windowUpdate adds inc to the window update held for stream id, and
@@ -188,20 +229,20 @@ func (f *framer) windowUpdate(id frame.StreamId, inc uint32) error {
 			continue
 		}
 		if uint64(h.inc)+uint64(inc) > wndIncMaxIncr {
-			if err := f.write(nil, nil); err != nil {
+			if err := f.write(nil, nil, f.holding()); err != nil {
 				return err
 			}
 			break
 		}
 		h.inc += inc
-		if h.inc >= f.hold {
-			return f.write(nil, nil)
+		if h.inc >= f.windowHold {
+			return f.write(nil, nil, f.holding())
 		}
 		return nil
 	}
 	f.held = append(f.held, heldInc{id, inc})
-	if inc >= f.hold || len(f.held) == maxHeld {
-		return f.write(nil, nil)
+	if inc >= f.windowHold || len(f.held) == maxHeld {
+		return f.write(nil, nil, f.holding())
 	}
 	return nil
 }
@@ -211,14 +252,19 @@ var writeBuffers = sync.Pool{New: func() any {
 	return &b
 }}
 
-// write writes the held window updates, then head and payload, in one
-// Write when the payload is small, as net.Buffers when it is large.
-func (f *framer) write(head, payload []byte) error {
-	if len(f.held) == 0 && len(head) == 0 {
+// write writes the frames held back, the held window updates, then head
+// and payload: in one Write when the payload is small, as net.Buffers
+// when it is large. With later, a small frame is held back instead (see
+// hold), unless maxOut bytes are held already.
+func (f *framer) write(head, payload []byte, later bool) error {
+	if len(f.held) == 0 && len(head) == 0 && f.out == nil {
 		return nil
 	}
-	bp := writeBuffers.Get().(*[]byte)
-	b := (*bp)[:0]
+	bp := f.out
+	if bp == nil {
+		bp = writeBuffers.Get().(*[]byte)
+	}
+	b := *bp
 	for _, h := range f.held {
 		var u [wndIncSize]byte
 		putHeader(u[:], 4, frame.TypeWndInc, 0, h.id)
@@ -230,12 +276,18 @@ func (f *framer) write(head, payload []byte) error {
 	var err error
 	if len(payload) <= copyLimit {
 		b = append(b, payload...)
+		if later && len(b) < maxOut {
+			*bp = b
+			f.out = bp
+			return nil
+		}
 		_, err = f.w.Write(b)
 	} else {
 		bufs := net.Buffers{b, payload}
 		_, err = bufs.WriteTo(f.w)
 	}
-	*bp = b
+	*bp = b[:0]
+	f.out = nil
 	writeBuffers.Put(bp)
 	if err != nil {
 		f.err = err

@@ -131,7 +131,10 @@ func (st *Stream) send(b []byte) (int, error) {
 		}
 		chunk := int(min(int64(len(b)), MaxFrameData, avail))
 		st.sess.sched.acquire(st, chunk)
+		st.queued.Store(true)
+		st.sess.queued.Add(1)
 		m, err := st.Stream.Write(b[:chunk])
+		st.sess.unqueue(st)
 		st.sess.sched.release()
 		st.sent.Add(int64(m))
 		n += m
@@ -141,6 +144,43 @@ func (st *Stream) send(b []byte) (int, error) {
 		b = b[m:]
 	}
 	return n, nil
+}
+
+// Writing frames together. muxado's writer hands the framer one frame at
+// a time, and a frame written alone costs a syscall. So while other DATA
+// frames are on their way to the framer (handed to muxado, not written
+// yet), the framer holds a small frame back and writes it with them, in
+// one Write: under load, a Write carries the frames of many streams. A
+// frame is held only while another is on its way, which muxado's queue
+// hands the framer next (or fails, and then its writer lets the framer
+// know): it never waits for a frame that may not come.
+//
+// The count: send counts a frame in (Session.queued, and the stream's
+// queued flag) before it hands it to muxado; the framer counts it out as
+// it writes (or holds) it, and so does its writer once muxado returned, if
+// the framer did not (the write failed, or muxado split the frame). Each
+// is counted out once: whoever counts the last one out while frames are
+// held writes them (framer.hold, Session.unqueue).
+
+// hold tells the framer whether to hold a frame back: whether other DATA
+// frames are on their way. A DATA frame of a stream's write is counted out
+// here. The framer calls it under its lock.
+func (s *Session) hold(id uint32, data bool) bool {
+	if data {
+		if v, ok := s.streams.Load(id); ok && v.(*Stream).queued.CompareAndSwap(true, false) {
+			return s.queued.Add(-1) > 0
+		}
+	}
+	return s.queued.Load() > 0
+}
+
+// unqueue counts st's frame out once muxado returned from its write, if
+// the framer did not, and writes the frames held back when it was the
+// last one on its way.
+func (s *Session) unqueue(st *Stream) {
+	if st.queued.CompareAndSwap(true, false) && s.queued.Add(-1) == 0 {
+		s.fr.flush()
+	}
 }
 
 // waitWindow waits until the peer grants window, or the stream or its

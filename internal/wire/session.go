@@ -48,8 +48,9 @@ type Session struct {
 
 	stalled stalledSends // streams whose writes are under way
 
-	window int64     // each stream's window, both ways
-	sched  scheduler // the slots of muxado's send queue (see send.go)
+	window int64        // each stream's window, both ways
+	sched  scheduler    // the slots of muxado's send queue (see send.go)
+	queued atomic.Int64 // DATA frames handed to muxado that the framer has not seen yet (see send.go)
 }
 
 // NewSession starts a muxado session on conn, as the client (the agent) or
@@ -67,6 +68,7 @@ func NewSession(conn net.Conn, window uint32, client bool, backlog uint32) *Sess
 			s.fr.onEnd = s.ended
 			s.fr.onData = s.received
 			s.fr.onWndInc = s.granted
+			s.fr.hold = s.hold
 			return s.fr
 		},
 	}
@@ -323,6 +325,7 @@ type Stream struct {
 	pending  atomic.Int64  // bytes of the Write under way not yet written; likewise
 	finish   uint64        // the virtual finish of its last frame; guarded by sess.sched.mu
 	granted  atomic.Int64  // window increments the peer sent
+	queued   atomic.Bool   // its frame is counted in sess.queued (see send.go)
 	windowed chan struct{} // a token when the peer granted window
 	ended    chan struct{} // closed when the stream or its session ended
 	endOnce  sync.Once

@@ -1,0 +1,202 @@
+package wire
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"golang.ngrok.com/muxado/v2/frame"
+)
+
+// TestFramerHoldsFramesBack drives the framer's hold by hand: a frame
+// held back goes out with the next one written, in order and in one
+// Write, or on flush, and no more than maxOut bytes wait.
+func TestFramerHoldsFramesBack(t *testing.T) {
+	small := payload(100)
+	large := payload(copyLimit + 1)
+	n := maxOut/(headerSize+len(small)) + 1 // frames: the last makes maxOut bytes held
+	tests := []struct {
+		name  string
+		run   func(t *testing.T, f *framer, more *bool)
+		want  []frame.Frame
+		tail  []byte // raw bytes after want's
+		write int    // Write calls
+	}{{
+		name: "held, then written with the next",
+		run: func(t *testing.T, f *framer, more *bool) {
+			write(t, f, packData(t, 1, small, false, true))
+			write(t, f, packData(t, 3, small, false, true))
+			*more = false
+			write(t, f, packData(t, 5, small, true, false))
+		},
+		want:  []frame.Frame{packData(t, 1, small, false, true), packData(t, 3, small, false, true), packData(t, 5, small, true, false)},
+		write: 1,
+	}, {
+		name: "held, then flushed",
+		run: func(t *testing.T, f *framer, more *bool) {
+			write(t, f, packData(t, 1, small, false, true))
+			if err := f.flush(); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.flush(); err != nil { // nothing held: no Write
+				t.Fatal(err)
+			}
+		},
+		want:  []frame.Frame{packData(t, 1, small, false, true)},
+		write: 1,
+	}, {
+		name: "held, then a reset injected after it",
+		run: func(t *testing.T, f *framer, more *bool) {
+			write(t, f, packData(t, 1, small, false, true))
+			if err := f.inject(resetFrames(1)); err != nil {
+				t.Fatal(err)
+			}
+		},
+		want:  []frame.Frame{packData(t, 1, small, false, true)},
+		tail:  resetFrames(1),
+		write: 1,
+	}, {
+		name: "held, then a large frame: one writev of two buffers",
+		run: func(t *testing.T, f *framer, more *bool) {
+			write(t, f, packData(t, 1, small, false, true))
+			write(t, f, packData(t, 3, large, false, true))
+		},
+		want:  []frame.Frame{packData(t, 1, small, false, true), packData(t, 3, large, false, true)},
+		write: 2, // the recorder takes net.Buffers a buffer at a time
+	}, {
+		name: "held, then a GOAWAY",
+		run: func(t *testing.T, f *framer, more *bool) {
+			write(t, f, packData(t, 1, small, false, true))
+			write(t, f, packGoAway(t, 1, 0, nil))
+		},
+		want:  []frame.Frame{packData(t, 1, small, false, true), packGoAway(t, 1, 0, nil)},
+		write: 3, // the stock framer writes a GOAWAY's header and body apart
+	}, {
+		name: "no more than maxOut held",
+		run: func(t *testing.T, f *framer, more *bool) {
+			for i := range n {
+				write(t, f, packData(t, frame.StreamId(2*i+1), small, false, true))
+			}
+		},
+		want: func() []frame.Frame {
+			var fs []frame.Frame
+			for i := range n {
+				fs = append(fs, packData(t, frame.StreamId(2*i+1), small, false, true))
+			}
+			return fs
+		}(),
+		write: 1,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var rec recorder
+			f := newFramer(bytes.NewReader(nil), &rec, windowHold)
+			more := true
+			f.hold = func(uint32, bool) bool { return more }
+			tt.run(t, f, &more)
+			if len(rec.writes) != tt.write {
+				t.Errorf("%d Writes, want %d", len(rec.writes), tt.write)
+			}
+			if got, want := rec.all(), append(stockBytes(t, tt.want...), tt.tail...); !bytes.Equal(got, want) {
+				t.Errorf("wrote %x..., want %x...", head(got), head(want))
+			}
+			if f.out != nil {
+				t.Errorf("%d bytes still held", len(*f.out))
+			}
+		})
+	}
+}
+
+func write(t *testing.T, f *framer, fr frame.Frame) {
+	t.Helper()
+	if err := f.WriteFrame(fr); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeCounter counts its Writes.
+type writeCounter struct {
+	net.Conn
+	writes atomic.Int64
+}
+
+func (c *writeCounter) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// TestSessionWritesFramesTogether has 64 streams of one session send
+// small messages at once, and checks that each arrives whole, in order,
+// and that the session wrote fewer times than it sent frames: the
+// framer wrote frames of several streams together. No frame waits for
+// good: every write returns once the peer read it.
+func TestSessionWritesFramesTogether(t *testing.T) {
+	t.Parallel()
+	a, b := tcpPair(t)
+	ca := &writeCounter{Conn: a}
+	client := NewSession(ca, DefaultWindow, true, 0)
+	server := NewSession(b, DefaultWindow, false, 0)
+	t.Cleanup(func() { client.Close(); server.Close() })
+
+	const streams, messages = 64, 50
+	msg := func(s, m int) []byte { return fmt.Appendf(nil, "stream %d message %d;", s, m) }
+	var frames atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*streams)
+	for s := range streams {
+		wg.Go(func() {
+			st, err := client.OpenStream()
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer st.Close()
+			for m := range messages {
+				if _, err := st.Write(msg(s, m)); err != nil {
+					errs <- err
+					return
+				}
+				frames.Add(1)
+			}
+		})
+		wg.Go(func() {
+			st, err := server.AcceptStream()
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer st.Close()
+			got, err := io.ReadAll(st)
+			if err != nil {
+				errs <- err
+				return
+			}
+			var n int
+			if _, err := fmt.Sscanf(string(got), "stream %d message 0;", &n); err != nil {
+				errs <- fmt.Errorf("got %.40q: %v", got, err)
+				return
+			}
+			var want []byte
+			for m := range messages {
+				want = append(want, msg(n, m)...)
+			}
+			if !bytes.Equal(got, want) {
+				errs <- fmt.Errorf("stream %d: got %.60q..., want %.60q...", n, got, want)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	w, f := ca.writes.Load(), frames.Load()
+	t.Logf("%d frames of data in %d writes (with the preamble, window updates and FINs)", f, w)
+	if w >= f {
+		t.Errorf("%d writes for %d frames of data: none written together", w, f)
+	}
+}
