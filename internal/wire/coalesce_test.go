@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.ngrok.com/muxado/v2/frame"
 )
@@ -198,5 +199,60 @@ func TestSessionWritesFramesTogether(t *testing.T) {
 	t.Logf("%d frames of data in %d writes (with the preamble, window updates and FINs)", f, w)
 	if w >= f {
 		t.Errorf("%d writes for %d frames of data: none written together", w, f)
+	}
+}
+
+// TestHeldFrameWrittenWhenTheNextOneFails holds a stream's frame back
+// because another stream's frame is counted on its way, and then has that
+// one fail (its writer counts it out, as when muxado fails the write
+// before the framer saw it): the held frame must reach the peer then.
+func TestHeldFrameWrittenWhenTheNextOneFails(t *testing.T) {
+	t.Parallel()
+	a, b := tcpPair(t)
+	client := NewSession(a, DefaultWindow, true, 0)
+	server := NewSession(b, DefaultWindow, false, 0)
+	t.Cleanup(func() { client.Close(); server.Close() })
+
+	other, err := client.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// other's frame is on its way, as far as the framer knows.
+	other.queued.Store(true)
+	client.queued.Add(1)
+
+	st, err := client.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Write([]byte("held")); err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan *Stream, 1)
+	go func() {
+		s, err := server.AcceptStream()
+		if err != nil {
+			t.Error(err)
+		}
+		accepted <- s
+	}()
+	select {
+	case <-accepted:
+		t.Fatal("the frame went out while another was counted on its way")
+	case <-time.After(100 * time.Millisecond):
+	}
+	client.unqueue(other) // other's write failed: the held frame goes now
+	var s *Stream
+	select {
+	case s = <-accepted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held frame never went out")
+	}
+	if s == nil {
+		return
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(s, buf); err != nil || string(buf) != "held" {
+		t.Fatalf("read %q, %v; want held", buf, err)
 	}
 }

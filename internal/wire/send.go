@@ -175,11 +175,14 @@ func (s *Session) hold(id uint32, data bool) bool {
 }
 
 // unqueue counts st's frame out once muxado returned from its write, if
-// the framer did not, and writes the frames held back when it was the
-// last one on its way.
+// the framer did not, and has the frames held back written when it was
+// the last one on its way. That is rare (the write failed, or muxado
+// split its frame), and the connection may be stalled (a write deadline
+// passed): the frames are written by a goroutine of their own, so that
+// the writer returns now.
 func (s *Session) unqueue(st *Stream) {
 	if st.queued.CompareAndSwap(true, false) && s.queued.Add(-1) == 0 {
-		s.fr.flush()
+		go s.fr.flush()
 	}
 }
 
