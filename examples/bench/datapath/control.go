@@ -9,7 +9,8 @@ package main
 // answers the commands the parent writes to its stdin, one per line:
 //
 //	start NAME  count CPU time (and profile into NAME.*.pprof) from now; answers "ok"
-//	stop        answers "cpu NANOSECONDS", the user+system time since start
+//	stop        answers "cpu NANOSECONDS syscr N syscw N": the user+system time since start,
+//	            and the read and write syscalls (Linux's /proc/self/io; -1 elsewhere)
 //	mem         answers "mem heap=B stack=B goroutines=N" after two GCs
 //
 // When its stdin closes (the parent closed it, or the parent died), the
@@ -83,6 +84,7 @@ type control struct {
 	profile  *os.File      // the CPU profile being written; nil: none
 	name     string        // the measurement's name, from start
 	cpu0     time.Duration // CPU time at start
+	io0      ioCount       // syscalls at start
 }
 
 func (c *control) init() {
@@ -123,8 +125,9 @@ func (c *control) serve(in io.Reader) {
 			reply = "ok"
 		case "stop":
 			var d time.Duration
-			d, err = c.stop()
-			reply = "cpu " + strconv.FormatInt(int64(d), 10)
+			var io ioCount
+			d, io, err = c.stop()
+			reply = fmt.Sprintf("cpu %d syscr %d syscw %d", d, io.reads, io.writes)
 		case "mem":
 			m := readMem()
 			reply = fmt.Sprintf("mem heap=%d stack=%d goroutines=%d", m.heap, m.stack, m.goroutines)
@@ -166,12 +169,15 @@ func (c *control) start(name string) error {
 		c.profile = f
 	}
 	c.cpu0 = cpuTime()
+	c.io0 = readIOCount()
 	return nil
 }
 
-// stop ends the measurement and returns the CPU time it took.
-func (c *control) stop() (time.Duration, error) {
+// stop ends the measurement and returns the CPU time and the syscalls it
+// took.
+func (c *control) stop() (time.Duration, ioCount, error) {
 	d := cpuTime() - c.cpu0
+	io := readIOCount().since(c.io0)
 	var err error
 	if c.profile != nil {
 		pprof.StopCPUProfile()
@@ -184,7 +190,7 @@ func (c *control) stop() (time.Duration, error) {
 		}
 	}
 	c.name = ""
-	return d, err
+	return d, io, err
 }
 
 func writeProfile(name, path string) error {

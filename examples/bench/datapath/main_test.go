@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -231,4 +232,28 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+// TestParseStop checks the stop command's answer, as control writes it.
+func TestParseStop(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		d    time.Duration
+		io   ioCount
+		ok   bool
+	}{
+		{"cpu 1500 syscr 12 syscw 7", 1500, ioCount{12, 7}, true},
+		{"cpu 1500 syscr -1 syscw -1", 1500, ioCount{-1, -1}, true},
+		{"cpu 1500", 0, ioCount{}, false},
+		{"cpu x syscr 1 syscw 2", 0, ioCount{}, false},
+		{"mem heap=1", 0, ioCount{}, false},
+	} {
+		d, io, err := parseStop(tc.line)
+		if (err == nil) != tc.ok || d != tc.d || io != tc.io {
+			t.Errorf("parseStop(%q) = %v, %v, %v; want %v, %v, ok %v", tc.line, d, io, err, tc.d, tc.io, tc.ok)
+		}
+	}
+	if c := readIOCount(); runtime.GOOS == "linux" && (c.reads <= 0 || c.writes < 0) {
+		t.Errorf("readIOCount() = %+v on Linux", c)
+	}
 }

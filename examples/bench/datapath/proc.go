@@ -157,17 +157,35 @@ func (c *child) start(ctx context.Context, name string) error {
 	return err
 }
 
-// stop ends the measurement and returns the CPU time the child used.
-func (c *child) stop(ctx context.Context) (time.Duration, error) {
+// stop ends the measurement and returns the CPU time and the syscalls the
+// child used.
+func (c *child) stop(ctx context.Context) (time.Duration, ioCount, error) {
 	line, err := c.call(ctx, "stop")
 	if err != nil {
-		return 0, err
+		return 0, ioCount{}, err
 	}
-	ns, err := strconv.ParseInt(strings.TrimPrefix(line, "cpu "), 10, 64)
+	d, io, err := parseStop(line)
 	if err != nil {
-		return 0, c.failure("stop", fmt.Errorf("answer %q", line))
+		return 0, ioCount{}, c.failure("stop", err)
 	}
-	return time.Duration(ns), nil
+	return d, io, nil
+}
+
+// parseStop parses a stop command's answer.
+func parseStop(line string) (time.Duration, ioCount, error) {
+	f := strings.Fields(line)
+	if len(f) != 6 || f[0] != "cpu" || f[2] != "syscr" || f[4] != "syscw" {
+		return 0, ioCount{}, fmt.Errorf("answer %q", line)
+	}
+	var v [3]int64
+	for i, s := range []string{f[1], f[3], f[5]} {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, ioCount{}, fmt.Errorf("answer %q: %w", line, err)
+		}
+		v[i] = n
+	}
+	return time.Duration(v[0]), ioCount{reads: v[1], writes: v[2]}, nil
 }
 
 // mem returns the child's live heap, stacks and goroutines.
@@ -325,4 +343,43 @@ func (l *logSink) tail(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// ioCount is a process's read and write syscalls: what Linux counts as
+// syscr and syscw (read, readv, write, writev and their kin, on sockets
+// too). Negative: not known.
+type ioCount struct{ reads, writes int64 }
+
+// since returns the syscalls from o to c.
+func (c ioCount) since(o ioCount) ioCount {
+	if c.reads < 0 || o.reads < 0 {
+		return ioCount{-1, -1}
+	}
+	return ioCount{c.reads - o.reads, c.writes - o.writes}
+}
+
+// readIOCount returns this process's syscalls so far, from /proc/self/io.
+func readIOCount() ioCount {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return ioCount{-1, -1}
+	}
+	c := ioCount{-1, -1}
+	for line := range strings.Lines(string(b)) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ": ")
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "syscr":
+			c.reads = n
+		case "syscw":
+			c.writes = n
+		}
+	}
+	if c.reads < 0 || c.writes < 0 {
+		return ioCount{-1, -1}
+	}
+	return c
 }

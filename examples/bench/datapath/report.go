@@ -180,13 +180,14 @@ func printCPU(w io.Writer, recs []cpuRecord) {
 		ops   float64
 		order []string
 		cpu   map[string]time.Duration
+		io    map[string]ioCount
 	}
 	var cases []string
 	by := map[string]*sum{}
 	for _, r := range recs {
 		s := by[r.Case]
 		if s == nil {
-			s = &sum{unit: r.Unit, cpu: map[string]time.Duration{}}
+			s = &sum{unit: r.Unit, cpu: map[string]time.Duration{}, io: map[string]ioCount{}}
 			by[r.Case] = s
 			cases = append(cases, r.Case)
 		}
@@ -196,16 +197,22 @@ func printCPU(w io.Writer, recs []cpuRecord) {
 				s.order = append(s.order, p.Name)
 			}
 			s.cpu[p.Name] += p.CPU
+			io, seen := s.io[p.Name]
+			if p.IO.reads < 0 || (seen && io.reads < 0) {
+				s.io[p.Name] = ioCount{-1, -1}
+			} else {
+				s.io[p.Name] = ioCount{io.reads + p.IO.reads, io.writes + p.IO.writes}
+			}
 		}
 	}
-	fmt.Fprintln(w, "\nCPU time (user+system) of each process while the load ran, summed over the runs, and per operation:")
+	fmt.Fprintln(w, "\nCPU time (user+system) of each process while the load ran, summed over the runs, and per operation (with its read and write syscalls, r+w, per operation; per MB for GB):")
 	fmt.Fprintln(w, "| case | operations | per process: CPU time (per operation) |")
 	fmt.Fprintln(w, "|---|--:|---|")
 	for _, c := range cases {
 		s := by[c]
 		var cells []string
 		for _, name := range s.order {
-			cells = append(cells, fmt.Sprintf("%s %s (%s)", name, formatCPU(s.cpu[name]), perOp(s.cpu[name], s.ops, s.unit)))
+			cells = append(cells, fmt.Sprintf("%s %s (%s%s)", name, formatCPU(s.cpu[name]), perOp(s.cpu[name], s.ops, s.unit), syscallsPerOp(s.io[name], s.ops, s.unit)))
 		}
 		ops := fmt.Sprintf("%.0f %s", s.ops, s.unit)
 		switch s.unit {
@@ -216,6 +223,20 @@ func printCPU(w io.Writer, recs []cpuRecord) {
 		}
 		fmt.Fprintf(w, "| %s | %s | %s |\n", c, ops, strings.Join(cells, ", "))
 	}
+}
+
+// syscallsPerOp writes io per operation (per MB for GB), after a comma;
+// nothing when it is not known.
+func syscallsPerOp(io ioCount, ops float64, unit string) string {
+	if io.reads < 0 || ops <= 0 || unit == "" {
+		return ""
+	}
+	per := "/" + unit
+	if unit == "GB" {
+		ops *= 1000
+		per = "/MB"
+	}
+	return fmt.Sprintf(", %.1f+%.1f syscalls%s", float64(io.reads)/ops, float64(io.writes)/ops, per)
 }
 
 func formatCPU(d time.Duration) string {

@@ -172,6 +172,7 @@ type cpuRecord struct {
 type procCPU struct {
 	Name string
 	CPU  time.Duration
+	IO   ioCount // read and write syscalls; negative: not known
 }
 
 // measure runs load while procs count their CPU time (and profile, when
@@ -190,16 +191,16 @@ func (e *env) measure(ctx context.Context, name string, procs []*child, unit str
 	res, err := load()
 	rec := cpuRecord{Case: name, Unit: unit}
 	for _, p := range procs {
-		d, serr := p.stop(ctx)
+		d, io, serr := p.stop(ctx)
 		if err == nil {
 			err = serr
 		}
-		rec.Procs = append(rec.Procs, procCPU{p.name, d})
+		rec.Procs = append(rec.Procs, procCPU{p.name, d, io})
 	}
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", name, err)
 	}
-	rec.Procs = append(rec.Procs, procCPU{res.Tool, res.CPU})
+	rec.Procs = append(rec.Procs, procCPU{res.Tool, res.CPU, ioCount{-1, -1}})
 	switch unit {
 	case "":
 	case "GB":
