@@ -72,12 +72,19 @@ func abort(c net.Conn) {
 	c.Close()
 }
 
-// unwrap returns the conn an idleConn wraps.
+// unwrap returns the conn beneath this package's wrappers (idleConn,
+// observed).
 func unwrap(c net.Conn) net.Conn {
-	if ic, ok := c.(*idleConn); ok {
-		return ic.Conn
+	for {
+		switch w := c.(type) {
+		case *idleConn:
+			c = w.Conn
+		case *observed:
+			c = w.Conn
+		default:
+			return c
+		}
 	}
-	return c
 }
 
 // copyHalf copies src to dst, then closes dst's write half. It is a named
@@ -235,6 +242,58 @@ func (c *idleConn) Write(p []byte) (int, error) {
 
 // CloseWrite closes the write half of the wrapped conn.
 func (c *idleConn) CloseWrite() error {
+	if cw, ok := c.Conn.(closeWriter); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
+// Observe returns c with see called with what each of its Reads returns,
+// before it returns it, and end called once, when a Read of c meets EOF:
+// what end returns is read before that EOF. Either may be nil. Join and
+// JoinStreams see through it: a stream beneath it is still reset, and
+// told of its peer's resets.
+func Observe(c net.Conn, see func([]byte), end func() []byte) net.Conn {
+	return &observed{Conn: c, see: see, end: end}
+}
+
+// observed is the conn Observe returns.
+type observed struct {
+	net.Conn
+	see   func([]byte)
+	end   func() []byte
+	ended bool   // a Read of Conn met EOF
+	tail  []byte // what end returned, not read yet
+}
+
+func (c *observed) Read(p []byte) (int, error) {
+	if !c.ended {
+		n, err := c.Conn.Read(p)
+		if n > 0 && c.see != nil {
+			c.see(p[:n])
+		}
+		if err != io.EOF || c.end == nil {
+			return n, err
+		}
+		c.ended = true
+		c.tail = c.end()
+		if n > 0 {
+			return n, nil
+		}
+	}
+	if len(c.tail) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, c.tail)
+	c.tail = c.tail[n:]
+	if c.see != nil {
+		c.see(p[:n])
+	}
+	return n, nil
+}
+
+// CloseWrite closes the write half of the wrapped conn.
+func (c *observed) CloseWrite() error {
 	if cw, ok := c.Conn.(closeWriter); ok {
 		return cw.CloseWrite()
 	}

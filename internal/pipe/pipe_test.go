@@ -89,3 +89,43 @@ func TestJoinStreamsIdleTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestObserve joins two observed conns: each observer sees every byte its
+// side read, in order; the bytes end returns reach the other side before
+// its EOF, and are seen too; half-closes pass through.
+func TestObserve(t *testing.T) {
+	client, proxyIn := tcpPair(t)
+	proxyOut, server := tcpPair(t)
+	var sawIn, sawOut bytes.Buffer
+	ends := 0
+	in := Observe(proxyIn, func(p []byte) { sawIn.Write(p) }, nil)
+	out := Observe(proxyOut, func(p []byte) { sawOut.Write(p) }, func() []byte { ends++; return []byte("the end") })
+	done := make(chan [2]int64, 1)
+	go func() {
+		a, b, _ := JoinStreams(in, out, 0)
+		done <- [2]int64{a, b}
+	}()
+	payload := bytes.Repeat([]byte("abc"), 100000)
+	go func() {
+		client.Write(payload)
+		client.(*net.TCPConn).CloseWrite()
+	}()
+	got, err := io.ReadAll(server)
+	if err != nil || !bytes.Equal(got, payload) {
+		t.Fatalf("server got %d bytes, %v", len(got), err)
+	}
+	reply := bytes.Repeat([]byte("reply;"), 50000)
+	server.Write(reply)
+	server.Close()
+	back, err := io.ReadAll(client)
+	want := append(bytes.Clone(reply), "the end"...)
+	if err != nil || !bytes.Equal(back, want) {
+		t.Fatalf("client got %d of %d bytes, ending %q, %v", len(back), len(want), back[max(0, len(back)-10):], err)
+	}
+	if n := <-done; n != [2]int64{int64(len(payload)), int64(len(want))} {
+		t.Errorf("counted %v", n)
+	}
+	if !bytes.Equal(sawIn.Bytes(), payload) || !bytes.Equal(sawOut.Bytes(), want) || ends != 1 {
+		t.Errorf("observed %d and %d bytes, end called %d times; want %d, %d, once", sawIn.Len(), sawOut.Len(), ends, len(payload), len(want))
+	}
+}
