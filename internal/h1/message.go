@@ -210,15 +210,17 @@ func (r *reader) feedChunkLine(p []byte) (int, event, error) {
 	return i + 1, evNone, nil
 }
 
-// chunkSize parses a chunk size line without its line feed, as net/http
-// does: it must end in CR and hold no other CR, trailing blanks are
-// dropped, then any extension from the first semicolon.
+// chunkSize parses a chunk size line without its line feed. As in
+// net/http, it must end in CR and hold no other CR; extensions (from the
+// first semicolon) are ignored, and so are blanks before them (RFC 9112's
+// BWS, which net/http does not allow).
 func chunkSize(line []byte) (uint64, error) {
 	line, ok := bytes.CutSuffix(line, []byte("\r"))
 	if !ok || bytes.IndexByte(line, '\r') >= 0 {
 		return 0, fmt.Errorf("%w: chunk size line does not end in CRLF", ErrMalformed)
 	}
-	line, _, _ = bytes.Cut(bytes.TrimRight(line, " \t"), []byte(";"))
+	line, _, _ = bytes.Cut(line, []byte(";"))
+	line = bytes.TrimRight(line, " \t")
 	size, err := strconv.ParseUint(string(line), 16, 64)
 	if err != nil {
 		return 0, fmt.Errorf("%w: bad chunk size %q", ErrMalformed, line)
