@@ -71,8 +71,15 @@ type request struct {
 }
 
 // Request observes bytes that go to the server, in order. Call it from
-// one goroutine, before or just after the copier writes p to the server:
-// the response to a request must not be observed before the request.
+// one goroutine. Call it before the copier writes p to the server: a
+// response observed before its request stops observing with
+// ErrUnexpectedResponse, and a fast server can answer before a copier
+// that writes first gets to call Request.
+//
+// After a request that may switch protocols (CONNECT, or one with an
+// Upgrade field) has passed whole, the bytes that follow it are held
+// (up to 1 MiB) and parsed only once its final response shows that the
+// connection still carries HTTP/1.x.
 func (c *Conn) Request(p []byte) {
 	if c.stopped.Load() || len(p) == 0 {
 		return
@@ -356,8 +363,9 @@ func (c *Conn) ResponseEOF() {
 
 // Waiting reports whether a request head has passed whose response has not
 // begun: not a byte of its final response, nor of a 1xx response, has
-// passed. Once observing has stopped (Err is not nil, or the connection
-// was upgraded) it reports false, as nothing more is known.
+// passed. Requests held after one that may switch protocols do not count
+// until its answer. Once observing has stopped (Err is not nil, or the
+// connection was upgraded) it reports false, as nothing more is known.
 func (c *Conn) Waiting() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
