@@ -502,3 +502,46 @@ func TestAccessLogSaysSwitchingProtocols(t *testing.T) {
 		t.Fatalf("access line %q, want status=101 and the 5 bytes echoed", line)
 	}
 }
+
+// TestHopByHopHeadersDropped sends a request with hop-by-hop headers of
+// the client's, to an app that answers with hop-by-hop headers of its
+// own: through every hop, the app sees none of the client's and the
+// client none of the app's. (The agent forwarding requests passes
+// HTTP/1.1 on byte for byte: the edge drops them both ways.)
+func TestHopByHopHeadersDropped(t *testing.T) {
+	t.Parallel()
+	type seen struct{ conn, hop, keep string }
+	got := make(chan seen, 1)
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- seen{strings.Join(r.Header["Connection"], ","), r.Header.Get("X-Hop"), r.Header.Get("Keep-Alive")}
+		w.Header().Set("Connection", "X-App-Hop")
+		w.Header().Set("X-App-Hop", "app")
+		w.Header().Set("Keep-Alive", "timeout=5")
+		io.WriteString(w, "ok")
+	})
+	for _, h := range hops(t, app, nil) {
+		for _, h2 := range []bool{false, true} {
+			req, _ := http.NewRequest("GET", h.url+"/hop", nil)
+			if !h2 { // HTTP/2 has no hop-by-hop headers: Go's client refuses them
+				req.Header.Set("Connection", "X-Hop")
+				req.Header.Set("X-Hop", "client")
+				req.Header.Set("Keep-Alive", "timeout=9")
+			}
+			resp, err := h.client(t, h2).Do(req)
+			if err != nil {
+				t.Fatalf("%s (h2 %v): %v", h.name, h2, err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			s := <-got
+			if s != (seen{}) {
+				t.Errorf("%s (h2 %v): the app got Connection %q, X-Hop %q, Keep-Alive %q; want none", h.name, h2, s.conn, s.hop, s.keep)
+			}
+			for _, k := range []string{"Connection", "X-App-Hop", "Keep-Alive"} {
+				if v := resp.Header.Get(k); v != "" {
+					t.Errorf("%s (h2 %v): the client got %s %q; want none", h.name, h2, k, v)
+				}
+			}
+		}
+	}
+}

@@ -3,10 +3,10 @@
 //
 // It has two modes, one type each. [Bytes] copies each conn's bytes to a
 // new connection to the app, both ways, half-closes kept, and logs a line
-// per connection; it serves any protocol (tcp, tls, http). [HTTP] reads the
-// HTTP requests the conns carry and forwards each to the app over pooled
-// connections, logging a line per request; an [inspect.Inspector] may
-// record them, to show them on its page and replay them.
+// per connection; it serves any protocol (tcp, tls, http). [HTTP] forwards
+// the HTTP requests the conns carry to the app, logging a line per
+// request; an [inspect.Inspector] may record them, to show them on its
+// page and replay them.
 //
 // Typical use, behind an agent's listener:
 //

@@ -26,21 +26,33 @@ const (
 )
 
 // HTTP forwards the HTTP requests that a listener's conns carry to a local
-// address, one by one: an http.Server reads them (HTTP/1.1, and HTTP/2
-// with prior knowledge when the app protocol is h2c) and an
-// httputil.ReverseProxy forwards each to To over pooled connections, so
-// that Logger gets one line per request, with its method, path, status,
-// bytes and duration.
+// address, one by one, so that Logger gets one line per request, with its
+// method, path, status, bytes and duration.
 //
-// The app gets each request as the edge sent it, less the hop-by-hop
-// headers (and with header names in canonical case): Host,
-// X-Forwarded-For, -Proto and -Host unchanged, no header added. Bodies and
-// trailers stream both ways, as do upgraded connections (WebSocket),
-// whose line comes when they end. When To cannot be reached, the client
-// gets 502 with Tunnelkit-Error app_unreachable, as from the edge; 502
-// app_error when the app closes without a whole response. There is no
-// PROXY protocol header: the connections to To are not one client's (the
-// app finds the client in X-Forwarded-For); use [Bytes] for one.
+// Over HTTP/1.1 (the app protocol http1, without an Inspector), each conn
+// gets a connection of its own to To, and its bytes go both ways as they
+// come, byte for byte, while a watcher finds each request and response in
+// them for its line: the app gets each request exactly as the edge sent
+// it (the edge has dropped the client's hop-by-hop headers, and drops the
+// app's from the response), and the edge the app's response as the app
+// wrote it. The edge's pool of conns is then the pool of connections to
+// the app. With an Inspector, or the app protocol h2c, an http.Server
+// reads the requests (HTTP/2 with prior knowledge for h2c) and an
+// httputil.ReverseProxy forwards each to To over pooled connections: the
+// app gets each request less the hop-by-hop headers, header names in
+// canonical case.
+//
+// Either way, Host, X-Forwarded-For, -Proto and -Host reach the app
+// unchanged, and no header is added. Bodies and trailers stream both
+// ways, as do upgraded connections (WebSocket), whose line comes when
+// they end. When To cannot be reached, the client gets 502 with
+// Tunnelkit-Error app_unreachable, as from the edge; 502 app_error when
+// the app closes without a whole response (an app that closes a kept-alive
+// connection as a request goes out closes the conn instead, as a server
+// closes an idle connection: the edge sends an idempotent request again).
+// There is no PROXY protocol header: the connections to To are not one
+// client's (the app finds the client in X-Forwarded-For); use [Bytes] for
+// one.
 //
 // Its zero value with To set is ready to use; it holds no state, so one
 // HTTP may serve several listeners at once.
@@ -115,7 +127,12 @@ func (h HTTP) Serve(l net.Listener) error {
 		},
 		ErrorLog: slog.NewLogLogger(p.logger.Handler(), slog.LevelDebug),
 	}
-	err := srv.Serve(l)
+	var err error
+	if proto == appProtocolHTTP1 && p.insp == nil {
+		err = p.serveConns(l, srv)
+	} else {
+		err = srv.Serve(l)
+	}
 	// Every request's context is done: the proxy closes the app's side of
 	// upgraded connections, which srv.Close does not know, and stops
 	// waiting for responses.
@@ -269,12 +286,7 @@ func (p *httpProxy) logRequest(r *http.Request, w *loggingWriter, start time.Tim
 	if !p.logger.Enabled(r.Context(), slog.LevelInfo) {
 		return
 	}
-	d := time.Since(start)
-	if d < 10*time.Millisecond {
-		d = d.Round(time.Microsecond)
-	} else {
-		d = d.Round(time.Millisecond)
-	}
+	d := roundDuration(time.Since(start))
 	status, n := w.status, w.bytes
 	if w.up != nil {
 		n = w.up.n.Load()

@@ -84,9 +84,11 @@ func appProtocol(h2c bool) string {
 }
 
 // TestHTTPForwardHeaders sends a request as the edge would, forwarding
-// headers included, and checks that the app gets it unchanged but for the
-// hop-by-hop headers, and that the client gets the app's response headers
-// without any added.
+// headers included, and checks that the app gets it unchanged, and that
+// the client gets the app's response headers without any added. Over
+// HTTP/1.1 both go byte for byte, hop-by-hop headers too: the edge drops
+// the client's before it sends a request, and the app's from the response
+// (edge's TestHopByHopHeadersDropped).
 func TestHTTPForwardHeaders(t *testing.T) {
 	type seen struct {
 		host, uri, proto string
@@ -133,11 +135,13 @@ func TestHTTPForwardHeaders(t *testing.T) {
 			"X-Forwarded-Host":  {"app.example.test"},
 			"Forwarded":         {"for=203.0.113.7;proto=https"},
 			"X-Custom":          {"one", "two"},
+			"Connection":        {"keep-alive, X-Hop"},
+			"X-Hop":             {"dropped"},
 		}
 		if s.host != "app.example.test" || s.uri != "/a%20b/c?x=1;y=2&z" || !reflect.DeepEqual(s.header, want) {
 			t.Errorf("the app got Host %q, URI %q, header %v\nwant app.example.test, /a%%20b/c?x=1;y=2&z, %v", s.host, s.uri, s.header, want)
 		}
-		wantResp := http.Header{"X-App": {"yes"}, "Content-Length": {"2"}}
+		wantResp := http.Header{"X-App": {"yes"}, "Content-Length": {"2"}, "Connection": {"X-App-Hop"}, "X-App-Hop": {"dropped"}}
 		if resp.StatusCode != 200 || string(body) != "ok" || !reflect.DeepEqual(resp.Header, wantResp) {
 			t.Errorf("response %d %q, header %v; want 200 \"ok\", %v", resp.StatusCode, body, resp.Header, wantResp)
 		}

@@ -20,7 +20,9 @@ type Exchange struct {
 	Status         int       // the final response's status (101 for an upgrade)
 
 	// Bytes counts the response body's bytes, as sent: the chunked
-	// framing is not counted, and for an upgrade it is 0.
+	// framing is not counted. For an upgrade, it counts the bytes of the
+	// new protocol that followed the head in the same call to Response:
+	// the copier counts those after it.
 	Bytes int64
 
 	// Upgraded reports that the connection carries another protocol from
@@ -209,7 +211,7 @@ func (c *Conn) Response(p []byte) {
 		}
 		p = p[n:]
 		if ev == evHead {
-			ended, err := c.responseHead(r.head)
+			ended, err := c.responseHead(r.head, len(p))
 			r.release()
 			if err != nil {
 				c.failLocked(err)
@@ -249,9 +251,10 @@ func (c *Conn) begin() bool {
 // 101, after which the request still awaits its final response.
 func (c *Conn) interim() bool { return c.status/100 == 1 }
 
-// responseHead takes in the head of a response that passed and sets up its
-// body. It reports whether the message ended with its head.
-func (c *Conn) responseHead(h []byte) (bool, error) {
+// responseHead takes in the head of a response that passed, with after
+// bytes after it in the same call to Response, and sets up its body. It
+// reports whether the message ended with its head.
+func (c *Conn) responseHead(h []byte, after int) (bool, error) {
 	first, rest := line(h)
 	status, atLeast11, err := statusLine(first)
 	if err != nil {
@@ -268,7 +271,7 @@ func (c *Conn) responseHead(h []byte) (bool, error) {
 		c.stopped.Store(true)
 		c.pending, c.queue = nil, nil
 		c.mu.Unlock()
-		c.done(Exchange{Method: c.cur.method, Target: c.cur.target, Start: c.cur.start, Status: status, Upgraded: true})
+		c.done(Exchange{Method: c.cur.method, Target: c.cur.target, Start: c.cur.start, Status: status, Bytes: int64(after), Upgraded: true})
 		return true, nil
 	}
 	if status/100 == 1 {
@@ -367,16 +370,28 @@ func (c *Conn) ResponseEOF() {
 // until its answer. Once observing has stopped (Err is not nil, or the
 // connection was upgraded) it reports false, as nothing more is known.
 func (c *Conn) Waiting() bool {
+	_, ok := c.Awaited()
+	return ok
+}
+
+// Awaited returns the oldest request that Waiting counts (whose response
+// has not begun), as an Exchange with its Method, Target and Start. ok is
+// false when there is none.
+func (c *Conn) Awaited() (x Exchange, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err != nil || c.upgraded {
-		return false
+		return Exchange{}, false
 	}
-	n := len(c.queue) - c.next
+	i := c.next
 	if c.started {
-		n--
+		i++
 	}
-	return n > 0
+	if i >= len(c.queue) {
+		return Exchange{}, false
+	}
+	r := c.queue[i]
+	return Exchange{Method: r.method, Target: r.target, Start: r.start}, true
 }
 
 // Err returns why observing stopped: a malformed or oversized message, or

@@ -200,7 +200,7 @@ func TestConn(t *testing.T) {
 					if x.Start.IsZero() {
 						t.Errorf("exchange %s %s has no start time", x.Method, x.Target)
 					}
-					exchanges = append(exchanges, got{x.Method, x.Target, x.Status, x.Bytes, x.Upgraded})
+					exchanges = append(exchanges, got{x.Method, x.Target, x.Status, bodyBytes(x), x.Upgraded})
 				}}
 				for i, st := range tt.steps {
 					switch {
@@ -324,5 +324,48 @@ func TestConcurrent(t *testing.T) {
 	}
 	if i != n || c.Err() != nil || c.Waiting() {
 		t.Fatalf("%d exchanges, Err %v, Waiting %v", i, c.Err(), c.Waiting())
+	}
+}
+
+// TestAwaited follows the method of the oldest request whose response has
+// not begun, through pipelined requests.
+func TestAwaited(t *testing.T) {
+	var c Conn
+	want := func(method string, ok bool) {
+		t.Helper()
+		if x, o := c.Awaited(); x.Method != method || o != ok || ok && (x.Target == "" || x.Start.IsZero()) {
+			t.Errorf("Awaited() = %+v, %v; want %q, %v", x, o, method, ok)
+		}
+	}
+	want("", false)
+	c.Request([]byte("GET /a HTTP/1.1\r\nHost: x\r\n\r\nHEAD /b HTTP/1.1\r\nHost: x\r\n\r\n"))
+	want("GET", true)
+	c.Response([]byte("HTTP/1.1 200 OK\r\n"))
+	want("HEAD", true)
+	c.Response([]byte("Content-Length: 2\r\n\r\nok"))
+	want("HEAD", true)
+	c.Response([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"))
+	want("", false)
+}
+
+// bodyBytes returns x.Bytes, but 0 for an upgrade, whose Bytes depend on
+// how its bytes were split (TestUpgradeBytes checks them).
+func bodyBytes(x Exchange) int64 {
+	if x.Upgraded {
+		return 0
+	}
+	return x.Bytes
+}
+
+// TestUpgradeBytes checks the Bytes of an upgrade: those of the new
+// protocol that came with its head.
+func TestUpgradeBytes(t *testing.T) {
+	var got []Exchange
+	c := &Conn{Done: func(x Exchange) { got = append(got, x) }}
+	c.Request([]byte("GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n"))
+	c.Response([]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\nhello"))
+	c.Response([]byte("more"))
+	if len(got) != 1 || !got[0].Upgraded || got[0].Status != 101 || got[0].Bytes != int64(len("hello")) {
+		t.Errorf("exchanges %+v; want one upgrade with 5 bytes", got)
 	}
 }

@@ -81,7 +81,7 @@ func check(t *testing.T, r *rand.Rand, reqs, resps []byte) {
 	}
 	var exchanges []got
 	c := &Conn{Done: func(x Exchange) {
-		exchanges = append(exchanges, got{x.Method, x.Target, x.Status, x.Bytes, x.Upgraded})
+		exchanges = append(exchanges, got{x.Method, x.Target, x.Status, bodyBytes(x), x.Upgraded})
 	}}
 	observe(r, s, string(reqs), c.Request)
 	observe(r, s, string(resps), c.Response)
