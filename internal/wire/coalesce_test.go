@@ -21,11 +21,12 @@ func TestFramerHoldsFramesBack(t *testing.T) {
 	large := payload(copyLimit + 1)
 	n := maxOut/(headerSize+len(small)) + 1 // frames: the last makes maxOut bytes held
 	tests := []struct {
-		name  string
-		run   func(t *testing.T, f *framer, more *bool)
-		want  []frame.Frame
-		tail  []byte // raw bytes after want's
-		write int    // Write calls
+		name   string
+		socket bool // the framer writes to a kernel socket (writev)
+		run    func(t *testing.T, f *framer, more *bool)
+		want   []frame.Frame
+		tail   []byte // raw bytes after want's
+		write  int    // Write calls
 	}{{
 		name: "held, then written with the next",
 		run: func(t *testing.T, f *framer, more *bool) {
@@ -61,13 +62,23 @@ func TestFramerHoldsFramesBack(t *testing.T) {
 		tail:  resetFrames(1),
 		write: 1,
 	}, {
-		name: "held, then a large frame: one writev of two buffers",
+		name:   "held, then a large frame to a socket: one writev of two buffers",
+		socket: true,
 		run: func(t *testing.T, f *framer, more *bool) {
 			write(t, f, packData(t, 1, small, false, true))
 			write(t, f, packData(t, 3, large, false, true))
 		},
 		want:  []frame.Frame{packData(t, 1, small, false, true), packData(t, 3, large, false, true)},
 		write: 2, // the recorder takes net.Buffers a buffer at a time
+	}, {
+		name: "held, then a large frame to another writer: copied, one Write",
+		run: func(t *testing.T, f *framer, more *bool) {
+			write(t, f, packData(t, 1, small, false, true))
+			*more = false
+			write(t, f, packData(t, 3, large, false, true))
+		},
+		want:  []frame.Frame{packData(t, 1, small, false, true), packData(t, 3, large, false, true)},
+		write: 1,
 	}, {
 		name: "held, then a GOAWAY",
 		run: func(t *testing.T, f *framer, more *bool) {
@@ -96,6 +107,7 @@ func TestFramerHoldsFramesBack(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var rec recorder
 			f := newFramer(bytes.NewReader(nil), &rec, windowHold)
+			f.writev = tt.socket
 			more := true
 			f.hold = func(uint32, bool) bool { return more }
 			tt.run(t, f, &more)

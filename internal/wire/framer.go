@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"golang.ngrok.com/muxado/v2/frame"
 )
@@ -32,7 +33,10 @@ const (
 	maxHeld = 16
 
 	// copyLimit is the largest payload the framer copies to write it with
-	// its header in one Write; larger ones go as net.Buffers (writev on TCP).
+	// its header in one Write; larger ones go as net.Buffers (writev) to a
+	// kernel socket. To any other writer (a TLS conn, whose every Write
+	// makes records of its own), every payload is copied: one Write a
+	// frame.
 	copyLimit = 16 << 10
 
 	// maxOut is the most bytes of frames the framer holds back to write
@@ -78,7 +82,8 @@ func NewFramer(r io.Reader, w io.Writer) frame.Framer {
 }
 
 func newFramer(r io.Reader, w io.Writer, hold uint32) *framer {
-	f := &framer{w: w, windowHold: hold}
+	_, writev := w.(syscall.Conn)
+	f := &framer{w: w, windowHold: hold, writev: writev}
 	f.stock = frame.NewFramer(newConnReader(r), w)
 	f.held = f.heldArr[:0]
 	return f
@@ -109,6 +114,7 @@ type framer struct {
 	// this framer does not encode itself (GOAWAY).
 	stock      frame.Framer
 	w          io.Writer
+	writev     bool // w is a kernel socket: large payloads go as net.Buffers
 	windowHold uint32
 
 	held    []heldInc // window updates not sent yet, one per stream
@@ -274,7 +280,7 @@ func (f *framer) write(head, payload []byte, later bool) error {
 	f.held = f.held[:0]
 	b = append(b, head...)
 	var err error
-	if len(payload) <= copyLimit {
+	if len(payload) <= copyLimit || !f.writev {
 		b = append(b, payload...)
 		if later && len(b) < maxOut {
 			*bp = b
