@@ -268,3 +268,13 @@ func TestHeldFrameWrittenWhenTheNextOneFails(t *testing.T) {
 		t.Fatalf("read %q, %v; want held", buf, err)
 	}
 }
+
+// TestSessionHold keeps a session's held window updates well below its
+// window, for every window a preamble may set.
+func TestSessionHold(t *testing.T) {
+	for _, w := range []uint32{MinWindow, DefaultWindow, MaxWindow} {
+		if h := sessionHold(w); h == 0 || h > w/4 {
+			t.Errorf("window %d: hold %d, want (0, %d]", w, h, w/4)
+		}
+	}
+}

@@ -26,7 +26,9 @@ const (
 	// frame. It must be well below the window: held updates keep at most
 	// windowHold of a stream's window from its sender, so the sender
 	// always has window-windowHold to send into once the reader has read.
-	// It is at most half of MinWindow.
+	// It is at most half of MinWindow: what NewFramer holds, not knowing
+	// the window. A Session's framer holds a quarter of its window (see
+	// sessionHold).
 	windowHold = DefaultWindow / 8
 
 	// maxHeld bounds the streams with held window updates.
@@ -80,6 +82,13 @@ const (
 func NewFramer(r io.Reader, w io.Writer) frame.Framer {
 	return newFramer(r, w, windowHold)
 }
+
+// sessionHold is the windowHold of a session whose streams have window
+// bytes of window each: a quarter of it, so that a stream's sender always
+// has three quarters of its window to send into, and its reader's updates
+// cost a frame every quarter window (a write at one end and a read at the
+// other; 16 per MiB of a download at the default window).
+func sessionHold(window uint32) uint32 { return window / 4 }
 
 func newFramer(r io.Reader, w io.Writer, hold uint32) *framer {
 	_, writev := w.(syscall.Conn)

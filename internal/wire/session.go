@@ -63,7 +63,7 @@ func NewSession(conn net.Conn, window uint32, client bool, backlog uint32) *Sess
 		MaxWindowSize: window,
 		AcceptBacklog: backlog,
 		NewFramer: func(r io.Reader, w io.Writer) frame.Framer {
-			s.fr = newFramer(r, w, windowHold)
+			s.fr = newFramer(r, w, sessionHold(window))
 			s.fr.onReset = s.peerReset
 			s.fr.onEnd = s.ended
 			s.fr.onData = s.received
