@@ -545,3 +545,50 @@ func TestHopByHopHeadersDropped(t *testing.T) {
 		}
 	}
 }
+
+// TestMalformedAppResponse has the app answer with bytes that are not a
+// valid HTTP response: the tunnel answers as the baseline does (a 502, or
+// no answer for a body that breaks after its head), and the forwarder
+// that watches the bytes (the agent forwarding requests) passes them on
+// and stops watching, without a panic or a hang.
+func TestMalformedAppResponse(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, answer string }{
+		{"garbage", "SSH-2.0-OpenSSH_9.6\r\n\r\n"},
+		{"bad status", "HTTP/1.1 abc Nope\r\nContent-Length: 0\r\n\r\n"},
+		{"conflicting lengths", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok"},
+		{"bad chunk", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nok\r\n0\r\n\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				c, _, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				io.WriteString(c, tc.answer)
+			})
+			var want string
+			for i, h := range hops(t, app, nil) {
+				got := "no answer"
+				resp, err := h.client(t, false).Get(h.url + "/x")
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					got = resp.Status
+					if err != nil {
+						got += ", broken body"
+					}
+				}
+				if i == 0 {
+					want = got // the baseline's
+					continue
+				}
+				if got != want {
+					t.Errorf("%s: %s; the baseline: %s", h.name, got, want)
+				}
+			}
+		})
+	}
+}

@@ -700,3 +700,37 @@ func BenchmarkForwarder(b *testing.B) {
 		b.ReportMetric(float64(inBytes)/float64(inHTTP), "speed-vs-bytes")
 	})
 }
+
+// TestHTTPForwardMalformedRequest sends bytes that are not an HTTP/1.1
+// request straight to the forwarder (the edge never sends such): they
+// reach the app as they are, whose 400 reaches the client, and the
+// forwarder logs no request line for them.
+func TestHTTPForwardMalformedRequest(t *testing.T) {
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	var log testtools.Buffer
+	addr, stop := startForwarder(t, forward.HTTP{To: serveApp(t, app, false), Logger: debugLogger(&log)})
+	for _, req := range []string{
+		"GARBAGE\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+		"GET / HTTP/1.1\r\n" + strings.Repeat("X-Big: "+strings.Repeat("a", 1000)+"\r\n", 2000) + "\r\n",
+	} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		go io.WriteString(c, req)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%.20q: %v", req, err)
+		}
+		if resp.StatusCode/100 != 4 {
+			t.Errorf("%.20q: %s, want the app's 4xx", req, resp.Status)
+		}
+		c.Close()
+	}
+	stop()
+	if strings.Contains(log.String(), "msg=http ") {
+		t.Errorf("log:\n%s\nwant no request line", log.String())
+	}
+}
