@@ -593,3 +593,53 @@ func TestMalformedAppResponse(t *testing.T) {
 		})
 	}
 }
+
+// TestAppClosesKeptAliveConnection has the app close a kept-alive
+// connection as the next request arrives on it, without answering (as an
+// app whose keep-alive timeout ends just then does): the tunnel answers as
+// the baseline does, sending an idempotent request again on a new
+// connection, and answering 502 for a POST.
+func TestAppClosesKeptAliveConnection(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	served := map[string]int{} // requests per app connection
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		served[r.RemoteAddr]++
+		n := served[r.RemoteAddr]
+		mu.Unlock()
+		if n == 2 {
+			if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				c.Close()
+			}
+			return
+		}
+		io.WriteString(w, "ok")
+	})
+	for _, method := range []string{"GET", "POST"} {
+		var want string
+		for i, h := range hops(t, app, nil) {
+			c := h.client(t, false)
+			var got []string
+			for range 2 {
+				req, _ := http.NewRequest(method, h.url+"/k", nil)
+				resp, err := c.Do(req)
+				if err != nil {
+					got = append(got, "error")
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				got = append(got, resp.Status)
+			}
+			if i == 0 {
+				want = strings.Join(got, ", ") // the baseline's
+				continue
+			}
+			if g := strings.Join(got, ", "); g != want {
+				t.Errorf("%s %s: %s; the baseline: %s", method, h.name, g, want)
+			}
+		}
+		t.Logf("%s: %s", method, want)
+	}
+}
