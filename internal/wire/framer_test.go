@@ -634,7 +634,11 @@ func TestMuxConfig(t *testing.T) {
 }
 
 // Benchmarks of a bare muxado session over TCP, stock framer against this
-// one: a 64-byte echo on an open stream, and one-way bulk in 32 KiB writes.
+// one, and against the TCP connection alone (the "tcp" case: what any
+// multiplexer on it could reach): a 64-byte echo on an open stream, and
+// one-way bulk in 32 KiB writes.
+//
+//	go test ./internal/wire -run '^$' -bench 'Mux(PingPong|Bulk)' -count 3
 
 func benchSessions(b *testing.B, nf func(io.Reader, io.Writer) frame.Framer) (muxado.Session, muxado.Session) {
 	p := pairing{client: nf, server: nf}
@@ -647,6 +651,19 @@ var framers = []struct {
 }{{"stock", nil}, {"framer", NewFramer}}
 
 func BenchmarkMuxPingPong(b *testing.B) {
+	b.Run("tcp", func(b *testing.B) {
+		c, s := tcpPair(b)
+		go io.Copy(s, s)
+		buf := make([]byte, 64)
+		for b.Loop() {
+			if _, err := c.Write(buf); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.ReadFull(c, buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	for _, f := range framers {
 		b.Run(f.name, func(b *testing.B) {
 			client, server := benchSessions(b, f.nf)
@@ -675,6 +692,17 @@ func BenchmarkMuxPingPong(b *testing.B) {
 }
 
 func BenchmarkMuxBulk(b *testing.B) {
+	b.Run("tcp", func(b *testing.B) {
+		c, s := tcpPair(b)
+		go io.Copy(io.Discard, struct{ io.Reader }{s}) // a plain read loop, no splice
+		buf := make([]byte, 32<<10)
+		b.SetBytes(int64(len(buf)))
+		for b.Loop() {
+			if _, err := c.Write(buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	for _, f := range framers {
 		b.Run(f.name, func(b *testing.B) {
 			client, server := benchSessions(b, f.nf)
