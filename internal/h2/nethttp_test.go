@@ -32,7 +32,7 @@ type proxy struct {
 	reqs    []*bytes.Buffer // the bytes of each connection, if record
 	resps   []*bytes.Buffer
 	record  bool
-	open    int // connections being served
+	open    int          // connections being served
 	stop    func() error // closes the server
 }
 
