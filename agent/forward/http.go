@@ -29,27 +29,29 @@ const (
 // address, one by one, so that Logger gets one line per request, with its
 // method, path, status, bytes and duration.
 //
-// Over HTTP/1.1 (the app protocol http1, without an Inspector), each conn
-// gets a connection of its own to To, and its bytes go both ways as they
-// come, byte for byte, while a watcher finds each request and response in
-// them for its line: the app gets each request exactly as the edge sent
-// it (the edge has dropped the client's hop-by-hop headers, and drops the
-// app's from the response), and the edge the app's response as the app
-// wrote it. The edge's pool of conns is then the pool of connections to
-// the app. With an Inspector, or the app protocol h2c, an http.Server
-// reads the requests (HTTP/2 with prior knowledge for h2c) and an
-// httputil.ReverseProxy forwards each to To over pooled connections: the
-// app gets each request less the hop-by-hop headers, header names in
-// canonical case.
+// Each conn gets a connection of its own to To, and its bytes go both ways
+// as they come, byte for byte, while a watcher finds each request and
+// response in them for its line: HTTP/1.1 messages for the app protocol
+// http1, HTTP/2 frames (prior knowledge) for h2c. So the app gets each
+// request exactly as the edge sent it (the edge has dropped the client's
+// hop-by-hop headers, and drops the app's from the response), and the edge
+// the app's response as the app wrote it; the edge's pool of conns is the
+// pool of connections to the app. With an Inspector, and for a conn whose
+// app cannot be reached, an http.Server reads the requests instead
+// (HTTP/2 with prior knowledge for h2c) and an httputil.ReverseProxy
+// forwards each to To over pooled connections: the app gets each request
+// less the hop-by-hop headers, header names in canonical case.
 //
 // Either way, Host, X-Forwarded-For, -Proto and -Host reach the app
 // unchanged, and no header is added. Bodies and trailers stream both
 // ways, as do upgraded connections (WebSocket), whose line comes when
 // they end. When To cannot be reached, the client gets 502 with
 // Tunnelkit-Error app_unreachable, as from the edge; 502 app_error when
-// the app closes without a whole response (an app that closes a kept-alive
-// connection as a request goes out closes the conn instead, as a server
-// closes an idle connection: the edge sends an idempotent request again).
+// the HTTP/1.1 app closes without a whole response (an app that closes a
+// kept-alive connection as a request goes out closes the conn instead, as
+// a server closes an idle connection: the edge sends an idempotent request
+// again). An h2c app's resets and closes reach the edge as the app sent
+// them, and a line for a stream reset before its end says reset=true.
 // There is no PROXY protocol header: the connections to To are not one
 // client's (the app finds the client in X-Forwarded-For); use [Bytes] for
 // one.
@@ -128,8 +130,8 @@ func (h HTTP) Serve(l net.Listener) error {
 		ErrorLog: slog.NewLogLogger(p.logger.Handler(), slog.LevelDebug),
 	}
 	var err error
-	if proto == appProtocolHTTP1 && p.insp == nil {
-		err = p.serveConns(l, srv)
+	if p.insp == nil {
+		err = p.serveConns(l, srv, proto == appProtocolH2C)
 	} else {
 		err = srv.Serve(l)
 	}

@@ -13,36 +13,40 @@ import (
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/internal/h1"
+	"github.com/tunnelkit/tunnelkit/internal/h2"
 	"github.com/tunnelkit/tunnelkit/internal/pipe"
 )
 
-// Forwarding HTTP/1.1 without parsing it twice. The edge has read each
+// Forwarding HTTP without parsing it twice. The edge has read each
 // client's request already, and sends the app's response on as it reads
-// it; a conn from the edge carries requests one after another, each sent
-// whole and clean (the client's hop-by-hop headers gone). So an HTTP/1.1
-// conn gets a connection of its own to the app, and their bytes are copied
-// both ways as they come, as Bytes copies them, while an h1.Conn watches
-// the messages pass for each request's log line: no second parse into
-// requests, no ReverseProxy, no pooled transport and its goroutines.
-// The connection to the app lives as long as the conn: the edge's pool of
+// it; a conn from the edge carries requests one after another (HTTP/1.1),
+// or as streams of one HTTP/2 connection (h2c), each sent whole and clean
+// (the client's hop-by-hop headers gone). So a conn gets a connection of
+// its own to the app, and their bytes are copied both ways as they come,
+// as Bytes copies them, while a watcher (h1.Conn, h2.Conn) sees the
+// messages pass for each request's log line: no second parse into
+// requests, no ReverseProxy, no pooled transport and its goroutines. The
+// connection to the app lives as long as the conn: the edge's pool of
 // conns is the pool of connections to the app.
 //
-// What net/http would do for a request the app did not answer, this does
-// from what the watcher saw: an app that cannot be reached, or that
-// closes a connection before answering its first request, gets the
-// client a 502 app_error or app_unreachable, as the ReverseProxy path
-// answers. An app that closes a connection that carried requests before
-// (its keep-alive timeout) as the next request goes out gets the conn
-// closed with no answer, as a server's close of an idle connection looks:
-// the edge sends an idempotent request again on a new conn, as a
-// Transport would, and answers 502 for any other.
+// What net/http would do for an HTTP/1.1 request the app did not answer,
+// this does from what the watcher saw: an app that closes a connection
+// before answering its first request gets the client a 502 app_error, as
+// the ReverseProxy path answers. An app that closes a connection that
+// carried requests before (its keep-alive timeout) as the next request
+// goes out gets the conn closed with no answer, as a server's close of an
+// idle connection looks: the edge sends an idempotent request again on a
+// new conn, as a Transport would, and answers 502 for any other. An app
+// that cannot be reached gets its conn served by the ReverseProxy path,
+// which answers 502 app_unreachable and tries the app again for each
+// request.
 
 // serveConns serves l's conns as described above, handing a conn whose
 // app cannot be reached to srv (which answers each of its requests with a
 // 502, trying the app again for each). It returns when l's Accept fails,
 // with its error, once it has closed the conns it still serves and they
 // ended.
-func (p *httpProxy) serveConns(l net.Listener, srv interface{ Serve(net.Listener) error }) error {
+func (p *httpProxy) serveConns(l net.Listener, srv interface{ Serve(net.Listener) error }, h2c bool) error {
 	q := &connQueue{addr: l.Addr(), conns: make(chan net.Conn), done: make(chan struct{})}
 	served := make(chan struct{})
 	go func() {
@@ -76,19 +80,23 @@ func (p *httpProxy) serveConns(l net.Listener, srv interface{ Serve(net.Listener
 				delete(conns, c)
 				mu.Unlock()
 			}()
-			p.forwardConn(c, q)
+			p.forwardConn(c, q, h2c)
 		})
 	}
 }
 
 // forwardConn forwards the requests of one conn over a connection of its
 // own to the app (see serveConns).
-func (p *httpProxy) forwardConn(c net.Conn, q *connQueue) {
+func (p *httpProxy) forwardConn(c net.Conn, q *connQueue, h2c bool) {
 	up, err := p.transport.DialContext(p.ctx, "tcp", p.to)
 	if err != nil {
 		if !q.give(c) {
 			c.Close()
 		}
+		return
+	}
+	if h2c {
+		p.forwardH2C(c, up)
 		return
 	}
 	client := c.RemoteAddr().String()
@@ -138,6 +146,30 @@ func (p *httpProxy) forwardConn(c net.Conn, q *connQueue) {
 	}
 }
 
+// forwardH2C forwards the HTTP/2 connection (prior knowledge) that conn c
+// carries over up, a connection of its own to the app, watched by an
+// h2.Conn for each request's line. The edge sends one such connection per
+// public connection, and its requests as streams of it. An app that
+// closes the connection, or resets a stream, is seen by the edge as it
+// did it: the edge answers as it answers for any upstream.
+func (p *httpProxy) forwardH2C(c, up net.Conn) {
+	client := c.RemoteAddr().String()
+	var obs h2.Conn
+	obs.Done = func(x h2.Exchange) {
+		var attrs []slog.Attr
+		if x.Reset {
+			attrs = append(attrs, slog.Bool("reset", true))
+		}
+		p.logExchange(h1.Exchange{Method: x.Method, Target: x.Target, Start: x.Start, Status: x.Status}, x.Bytes, client, attrs...)
+	}
+	in := pipe.Observe(c, obs.Request, nil)
+	out := pipe.Observe(up, obs.Response, func() []byte { obs.ResponseEOF(); return nil })
+	pipe.JoinStreams(in, out, 0)
+	if err := obs.Err(); err != nil {
+		p.logger.Debug("http: the requests of a connection are not logged", "client", client, "err", err)
+	}
+}
+
 // upgraded is an exchange that upgraded its connection.
 type upgraded struct {
 	x    h1.Exchange
@@ -163,17 +195,17 @@ func appError(method string, err error) (resp []byte, body int) {
 }
 
 // logExchange writes an exchange's line, as logRequest does.
-func (p *httpProxy) logExchange(x h1.Exchange, bytes int64, client string) {
+func (p *httpProxy) logExchange(x h1.Exchange, bytes int64, client string, attrs ...slog.Attr) {
 	if !p.logger.Enabled(context.Background(), slog.LevelInfo) {
 		return
 	}
-	p.logger.LogAttrs(context.Background(), slog.LevelInfo, "http",
+	p.logger.LogAttrs(context.Background(), slog.LevelInfo, "http", append([]slog.Attr{
 		slog.String("method", printable(x.Method, 32)),
 		slog.String("path", printable(requestPath(x.Target), 256)),
 		slog.Int("status", x.Status),
 		slog.Int64("bytes", bytes),
 		slog.Duration("duration", roundDuration(time.Since(x.Start))),
-		slog.String("client", client))
+		slog.String("client", client)}, attrs...)...)
 }
 
 // requestPath returns the path of a request-target, unescaped, as
