@@ -131,26 +131,29 @@ func write(t *testing.T, f *framer, fr frame.Frame) {
 	}
 }
 
-// writeCounter counts its Writes.
+// writeCounter counts its Writes, each of which takes delay more.
 type writeCounter struct {
 	net.Conn
 	writes atomic.Int64
+	delay  time.Duration
 }
 
 func (c *writeCounter) Write(p []byte) (int, error) {
 	c.writes.Add(1)
+	time.Sleep(c.delay)
 	return c.Conn.Write(p)
 }
 
 // TestSessionWritesFramesTogether has 64 streams of one session send
-// small messages at once, and checks that each arrives whole, in order,
-// and that the session wrote fewer times than it sent frames: the
-// framer wrote frames of several streams together. No frame waits for
+// small messages at once over a connection whose every Write takes 100 µs
+// (a busy socket), and checks that each arrives whole, in order, and that
+// the session wrote fewer times than it sent frames: the frames that
+// queued behind a Write went together in the next. No frame waits for
 // good: every write returns once the peer read it.
 func TestSessionWritesFramesTogether(t *testing.T) {
 	t.Parallel()
 	a, b := tcpPair(t)
-	ca := &writeCounter{Conn: a}
+	ca := &writeCounter{Conn: a, delay: 100 * time.Microsecond}
 	client := NewSession(ca, DefaultWindow, true, 0)
 	server := NewSession(b, DefaultWindow, false, 0)
 	t.Cleanup(func() { client.Close(); server.Close() })

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -176,16 +175,11 @@ func (f *framer) WriteFrame(fr frame.Frame) error {
 		}
 		var b [headerSize]byte
 		putHeader(b[:], len(p), frame.TypeData, fr.Flags(), fr.StreamId())
-		later := f.hold != nil && f.hold(uint32(fr.StreamId()), true)
-		if !later && f.hold != nil && len(p) <= copyLimit {
-			// The last small frame on its way: let the goroutines that
-			// are ready to run (the session's other writers, under load)
-			// hand theirs to muxado first, so that they go in this
-			// Write. With none ready, this returns at once.
-			runtime.Gosched()
-			later = f.holding()
-		}
-		return f.write(b[:], p, later)
+		// The framer does not yield to let other writers catch up: under
+		// a loaded scheduler a yield is a whole round of it, and the
+		// requests of a session under attack then waited for seconds
+		// (TestStalledReadersHoldTheirBound).
+		return f.write(b[:], p, f.hold != nil && f.hold(uint32(fr.StreamId()), true))
 	case *frame.WndInc:
 		return f.windowUpdate(fr.StreamId(), fr.WindowIncrement())
 	case *frame.Rst:
