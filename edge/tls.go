@@ -18,6 +18,7 @@ import (
 	"golang.org/x/crypto/acme"
 	"golang.org/x/crypto/acme/autocert"
 
+	"github.com/tunnelkit/tunnelkit/internal/pipe"
 	"github.com/tunnelkit/tunnelkit/router"
 	"github.com/tunnelkit/tunnelkit/sni"
 )
@@ -38,7 +39,7 @@ type terminating struct {
 	acme     *certManager // nil without ACME
 	acmeHTTP http.Handler // its HTTP-01 challenges
 	leaves   []*tls.Certificate
-	queue    *connQueue
+	queue    *pipe.Queue
 	hs       *http.Server
 	// handshakes bounds the handshakes under way per client source.
 	handshakes sourceCount
@@ -89,7 +90,7 @@ func (s *Server) tlsTerm() *terminating {
 			return s.policyTLS(hello, base)
 		}
 		t.agents = s.agentTLSConfig()
-		t.queue = newConnQueue()
+		t.queue = pipe.NewQueue(queueAddr{})
 		t.handshakes.max, t.handshakes.stop = s.cfg.handshakesPerSource, s.stopping
 		t.hs = s.newHTTPServer(http.HandlerFunc(s.serveHTTPS), "https")
 		p := new(http.Protocols)
@@ -158,7 +159,7 @@ func (s *Server) terminate(c net.Conn) {
 		tc.Close()
 		return
 	}
-	if !t.queue.push(tc) {
+	if !t.queue.Push(tc) {
 		tc.Close()
 	}
 }
@@ -185,48 +186,12 @@ func (s *Server) serveTerminated() {
 		if t.acme != nil {
 			// Closing the server closes the queue (t.hs serves it),
 			// which stops the certificates' upkeep and every order.
-			s.wg.Go(func() { t.acme.maintain(t.queue.done) })
+			s.wg.Go(func() { t.acme.maintain(t.queue.Done()) })
 		}
 	})
 }
 
-// connQueue is a net.Listener whose conns are pushed to it.
-type connQueue struct {
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
-}
-
-func newConnQueue() *connQueue {
-	return &connQueue{conns: make(chan net.Conn), done: make(chan struct{})}
-}
-
-// push hands c to Accept, and reports false once the queue is closed.
-func (q *connQueue) push(c net.Conn) bool {
-	select {
-	case q.conns <- c:
-		return true
-	case <-q.done:
-		return false
-	}
-}
-
-func (q *connQueue) Accept() (net.Conn, error) {
-	select {
-	case c := <-q.conns:
-		return c, nil
-	case <-q.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (q *connQueue) Close() error {
-	q.once.Do(func() { close(q.done) })
-	return nil
-}
-
-func (q *connQueue) Addr() net.Addr { return queueAddr{} }
-
+// queueAddr is the address of the queue of TLS conns terminated here.
 type queueAddr struct{}
 
 func (queueAddr) Network() string { return "tls" }

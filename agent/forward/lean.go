@@ -47,7 +47,7 @@ import (
 // with its error, once it has closed the conns it still serves and they
 // ended.
 func (p *httpProxy) serveConns(l net.Listener, srv interface{ Serve(net.Listener) error }, h2c bool) error {
-	q := &connQueue{addr: l.Addr(), conns: make(chan net.Conn), done: make(chan struct{})}
+	q := pipe.NewQueue(l.Addr())
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -87,10 +87,10 @@ func (p *httpProxy) serveConns(l net.Listener, srv interface{ Serve(net.Listener
 
 // forwardConn forwards the requests of one conn over a connection of its
 // own to the app (see serveConns).
-func (p *httpProxy) forwardConn(c net.Conn, q *connQueue, h2c bool) {
+func (p *httpProxy) forwardConn(c net.Conn, q *pipe.Queue, h2c bool) {
 	up, err := p.transport.DialContext(p.ctx, "tcp", p.to)
 	if err != nil {
-		if !q.give(c) {
+		if !q.Push(c) {
 			c.Close()
 		}
 		return
@@ -226,37 +226,3 @@ func roundDuration(d time.Duration) time.Duration {
 	}
 	return d.Round(time.Millisecond)
 }
-
-// connQueue is a net.Listener of the conns handed to it.
-type connQueue struct {
-	addr  net.Addr
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
-}
-
-// give hands c to the listener's Accept; false once it is closed.
-func (q *connQueue) give(c net.Conn) bool {
-	select {
-	case q.conns <- c:
-		return true
-	case <-q.done:
-		return false
-	}
-}
-
-func (q *connQueue) Accept() (net.Conn, error) {
-	select {
-	case c := <-q.conns:
-		return c, nil
-	case <-q.done:
-		return nil, fmt.Errorf("forward: %w", net.ErrClosed)
-	}
-}
-
-func (q *connQueue) Close() error {
-	q.once.Do(func() { close(q.done) })
-	return nil
-}
-
-func (q *connQueue) Addr() net.Addr { return q.addr }

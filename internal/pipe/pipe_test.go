@@ -2,6 +2,7 @@ package pipe
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"testing"
@@ -127,5 +128,39 @@ func TestObserve(t *testing.T) {
 	}
 	if !bytes.Equal(sawIn.Bytes(), payload) || !bytes.Equal(sawOut.Bytes(), want) || ends != 1 {
 		t.Errorf("observed %d and %d bytes, end called %d times; want %d, %d, once", sawIn.Len(), sawOut.Len(), ends, len(payload), len(want))
+	}
+}
+
+// TestQueue hands conns to a Queue's Accept, and closes it: a Push then
+// fails, and Accept returns net.ErrClosed.
+func TestQueue(t *testing.T) {
+	addr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}
+	q := NewQueue(addr)
+	if q.Addr() != addr {
+		t.Errorf("Addr() = %v, want %v", q.Addr(), addr)
+	}
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	pushed := make(chan bool, 1)
+	go func() { pushed <- q.Push(a) }()
+	if c, err := q.Accept(); c != a || err != nil {
+		t.Fatalf("Accept() = %v, %v; want the conn pushed", c, err)
+	}
+	if !<-pushed {
+		t.Error("Push reported false before Close")
+	}
+	q.Close()
+	q.Close()
+	if q.Push(b) {
+		t.Error("Push after Close reported true")
+	}
+	if _, err := q.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Accept after Close: %v, want net.ErrClosed", err)
+	}
+	select {
+	case <-q.Done():
+	default:
+		t.Error("Done not closed after Close")
 	}
 }
