@@ -288,7 +288,6 @@ func (p *httpProxy) logRequest(r *http.Request, w *loggingWriter, start time.Tim
 	if !p.logger.Enabled(r.Context(), slog.LevelInfo) {
 		return
 	}
-	d := roundDuration(time.Since(start))
 	status, n := w.status, w.bytes
 	if w.up != nil {
 		n = w.up.n.Load()
@@ -296,13 +295,23 @@ func (p *httpProxy) logRequest(r *http.Request, w *loggingWriter, start time.Tim
 	if status == 0 {
 		status = http.StatusOK // what net/http sends for a handler that wrote nothing
 	}
-	p.logger.LogAttrs(r.Context(), slog.LevelInfo, "http",
-		slog.String("method", printable(r.Method, 32)),
-		slog.String("path", printable(r.URL.Path, 256)),
+	p.logLine(r.Context(), r.Method, r.URL.Path, status, n, start, r.RemoteAddr)
+}
+
+// logLine writes a request's line: its method, path (unescaped), status,
+// the bytes of its response body, its duration since start, the client,
+// and attrs.
+func (p *httpProxy) logLine(ctx context.Context, method, path string, status int, bytes int64, start time.Time, client string, attrs ...slog.Attr) {
+	if !p.logger.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	p.logger.LogAttrs(ctx, slog.LevelInfo, "http", append([]slog.Attr{
+		slog.String("method", printable(method, 32)),
+		slog.String("path", printable(path, 256)),
 		slog.Int("status", status),
-		slog.Int64("bytes", n),
-		slog.Duration("duration", d),
-		slog.String("client", r.RemoteAddr))
+		slog.Int64("bytes", bytes),
+		slog.Duration("duration", roundDuration(time.Since(start))),
+		slog.String("client", client)}, attrs...)...)
 }
 
 // proxyError answers a request the app did not answer, as the edge does:
@@ -318,7 +327,7 @@ func (p *httpProxy) proxyError(w http.ResponseWriter, r *http.Request, err error
 		// way toward the edge and the client, not with a 502.
 		return
 	}
-	code, msg := "app_error", "the app closed the connection without a whole response"
+	code, msg := "app_error", msgAppError
 	var de *dialError
 	if errors.As(err, &de) {
 		code, msg = "app_unreachable", "the app behind the tunnel cannot be reached"
@@ -335,7 +344,16 @@ func (p *httpProxy) proxyError(w http.ResponseWriter, r *http.Request, err error
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Tunnelkit-Error", code)
 	w.WriteHeader(http.StatusBadGateway)
-	io.WriteString(w, code+": "+msg+": "+printable(err.Error(), 1024)+"\n")
+	io.WriteString(w, errorText(code, msg, err))
+}
+
+// msgAppError says what app_error means.
+const msgAppError = "the app closed the connection without a whole response"
+
+// errorText is the plain-text body of a 502 the forwarder answers: the
+// code, what it means, and the error.
+func errorText(code, msg string, err error) string {
+	return code + ": " + msg + ": " + printable(err.Error(), 1024) + "\n"
 }
 
 // close waits for the running requests, then closes the connections to

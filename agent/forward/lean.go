@@ -115,7 +115,7 @@ func (p *httpProxy) forwardConn(c net.Conn, q *pipe.Queue, h2c bool) {
 			upgrade = &upgraded{x: x, from: sent - x.Bytes}
 			return
 		}
-		p.logExchange(x, x.Bytes, client)
+		p.logLine(context.Background(), x.Method, requestPath(x.Target), x.Status, x.Bytes, x.Start, client)
 	}
 	in := pipe.Observe(c, obs.Request, nil)
 	out := pipe.Observe(up, func(b []byte) {
@@ -133,8 +133,7 @@ func (p *httpProxy) forwardConn(c net.Conn, q *pipe.Queue, h2c bool) {
 		}
 		p.logger.Warn("http error", "code", "app_error", "method", printable(x.Method, 32), "path", printable(requestPath(x.Target), 256), "client", client, "to", p.to, "err", io.EOF)
 		resp, body := appError(x.Method, io.EOF)
-		x.Status = http.StatusBadGateway
-		p.logExchange(x, int64(body), client)
+		p.logLine(context.Background(), x.Method, requestPath(x.Target), http.StatusBadGateway, int64(body), x.Start, client)
 		return resp
 	})
 	pipe.JoinStreams(in, out, 0)
@@ -142,7 +141,8 @@ func (p *httpProxy) forwardConn(c net.Conn, q *pipe.Queue, h2c bool) {
 		p.logger.Debug("http: the requests of a connection are not logged", "client", client, "err", err)
 	}
 	if upgrade != nil {
-		p.logExchange(upgrade.x, sent-upgrade.from, client)
+		x := upgrade.x
+		p.logLine(context.Background(), x.Method, requestPath(x.Target), x.Status, sent-upgrade.from, x.Start, client)
 	}
 }
 
@@ -160,7 +160,7 @@ func (p *httpProxy) forwardH2C(c, up net.Conn) {
 		if x.Reset {
 			attrs = append(attrs, slog.Bool("reset", true))
 		}
-		p.logExchange(h1.Exchange{Method: x.Method, Target: x.Target, Start: x.Start, Status: x.Status}, x.Bytes, client, attrs...)
+		p.logLine(context.Background(), x.Method, requestPath(x.Target), x.Status, x.Bytes, x.Start, client, attrs...)
 	}
 	in := pipe.Observe(c, obs.Request, nil)
 	out := pipe.Observe(up, obs.Response, func() []byte { obs.ResponseEOF(); return nil })
@@ -179,7 +179,7 @@ type upgraded struct {
 // appError returns the 502 that answers a request of method the app did
 // not answer, as proxyError writes it, and the length of its body.
 func appError(method string, err error) (resp []byte, body int) {
-	text := "app_error: the app closed the connection without a whole response: " + printable(err.Error(), 1024) + "\n"
+	text := errorText("app_error", msgAppError, err)
 	var b strings.Builder
 	fmt.Fprintf(&b, "HTTP/1.1 502 Bad Gateway\r\n"+
 		"Content-Type: text/plain; charset=utf-8\r\n"+
@@ -192,20 +192,6 @@ func appError(method string, err error) (resp []byte, body int) {
 	}
 	b.WriteString(text)
 	return []byte(b.String()), len(text)
-}
-
-// logExchange writes an exchange's line, as logRequest does.
-func (p *httpProxy) logExchange(x h1.Exchange, bytes int64, client string, attrs ...slog.Attr) {
-	if !p.logger.Enabled(context.Background(), slog.LevelInfo) {
-		return
-	}
-	p.logger.LogAttrs(context.Background(), slog.LevelInfo, "http", append([]slog.Attr{
-		slog.String("method", printable(x.Method, 32)),
-		slog.String("path", printable(requestPath(x.Target), 256)),
-		slog.Int("status", x.Status),
-		slog.Int64("bytes", bytes),
-		slog.Duration("duration", roundDuration(time.Since(x.Start))),
-		slog.String("client", client)}, attrs...)...)
 }
 
 // requestPath returns the path of a request-target, unescaped, as
