@@ -29,6 +29,36 @@ func tcpPair(t *testing.T) (net.Conn, net.Conn) {
 	return c, s
 }
 
+// halfClose joins client<->proxy<->server with join: the client sends
+// payload and half-closes, and once the server read it all, the server
+// sends reply and closes. It returns what the client got back after its
+// half-close, and what join counted each way.
+func halfClose(t *testing.T, join func(a, b net.Conn) (int64, int64, error), payload, reply []byte) (back []byte, counted [2]int64) {
+	t.Helper()
+	client, proxyIn := tcpPair(t)
+	proxyOut, server := tcpPair(t)
+	done := make(chan [2]int64, 1)
+	go func() {
+		in, out, _ := join(proxyIn, proxyOut)
+		done <- [2]int64{in, out}
+	}()
+	go func() {
+		client.Write(payload)
+		client.(*net.TCPConn).CloseWrite()
+	}()
+	got, err := io.ReadAll(server)
+	if err != nil || !bytes.Equal(got, payload) {
+		t.Fatalf("server got %d bytes, %v", len(got), err)
+	}
+	server.Write(reply)
+	server.Close()
+	back, err = io.ReadAll(client)
+	if err != nil {
+		t.Fatalf("client got %d bytes after its half-close, %v", len(back), err)
+	}
+	return back, <-done
+}
+
 // TestHalfClose joins client<->proxy<->server: the client half-closes, and
 // every byte the server sends afterwards still reaches it.
 func TestHalfClose(t *testing.T) {
@@ -37,30 +67,13 @@ func TestHalfClose(t *testing.T) {
 		"JoinStreams": func(a, b net.Conn) (int64, int64, error) { return JoinStreams(a, b, time.Minute) },
 	} {
 		t.Run(name, func(t *testing.T) {
-			client, proxyIn := tcpPair(t)
-			proxyOut, server := tcpPair(t)
-			done := make(chan [2]int64, 1)
-			go func() {
-				in, out, _ := join(proxyIn, proxyOut)
-				done <- [2]int64{in, out}
-			}()
 			payload := bytes.Repeat([]byte("abc"), 100000)
-			go func() {
-				client.Write(payload)
-				client.(*net.TCPConn).CloseWrite()
-			}()
-			got, err := io.ReadAll(server)
-			if err != nil || !bytes.Equal(got, payload) {
-				t.Fatalf("server got %d bytes, %v", len(got), err)
-			}
 			reply := bytes.Repeat([]byte("after EOF;"), 50000)
-			server.Write(reply)
-			server.Close()
-			back, err := io.ReadAll(client)
-			if err != nil || !bytes.Equal(back, reply) {
-				t.Fatalf("client got %d of %d bytes after its half-close, %v", len(back), len(reply), err)
+			back, n := halfClose(t, join, payload, reply)
+			if !bytes.Equal(back, reply) {
+				t.Fatalf("client got %d of %d bytes after its half-close", len(back), len(reply))
 			}
-			if n := <-done; n != [2]int64{int64(len(payload)), int64(len(reply))} {
+			if n != [2]int64{int64(len(payload)), int64(len(reply))} {
 				t.Fatalf("counted %v", n)
 			}
 		})
@@ -95,35 +108,21 @@ func TestJoinStreamsIdleTimeout(t *testing.T) {
 // side read, in order; the bytes end returns reach the other side before
 // its EOF, and are seen too; half-closes pass through.
 func TestObserve(t *testing.T) {
-	client, proxyIn := tcpPair(t)
-	proxyOut, server := tcpPair(t)
 	var sawIn, sawOut bytes.Buffer
 	ends := 0
-	in := Observe(proxyIn, func(p []byte) { sawIn.Write(p) }, nil)
-	out := Observe(proxyOut, func(p []byte) { sawOut.Write(p) }, func() []byte { ends++; return []byte("the end") })
-	done := make(chan [2]int64, 1)
-	go func() {
-		a, b, _ := JoinStreams(in, out, 0)
-		done <- [2]int64{a, b}
-	}()
+	join := func(a, b net.Conn) (int64, int64, error) {
+		in := Observe(a, func(p []byte) { sawIn.Write(p) }, nil)
+		out := Observe(b, func(p []byte) { sawOut.Write(p) }, func() []byte { ends++; return []byte("the end") })
+		return JoinStreams(in, out, 0)
+	}
 	payload := bytes.Repeat([]byte("abc"), 100000)
-	go func() {
-		client.Write(payload)
-		client.(*net.TCPConn).CloseWrite()
-	}()
-	got, err := io.ReadAll(server)
-	if err != nil || !bytes.Equal(got, payload) {
-		t.Fatalf("server got %d bytes, %v", len(got), err)
-	}
 	reply := bytes.Repeat([]byte("reply;"), 50000)
-	server.Write(reply)
-	server.Close()
-	back, err := io.ReadAll(client)
+	back, n := halfClose(t, join, payload, reply)
 	want := append(bytes.Clone(reply), "the end"...)
-	if err != nil || !bytes.Equal(back, want) {
-		t.Fatalf("client got %d of %d bytes, ending %q, %v", len(back), len(want), back[max(0, len(back)-10):], err)
+	if !bytes.Equal(back, want) {
+		t.Fatalf("client got %d of %d bytes, ending %q", len(back), len(want), back[max(0, len(back)-10):])
 	}
-	if n := <-done; n != [2]int64{int64(len(payload)), int64(len(want))} {
+	if n != [2]int64{int64(len(payload)), int64(len(want))} {
 		t.Errorf("counted %v", n)
 	}
 	if !bytes.Equal(sawIn.Bytes(), payload) || !bytes.Equal(sawOut.Bytes(), want) || ends != 1 {
