@@ -115,7 +115,7 @@ func (p *httpProxy) forwardConn(c net.Conn, q *pipe.Queue, h2c bool) {
 			upgrade = &upgraded{x: x, from: sent - x.Bytes}
 			return
 		}
-		p.logLine(context.Background(), x.Method, requestPath(x.Target), x.Status, x.Bytes, x.Start, client)
+		p.logTarget(x.Method, x.Target, x.Status, x.Bytes, x.Start, client)
 	}
 	in := pipe.Observe(c, obs.Request, nil)
 	out := pipe.Observe(up, func(b []byte) {
@@ -133,7 +133,7 @@ func (p *httpProxy) forwardConn(c net.Conn, q *pipe.Queue, h2c bool) {
 		}
 		p.logger.Warn("http error", "code", "app_error", "method", printable(x.Method, 32), "path", printable(requestPath(x.Target), 256), "client", client, "to", p.to, "err", io.EOF)
 		resp, body := appError(x.Method, io.EOF)
-		p.logLine(context.Background(), x.Method, requestPath(x.Target), http.StatusBadGateway, int64(body), x.Start, client)
+		p.logTarget(x.Method, x.Target, http.StatusBadGateway, int64(body), x.Start, client)
 		return resp
 	})
 	pipe.JoinStreams(in, out, 0)
@@ -142,7 +142,7 @@ func (p *httpProxy) forwardConn(c net.Conn, q *pipe.Queue, h2c bool) {
 	}
 	if upgrade != nil {
 		x := upgrade.x
-		p.logLine(context.Background(), x.Method, requestPath(x.Target), x.Status, sent-upgrade.from, x.Start, client)
+		p.logTarget(x.Method, x.Target, x.Status, sent-upgrade.from, x.Start, client)
 	}
 }
 
@@ -160,7 +160,7 @@ func (p *httpProxy) forwardH2C(c, up net.Conn) {
 		if x.Reset {
 			attrs = append(attrs, slog.Bool("reset", true))
 		}
-		p.logLine(context.Background(), x.Method, requestPath(x.Target), x.Status, x.Bytes, x.Start, client, attrs...)
+		p.logTarget(x.Method, x.Target, x.Status, x.Bytes, x.Start, client, attrs...)
 	}
 	in := pipe.Observe(c, obs.Request, nil)
 	out := pipe.Observe(up, obs.Response, func() []byte { obs.ResponseEOF(); return nil })
@@ -192,6 +192,15 @@ func appError(method string, err error) (resp []byte, body int) {
 	}
 	b.WriteString(text)
 	return []byte(b.String()), len(text)
+}
+
+// logTarget writes a request's line as logLine does, from its
+// request-target: the path is parsed out of it only when the line is
+// written.
+func (p *httpProxy) logTarget(method, target string, status int, bytes int64, start time.Time, client string, attrs ...slog.Attr) {
+	if p.logger.Enabled(context.Background(), slog.LevelInfo) {
+		p.logLine(context.Background(), method, requestPath(target), status, bytes, start, client, attrs...)
+	}
 }
 
 // requestPath returns the path of a request-target, unescaped, as
