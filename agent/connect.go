@@ -52,7 +52,7 @@ func (p *proxyDial) connect(ctx context.Context, tlsCfg *tls.Config) (net.Conn, 
 		}
 	}()
 	if tlsCfg != nil {
-		tc := tls.Client(conn, tlsCfg)
+		tc := tls.Client(wire.BatchWrites(conn), tlsCfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return nil, p.fail(ctx, "TLS to the proxy", err)
 		}

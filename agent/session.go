@@ -94,7 +94,7 @@ func (c *Client) reach(ctx context.Context, addr string) (net.Conn, uint32, erro
 		return nil, 0, c.diagnose(ctx, addr, tlsCfg, handshake, err)
 	}
 	if tlsCfg != nil {
-		tc := tls.Client(conn, tlsCfg)
+		tc := tls.Client(wire.BatchWrites(conn), tlsCfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return fail(true, fmt.Errorf("agent: TLS to edge: %w", ctxErr(ctx, err)))
 		}

@@ -96,7 +96,7 @@ func (s *Server) serveSession(c net.Conn) {
 		}
 		// The handshake happens on the preamble's first read, bounded by
 		// its deadline.
-		return tls.Server(c, s.AgentTLS), nil
+		return tls.Server(wire.BatchWrites(c), s.AgentTLS), nil
 	})
 }
 

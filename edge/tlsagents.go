@@ -86,7 +86,7 @@ func (s *Server) serveTLSAgent(public, c net.Conn) {
 // wire.ALPN: a client that did not offer it gets nothing of the agent
 // protocol.
 func (s *Server) agentHandshake(c net.Conn) (net.Conn, error) {
-	tc := tls.Server(c, s.tlsTerm().agents)
+	tc := tls.Server(wire.BatchWrites(c), s.tlsTerm().agents)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.handshake)
 	defer cancel()
 	c.SetDeadline(time.Now().Add(s.cfg.handshake))

@@ -91,7 +91,7 @@ func sessionHold(window uint32) uint32 { return window / 4 }
 
 func newFramer(r io.Reader, w io.Writer, hold uint32) *framer {
 	_, writev := w.(syscall.Conn)
-	f := &framer{w: w, windowHold: hold, writev: writev}
+	f := &framer{w: w, windowHold: hold, writev: writev, batch: batchOf(w)}
 	f.stock = frame.NewFramer(newConnReader(r), w)
 	f.held = f.heldArr[:0]
 	return f
@@ -122,7 +122,8 @@ type framer struct {
 	// this framer does not encode itself (GOAWAY).
 	stock      frame.Framer
 	w          io.Writer
-	writev     bool // w is a kernel socket: large payloads go as net.Buffers
+	writev     bool       // w is a kernel socket: large payloads go as net.Buffers
+	batch      *batchConn // beneath w, a TLS conn: a frame's records go in one Write (batch.go)
 	windowHold uint32
 
 	held    []heldInc // window updates not sent yet, one per stream
@@ -290,7 +291,15 @@ func (f *framer) write(head, payload []byte, later bool) error {
 			f.out = bp
 			return nil
 		}
-		_, err = f.w.Write(b)
+		if f.batch != nil && len(b) > tlsRecord {
+			f.batch.open()
+			_, err = f.w.Write(b)
+			if ferr := f.batch.flush(); err == nil {
+				err = ferr
+			}
+		} else {
+			_, err = f.w.Write(b)
+		}
 	} else {
 		bufs := net.Buffers{b, payload}
 		_, err = bufs.WriteTo(f.w)

@@ -1,0 +1,314 @@
+package wire
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// testTLSConfigs returns a server and a client config for a self-signed
+// certificate of 127.0.0.1.
+func testTLSConfigs(t *testing.T) (server, client *tls.Config) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "wire test"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	server = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+	client = &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}
+	return server, client
+}
+
+// tlsSessionPair returns Sessions over TLS over loopback TCP, the writes
+// beneath each end's TLS conn counted; with batch, each TLS conn is made
+// over BatchWrites.
+func tlsSessionPair(t *testing.T, batch bool) (client, server *Session, cw, sw *writeCounter) {
+	t.Helper()
+	scfg, ccfg := testTLSConfigs(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sraw := <-accepted
+	if sraw == nil {
+		t.Fatal("accept failed")
+	}
+	cw, sw = &writeCounter{Conn: raw}, &writeCounter{Conn: sraw}
+	wrap := func(c net.Conn) net.Conn {
+		if batch {
+			return BatchWrites(c)
+		}
+		return c
+	}
+	ctc, stc := tls.Client(wrap(cw), ccfg), tls.Server(wrap(sw), scfg)
+	errc := make(chan error, 1)
+	go func() { errc <- stc.Handshake() }()
+	if err := ctc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	client, server = NewSession(ctc, DefaultWindow, true, 0), NewSession(stc, DefaultWindow, false, 0)
+	t.Cleanup(func() {
+		client.Close()
+		server.Close()
+	})
+	return client, server, cw, sw
+}
+
+// TestBatchWritesOneWritePerFrame: a TLS conn writes each record to its
+// conn apart, four for a frame of MaxFrameData; over BatchWrites, a
+// frame's records go in one Write.
+func TestBatchWritesOneWritePerFrame(t *testing.T) {
+	const size = 8 << 20
+	frames := size / MaxFrameData
+	for _, batch := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
+			client, server, _, sw := tlsSessionPair(t, batch)
+			st, err := client.OpenStream()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Write([]byte("go")); err != nil {
+				t.Fatal(err)
+			}
+			sst, err := server.AcceptStream()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(sst, make([]byte, 2)); err != nil {
+				t.Fatal(err)
+			}
+			// The TLS 1.3 handshake's session tickets and the client's
+			// first frame were written before this count, and the
+			// first 128 KB of a TLS conn's data go in small records
+			// (crypto/tls's dynamic record sizing): the count starts
+			// after them.
+			warm := bytes.Repeat([]byte{'w'}, 256<<10)
+			done := make(chan error, 1)
+			go func() {
+				_, err := io.ReadFull(st, make([]byte, len(warm)))
+				done <- err
+			}()
+			if _, err := sst.Write(warm); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+
+			before, heard := sw.writes.Load(), client.Heard()
+			payload := make([]byte, size)
+			rand.Read(payload)
+			go func() {
+				got, err := io.ReadAll(io.LimitReader(st, size))
+				if err == nil && !bytes.Equal(got, payload) {
+					err = errors.New("the payload arrived altered")
+				}
+				done <- err
+			}()
+			if _, err := sst.Write(payload); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			writes := sw.writes.Load() - before
+			// The frames the client read: as many as the server wrote,
+			// more than size/MaxFrameData when the window cut some short.
+			heard = client.Heard() - heard
+			t.Logf("%d MiB in %d frames (%d if all were MaxFrameData): %d writes beneath the TLS conn", size>>20, heard, frames, writes)
+			if batch && writes > int64(heard)+2 {
+				t.Errorf("%d writes for %d frames: want one each", writes, heard)
+			}
+			if !batch && writes < 2*int64(heard) {
+				t.Errorf("without BatchWrites, %d writes for %d frames: the count does not see the records", writes, heard)
+			}
+		})
+	}
+}
+
+// TestBatchWritesIntact moves data both ways on several streams at once
+// over TLS links made over BatchWrites at both ends: every byte arrives,
+// in order.
+func TestBatchWritesIntact(t *testing.T) {
+	client, server, _, _ := tlsSessionPair(t, true)
+	const streams, size = 8, 2 << 20
+	go func() {
+		for {
+			st, err := server.AcceptStream()
+			if err != nil {
+				return
+			}
+			go func() {
+				io.Copy(st, st)
+				st.CloseWrite()
+			}()
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, streams)
+	for i := range streams {
+		wg.Go(func() {
+			st, err := client.OpenStream()
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer st.Close()
+			payload := make([]byte, size+i*1000)
+			rand.Read(payload)
+			want := sha256.Sum256(payload)
+			go func() {
+				// Writes in sizes that are not frames or records.
+				for b := payload; len(b) > 0; {
+					n := min(len(b), 10_000+i*7919)
+					if _, err := st.Write(b[:n]); err != nil {
+						return
+					}
+					b = b[n:]
+				}
+				st.CloseWrite()
+			}()
+			h := sha256.New()
+			n, err := io.Copy(h, st)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if n != int64(len(payload)) || !bytes.Equal(h.Sum(nil), want[:]) {
+				errs <- fmt.Errorf("stream %d: %d bytes back of %d, or altered", i, n, len(payload))
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestBatchConn: a batch gathers the writes made while it is open, its
+// own and other goroutines', in their order, and writes them in one Write;
+// outside a batch a write goes straight to the conn; a failed flush says
+// so.
+func TestBatchConn(t *testing.T) {
+	a, b := net.Pipe()
+	defer b.Close()
+	cc := &writeCounter{Conn: a}
+	c := BatchWrites(cc).(*batchConn)
+	got := make(chan []byte, 8)
+	go func() {
+		for {
+			buf := make([]byte, 64)
+			n, err := b.Read(buf)
+			if err != nil {
+				close(got)
+				return
+			}
+			got <- buf[:n]
+		}
+	}()
+
+	if _, err := c.Write([]byte("straight")); err != nil {
+		t.Fatal(err)
+	}
+	if g := string(<-got); g != "straight" {
+		t.Fatalf("outside a batch: read %q", g)
+	}
+
+	c.open()
+	c.Write([]byte("one,"))
+	done := make(chan struct{})
+	go func() {
+		c.Write([]byte("two,")) // another writer joins the open batch
+		close(done)
+	}()
+	<-done
+	c.Write([]byte("three"))
+	if n := cc.writes.Load(); n != 1 {
+		t.Fatalf("%d writes before the flush, want the 1 outside the batch", n)
+	}
+	if err := c.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if g := string(<-got); g != "one,two,three" {
+		t.Fatalf("batch: read %q", g)
+	}
+	if n := cc.writes.Load(); n != 2 {
+		t.Fatalf("%d writes after the flush, want 2", n)
+	}
+
+	c.open()
+	c.Write([]byte("lost"))
+	b.Close()
+	if err := c.flush(); err == nil {
+		t.Fatal("flush to a closed peer succeeded")
+	}
+	if _, err := c.Write([]byte("after")); err == nil {
+		t.Fatal("write after a failed flush, outside a batch, succeeded")
+	}
+}
+
+// TestBatchOf: the framer batches only a TLS conn made over BatchWrites.
+func TestBatchOf(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	if batchOf(a) != nil || batchOf(tls.Client(a, &tls.Config{})) != nil {
+		t.Error("batchOf found a batch beneath a conn not made over BatchWrites")
+	}
+	if batchOf(BatchWrites(a)) != nil {
+		t.Error("batchOf found a batch in the batching conn itself: only a TLS conn over it batches")
+	}
+	if batchOf(tls.Client(BatchWrites(a), &tls.Config{})) == nil {
+		t.Error("batchOf missed the batch beneath a TLS conn")
+	}
+}
