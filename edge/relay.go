@@ -255,9 +255,17 @@ func (rl *Relay) session(ctx context.Context, id string) (*wire.Session, error) 
 		}
 		return nil
 	})
-	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: rl.Server.cfg.handshake, KeepAlive: 15 * time.Second}, Config: cfg}
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	// The dial and the handshake within the handshake timeout, as
+	// tls.Dialer bounds them, with the TLS conn over BatchWrites.
+	dctx, cancel := context.WithTimeout(ctx, rl.Server.cfg.handshake)
+	defer cancel()
+	raw, err := (&net.Dialer{KeepAlive: 15 * time.Second}).DialContext(dctx, "tcp", addr)
 	if err != nil {
+		return nil, err
+	}
+	conn := tls.Client(wire.BatchWrites(raw), cfg)
+	if err := conn.HandshakeContext(dctx); err != nil {
+		raw.Close()
 		return nil, err
 	}
 	sess := wire.NewSession(conn, rl.Server.cfg.window, true, 0)
@@ -391,7 +399,7 @@ func (rl *Relay) serveSession(c net.Conn, base *tls.Config) {
 		peerID, err = rl.admit(ctx, cert)
 		return err
 	})
-	tc := tls.Server(c, cfg)
+	tc := tls.Server(wire.BatchWrites(c), cfg)
 	tc.SetDeadline(time.Now().Add(rl.Server.cfg.handshake))
 	if err := tc.HandshakeContext(ctx); err != nil {
 		rl.refuse(c.RemoteAddr(), err)
