@@ -69,7 +69,19 @@ func (c *batchConn) flush() error {
 	c.buf = nil
 	var err error
 	if len(*bp) > 0 {
+		// TLS over TLS (an agent's link through an https proxy): the
+		// batch goes in one Write of the TLS conn beneath, whose records
+		// go together in their turn.
+		inner := batchOf(c.Conn)
+		if inner != nil {
+			inner.open()
+		}
 		_, err = c.Conn.Write(*bp)
+		if inner != nil {
+			if ierr := inner.flush(); err == nil {
+				err = ierr
+			}
+		}
 	}
 	*bp = (*bp)[:0]
 	batchBuffers.Put(bp)

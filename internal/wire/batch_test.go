@@ -55,6 +55,13 @@ func testTLSConfigs(t *testing.T) (server, client *tls.Config) {
 // beneath each end's TLS conn counted; with batch, each TLS conn is made
 // over BatchWrites.
 func tlsSessionPair(t *testing.T, batch bool) (client, server *Session, cw, sw *writeCounter) {
+	return tlsSessionPairLevels(t, batch, 1)
+}
+
+// tlsSessionPairLevels is tlsSessionPair with levels of TLS, each over
+// the one before (2: an agent's TLS to the edge through an https proxy's
+// TLS).
+func tlsSessionPairLevels(t *testing.T, batch bool, levels int) (client, server *Session, cw, sw *writeCounter) {
 	t.Helper()
 	scfg, ccfg := testTLSConfigs(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -86,14 +93,19 @@ func tlsSessionPair(t *testing.T, batch bool) (client, server *Session, cw, sw *
 		}
 		return c
 	}
-	ctc, stc := tls.Client(wrap(cw), ccfg), tls.Server(wrap(sw), scfg)
-	errc := make(chan error, 1)
-	go func() { errc <- stc.Handshake() }()
-	if err := ctc.Handshake(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-errc; err != nil {
-		t.Fatal(err)
+	var ctc, stc *tls.Conn
+	var cc, sc net.Conn = cw, sw
+	for range levels {
+		ctc, stc = tls.Client(wrap(cc), ccfg), tls.Server(wrap(sc), scfg)
+		errc := make(chan error, 1)
+		go func() { errc <- stc.Handshake() }()
+		if err := ctc.Handshake(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		cc, sc = ctc, stc
 	}
 	client, server = NewSession(ctc, DefaultWindow, true, 0), NewSession(stc, DefaultWindow, false, 0)
 	t.Cleanup(func() {
@@ -106,12 +118,17 @@ func tlsSessionPair(t *testing.T, batch bool) (client, server *Session, cw, sw *
 // TestBatchWritesOneWritePerFrame: a TLS conn writes each record to its
 // conn apart, four for a frame of MaxFrameData; over BatchWrites, a
 // frame's records go in one Write.
+// Through TLS over TLS, likewise at the bottom.
 func TestBatchWritesOneWritePerFrame(t *testing.T) {
 	const size = 8 << 20
 	frames := size / MaxFrameData
-	for _, batch := range []bool{true, false} {
-		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
-			client, server, _, sw := tlsSessionPair(t, batch)
+	for _, c := range []struct {
+		batch  bool
+		levels int
+	}{{true, 1}, {false, 1}, {true, 2}, {false, 2}} {
+		batch := c.batch
+		t.Run(fmt.Sprintf("batch=%v,levels=%d", c.batch, c.levels), func(t *testing.T) {
+			client, server, _, sw := tlsSessionPairLevels(t, c.batch, c.levels)
 			st, err := client.OpenStream()
 			if err != nil {
 				t.Fatal(err)
