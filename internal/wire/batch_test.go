@@ -2,54 +2,18 @@ package wire
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"sync"
 	"testing"
-	"time"
-)
 
-// testTLSConfigs returns a server and a client config for a self-signed
-// certificate of 127.0.0.1.
-func testTLSConfigs(t *testing.T) (server, client *tls.Config) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "wire test"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	server = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
-	client = &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}
-	return server, client
-}
+	"github.com/tunnelkit/tunnelkit/internal/testpki"
+)
 
 // tlsSessionPair returns Sessions over TLS over loopback TCP, the writes
 // beneath each end's TLS conn counted; with batch, each TLS conn is made
@@ -63,29 +27,10 @@ func tlsSessionPair(t *testing.T, batch bool) (client, server *Session, cw, sw *
 // TLS).
 func tlsSessionPairLevels(t *testing.T, batch bool, levels int) (client, server *Session, cw, sw *writeCounter) {
 	t.Helper()
-	scfg, ccfg := testTLSConfigs(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			close(accepted)
-			return
-		}
-		accepted <- c
-	}()
-	raw, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sraw := <-accepted
-	if sraw == nil {
-		t.Fatal("accept failed")
-	}
+	ca := testpki.New(t)
+	scfg := &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, "127.0.0.1")}}
+	ccfg := &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1"}
+	raw, sraw := tcpPair(t)
 	cw, sw = &writeCounter{Conn: raw}, &writeCounter{Conn: sraw}
 	wrap := func(c net.Conn) net.Conn {
 		if batch {
