@@ -14,7 +14,8 @@ import (
 // one Write.
 //
 // Only the framer opens a batch, and only for the length of one Write of
-// the TLS conn; every other write through the TLS conn (its handshake, a
+// the TLS conn (and, for TLS over TLS, a batch's flush opens the batch of
+// the conn beneath the TLS conn it writes to); every other write through the TLS conn (its handshake, a
 // key update, the close_notify alert) goes straight to the conn, unless it
 // comes while a batch is open, and then it joins the batch, in its order.
 // Records reach the conn in the order the TLS conn made them: a write
