@@ -15,12 +15,14 @@ import (
 //
 // Only the framer opens a batch, and only for the length of one Write of
 // the TLS conn (and, for TLS over TLS, a batch's flush opens the batch of
-// the conn beneath the TLS conn it writes to); every other write through the TLS conn (its handshake, a
-// key update, the close_notify alert) goes straight to the conn, unless it
-// comes while a batch is open, and then it joins the batch, in its order.
-// Records reach the conn in the order the TLS conn made them: a write
-// outside a batch happens within the TLS conn's own write lock, and a
-// batch is written out holding the lock that its joiners wait for.
+// the conn beneath the TLS conn it writes to). Every other write through
+// the TLS conn (its handshake, a key update, the close_notify alert) goes
+// straight to the conn, unless it comes while a batch is open or being
+// written: then it joins the batch, or is written right after it, and
+// returns at once. Records reach the conn in the order the TLS conn made
+// them: a write outside a batch happens within the TLS conn's own write
+// lock, which the framer's Write waits for before its records join the
+// batch.
 
 // BatchWrites returns c, for a TLS conn made over it (tls.Client or
 // tls.Server) to carry a Session: the Session's framer then writes the
@@ -31,8 +33,10 @@ func BatchWrites(c net.Conn) net.Conn { return &batchConn{Conn: c} }
 // batchConn is the conn BatchWrites returns.
 type batchConn struct {
 	net.Conn
-	mu  sync.Mutex
-	buf *[]byte // the open batch, from batchBuffers; nil: none
+	mu       sync.Mutex
+	buf      *[]byte // the open batch, from batchBuffers; nil: none
+	flushing bool    // a batch is being written
+	tail     []byte  // writes made while a batch was written, written after it
 }
 
 var batchBuffers = sync.Pool{New: func() any {
@@ -44,15 +48,24 @@ var batchBuffers = sync.Pool{New: func() any {
 // content type, AEAD tag).
 const tlsOverhead = 5 + 1 + 16 + 256
 
+// Write joins the open batch, or the tail of the batch being written, or
+// writes p to the conn. A write never waits for a batch being written:
+// the TLS conn's Close sends its close_notify alert through here, and must
+// not wait behind a stalled socket (without batches, crypto/tls's Close
+// does not wait for a Write in flight: it closes the conn, which ends it).
 func (c *batchConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
-	if c.buf != nil {
+	switch {
+	case c.buf != nil:
 		*c.buf = append(*c.buf, p...)
+	case c.flushing:
+		c.tail = append(c.tail, p...)
+	default:
 		c.mu.Unlock()
-		return len(p), nil
+		return c.Conn.Write(p)
 	}
 	c.mu.Unlock()
-	return c.Conn.Write(p)
+	return len(p), nil
 }
 
 // open opens a batch.
@@ -62,30 +75,48 @@ func (c *batchConn) open() {
 	c.mu.Unlock()
 }
 
-// flush writes the open batch and closes it.
+// flush writes the open batch, and then what joined it while it was
+// written; once one of those writes fails, what joined after is dropped.
 func (c *batchConn) flush() error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	bp := c.buf
 	c.buf = nil
-	var err error
-	if len(*bp) > 0 {
-		// TLS over TLS (an agent's link through an https proxy): the
-		// batch goes in one Write of the TLS conn beneath, whose records
-		// go together in their turn.
-		inner := batchOf(c.Conn)
-		if inner != nil {
-			inner.open()
-		}
-		_, err = c.Conn.Write(*bp)
-		if inner != nil {
-			if ierr := inner.flush(); err == nil {
-				err = ierr
-			}
-		}
-	}
+	c.flushing = true
+	c.mu.Unlock()
+	err := c.write(*bp)
 	*bp = (*bp)[:0]
 	batchBuffers.Put(bp)
+	for {
+		c.mu.Lock()
+		tail := c.tail
+		c.tail = nil
+		if len(tail) == 0 || err != nil {
+			c.flushing = false
+			c.mu.Unlock()
+			return err
+		}
+		c.mu.Unlock()
+		err = c.write(tail)
+	}
+}
+
+// write writes b to the conn in one Write. Over TLS over TLS (an agent's
+// link through an https proxy), that is one Write of the TLS conn
+// beneath, whose records go together in their turn.
+func (c *batchConn) write(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	inner := batchOf(c.Conn)
+	if inner != nil {
+		inner.open()
+	}
+	_, err := c.Conn.Write(b)
+	if inner != nil {
+		if ierr := inner.flush(); err == nil {
+			err = ierr
+		}
+	}
 	return err
 }
 

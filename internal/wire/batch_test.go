@@ -11,8 +11,10 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 )
 
 // tlsSessionPair returns Sessions over TLS over loopback TCP, the writes
@@ -305,5 +307,60 @@ func BenchmarkSessionBulkTLS(b *testing.B) {
 			}
 			b.ReportMetric(float64(cw.writes.Load()-before)/float64(b.N), "writes/MiB")
 		})
+	}
+}
+
+// TestBatchConnWriteDuringFlush: a write made while a batch is being
+// written to a peer that reads nothing returns at once, and is written
+// after the batch. (The TLS conn's Close sends its close_notify alert so:
+// it must not wait behind a stalled socket. Without this the test hangs:
+// it lets the peer read only once that write returned.)
+func TestBatchConnWriteDuringFlush(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	cc := &writeCounter{Conn: a}
+	c := BatchWrites(cc).(*batchConn)
+	c.open()
+	c.Write([]byte("batch;"))
+	flushed := make(chan error, 1)
+	go func() { flushed <- c.flush() }()
+	testwait.For(t, func() bool { return cc.writes.Load() == 1 }) // the flush is writing, and nobody reads
+
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := c.Write([]byte("alert"))
+		wrote <- err
+	}()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a write waited behind the stalled flush")
+	}
+
+	want := "batch;alert"
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(b, got); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Fatalf("read %q, want %q", got, want)
+	}
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	if n := cc.writes.Load(); n != 2 {
+		t.Fatalf("%d writes, want 2: the batch, then what joined it", n)
+	}
+	// The batch is over: a write goes straight to the conn again.
+	go b.Read(make([]byte, 16))
+	if _, err := c.Write([]byte("straight")); err != nil {
+		t.Fatal(err)
+	}
+	if n := cc.writes.Load(); n != 3 {
+		t.Fatalf("%d writes, want 3", n)
 	}
 }
