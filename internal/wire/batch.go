@@ -28,11 +28,12 @@ import (
 // tls.Server) to carry a Session: the Session's framer then writes the
 // records of each frame in one Write of c. Any other use of the result is
 // the same as a use of c.
-func BatchWrites(c net.Conn) net.Conn { return &batchConn{Conn: c} }
+func BatchWrites(c net.Conn) net.Conn { return &batchConn{Conn: c, inner: batchOf(c)} }
 
 // batchConn is the conn BatchWrites returns.
 type batchConn struct {
 	net.Conn
+	inner    *batchConn // beneath Conn when it is a TLS conn over BatchWrites (TLS over TLS); nil: none
 	mu       sync.Mutex
 	buf      *[]byte // the open batch, from batchBuffers; nil: none
 	flushing bool    // a batch is being written
@@ -107,13 +108,12 @@ func (c *batchConn) write(b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}
-	inner := batchOf(c.Conn)
-	if inner != nil {
-		inner.open()
+	if c.inner != nil {
+		c.inner.open()
 	}
 	_, err := c.Conn.Write(b)
-	if inner != nil {
-		if ierr := inner.flush(); err == nil {
+	if c.inner != nil {
+		if ierr := c.inner.flush(); err == nil {
 			err = ierr
 		}
 	}
