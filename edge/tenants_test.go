@@ -271,13 +271,27 @@ func TestAgentSideDropTakesOverOldSession(t *testing.T) {
 		}
 	}()
 	urls := []string{web.URL(), member.URL(), tcpL.URL()}
+	before, _ := rt.Lookup(context.Background(), "http", "app.example.test")
+	if len(before) != 1 {
+		t.Fatalf("before the drop: %d routes for app", len(before))
+	}
+	oldSession := before[0].SessionID
 
 	r.cut()
 	testwait.For(t, func() bool { return connects.Load() >= 2 })
-	testwait.For(t, func() bool {
-		routes, _ := rt.Lookup(context.Background(), "http", "pool.example.test")
-		return len(routes) == 2
-	})
+	// The endpoints are back once the new session holds them: the pool's
+	// two routes were there, the old session's member among them, until
+	// the takeover closed the old session.
+	renewed := func(host string, n int) bool {
+		routes, _ := rt.Lookup(context.Background(), "http", host)
+		for _, r := range routes {
+			if r.SessionID == oldSession {
+				return false
+			}
+		}
+		return len(routes) == n
+	}
+	testwait.For(t, func() bool { return renewed("app.example.test", 1) && renewed("pool.example.test", 2) })
 	for i, l := range []*agent.Listener{web, member, tcpL} {
 		if l.URL() != urls[i] {
 			t.Errorf("listener %d came back as %q, want %q", i, l.URL(), urls[i])
