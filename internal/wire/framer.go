@@ -98,7 +98,7 @@ func newFramer(r io.Reader, w io.Writer, hold uint32) *framer {
 }
 
 type framer struct {
-	mu sync.Mutex // held by writes: muxado's writer goroutine, and inject
+	mu sync.Mutex // held by writes: muxado's writer goroutine, a Stream's (writeData), and inject
 
 	// onReset, if set, is called from the reader with the stream ID of
 	// each RST frame read; onEnd once reading fails (the session is
@@ -199,6 +199,24 @@ func (f *framer) WriteFrame(fr frame.Frame) error {
 		f.err = err
 	}
 	return err
+}
+
+// writeData writes a DATA frame of stream id with flags and payload p,
+// as WriteFrame writes one muxado's writer hands it. It fails without
+// writing once shut is set: the stream's FIN may be on the wire, and
+// nothing of the stream may follow it (see Stream.CloseWrite).
+func (f *framer) writeData(id frame.StreamId, flags frame.Flags, p []byte, shut *atomic.Bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return f.err
+	}
+	if shut.Load() {
+		return errStreamClosed
+	}
+	var b [headerSize]byte
+	putHeader(b[:], len(p), frame.TypeData, flags, id)
+	return f.write(b[:], p, f.hold != nil && f.hold(uint32(id), true))
 }
 
 // inject writes frames encoded by the caller between two of muxado's

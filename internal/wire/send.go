@@ -3,6 +3,8 @@ package wire
 import (
 	"container/heap"
 	"sync"
+
+	"golang.ngrok.com/muxado/v2/frame"
 )
 
 // Sending fairly. muxado sends a session's frames in the order their
@@ -146,7 +148,7 @@ func (st *Stream) send(b []byte) (int, error) {
 		st.sess.sched.acquire(st, chunk)
 		st.queued.Store(true)
 		st.sess.queued.Add(1)
-		m, err := st.Stream.Write(b[:chunk])
+		m, err := st.write(b[:chunk])
 		st.sess.unqueue(st)
 		st.sess.sched.release()
 		st.sent.Add(int64(m))
@@ -157,6 +159,45 @@ func (st *Stream) send(b []byte) (int, error) {
 		b = b[m:]
 	}
 	return n, nil
+}
+
+// write writes b, which the stream's window has room for, as one DATA
+// frame. The frame goes to the framer from the writer's own goroutine,
+// not through muxado's writer goroutine: a hand-off there and back again
+// costs two wake-ups of a goroutine per frame, which in a process that is
+// not busy are wake-ups of a thread (a futex call each way). With them, a
+// 64-byte round trip through the tunnel cost the edge and the agent
+// 117-122 µs of CPU each; without them, 97-108 (datapath's rtt row).
+//
+// muxado's own write is kept where its semantics matter: while a write
+// deadline is set (muxado applies it while the frame waits for its
+// writer; a frame written here waits for the framer's lock and the
+// socket, which no deadline bounds), and once the stream ended (muxado's
+// write then fails with the error of how it ended). muxado's window of
+// the stream does not shrink for frames written here, and grows with the
+// peer's grants for them: it only ever lets through what send's own count
+// of the window allows.
+//
+// The first frame of a stream opened here carries the SYN. muxado sends
+// it with the stream's first write, which marks the SYN sent even when it
+// writes nothing: an empty write marks it, and the frame written here
+// carries the flag. The caller holds st.wmu.
+func (st *Stream) write(b []byte) (int, error) {
+	if st.deadline || st.over() {
+		n, err := st.Stream.Write(b)
+		st.synced = true
+		return n, err
+	}
+	var flags frame.Flags
+	if !st.synced {
+		st.Stream.Write(nil)
+		flags.Set(frame.FlagDataSyn)
+		st.synced = true
+	}
+	if err := st.sess.fr.writeData(frame.StreamId(st.Id()), flags, b, &st.shut); err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }
 
 // Writing frames together. muxado's writer hands the framer one frame at
@@ -228,4 +269,14 @@ func (st *Stream) grant(inc uint32) {
 // over.
 func (st *Stream) end() {
 	st.endOnce.Do(func() { close(st.ended) })
+}
+
+// over tells whether the stream or its session ended.
+func (st *Stream) over() bool {
+	select {
+	case <-st.ended:
+		return true
+	default:
+		return false
+	}
 }

@@ -96,7 +96,9 @@ func (s *Session) AcceptStream() (*Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.track(st), nil
+	t := s.track(st)
+	t.synced = true // the peer sent the SYN
+	return t, nil
 }
 
 func (s *Session) track(ms muxado.Stream) *Stream {
@@ -307,9 +309,10 @@ type Stream struct {
 	muxado.Stream
 	sess *Session
 
-	mu      sync.Mutex
-	writers int  // Write and CloseWrite calls under way
-	closed  bool // Close or Reset was called
+	mu       sync.Mutex
+	writers  int  // Write and CloseWrite calls under way
+	closed   bool // Close or Reset was called
+	deadline bool // a write deadline is set; read by the writes under way, which it cannot change under
 
 	watches []*resetWatch // guarded by sess.wmu
 
@@ -326,6 +329,8 @@ type Stream struct {
 	finish   uint64        // the virtual finish of its last frame; guarded by sess.sched.mu
 	granted  atomic.Int64  // window increments the peer sent
 	queued   atomic.Bool   // its frame is counted in sess.queued (see send.go)
+	synced   bool          // its SYN was sent (or the peer's received); guarded by wmu
+	shut     atomic.Bool   // CloseWrite was called: no frame may follow its FIN
 	windowed chan struct{} // a token when the peer granted window
 	ended    chan struct{} // closed when the stream or its session ended
 	endOnce  sync.Once
@@ -456,6 +461,7 @@ func (st *Stream) CloseWrite() error {
 		return errStreamClosed
 	}
 	defer st.leave()
+	st.shut.Store(true)
 	return st.Stream.CloseWrite()
 }
 
@@ -469,6 +475,7 @@ func (st *Stream) SetWriteDeadline(t time.Time) error {
 	if st.closed || st.writers > 0 {
 		return nil
 	}
+	st.deadline = !t.IsZero()
 	return st.Stream.SetWriteDeadline(t)
 }
 

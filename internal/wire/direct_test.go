@@ -1,0 +1,153 @@
+package wire
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"golang.ngrok.com/muxado/v2"
+)
+
+// Frames written from the writer's goroutine (Stream.write): tests of what
+// a peer sees, and of what muxado's writer still does.
+
+// TestStreamWritesReachAStockPeer: streams opened at either end carry
+// writes of every size (within a frame, across frames, an empty one) to a
+// stock muxado peer, each opened stream's SYN sent once, with its first
+// frame: a second SYN is a protocol error that ends the peer's session,
+// and a frame without one is answered with a reset. Each stream's FIN
+// follows its data; a write after CloseWrite fails, and sends nothing
+// that harms the session.
+func TestStreamWritesReachAStockPeer(t *testing.T) {
+	client, server := sessionPair(t, true)
+	writes := [][]byte{
+		[]byte("first"),
+		nil,
+		payload(3*MaxFrameData + 17), // frames within the window as the peer reads
+		[]byte("last"),
+	}
+	var want []byte
+	for _, w := range writes {
+		want = append(want, w...)
+	}
+	for i := range 3 { // streams after the first: the session lives on
+		st, err := client.OpenStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		wrote := make(chan error, 1)
+		go func() {
+			for _, w := range writes {
+				if _, err := st.Write(w); err != nil {
+					wrote <- err
+					return
+				}
+			}
+			wrote <- st.CloseWrite()
+		}()
+		peer := acceptStream(t, server)
+		peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+		got, err := io.ReadAll(peer)
+		if err != nil {
+			t.Fatalf("stream %d: the peer read %d bytes, then %v", i, len(got), err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("stream %d: the peer read %d bytes, not the %d written", i, len(got), len(want))
+		}
+		if err := <-wrote; err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+		if _, err := st.Write([]byte("after FIN")); err == nil {
+			t.Fatalf("stream %d: a write after CloseWrite succeeded", i)
+		}
+
+		// The peer's stream: this end accepted it, and answers on it.
+		ps, err := server.OpenStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ps.Write([]byte("ask")); err != nil {
+			t.Fatal(err)
+		}
+		in, err := client.AcceptStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			in.Write([]byte("answer"))
+			in.Write(payload(MaxFrameData + 1))
+			in.CloseWrite()
+		}()
+		ps.SetReadDeadline(time.Now().Add(10 * time.Second))
+		got, err = io.ReadAll(ps)
+		if err != nil {
+			t.Fatalf("stream %d: the peer read %d bytes of the answer, then %v", i, len(got), err)
+		}
+		if wantAnswer := append([]byte("answer"), payload(MaxFrameData+1)...); !bytes.Equal(got, wantAnswer) {
+			t.Fatalf("stream %d: the peer read %d bytes of the answer, not %d", i, len(got), len(wantAnswer))
+		}
+		st.Close()
+		in.Close()
+		ps.Close()
+		peer.Close()
+	}
+}
+
+// TestWriteDeadlineOverAStalledConn: the session's connection is stalled
+// (its peer reads nothing). A write with a deadline fails once it passed:
+// it goes through muxado's writer, which bounds its wait; a frame written
+// from the writer's goroutine would wait in the socket for ever. Session
+// Close then ends a write without a deadline that waits in the socket.
+func TestWriteDeadlineOverAStalledConn(t *testing.T) {
+	a, b := net.Pipe() // b is never read: the first frame's write blocks
+	defer b.Close()
+	client := NewSession(a, DefaultWindow, true, 0)
+	defer client.Close()
+
+	blocked, err := client.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stuck := make(chan error, 1)
+	go func() {
+		_, err := blocked.Write([]byte("never read"))
+		stuck <- err
+	}()
+	waitWriting(t, blocked)
+
+	st, err := client.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := st.Write([]byte("bounded"))
+		wrote <- err
+	}()
+	select {
+	case err := <-wrote:
+		if code, _ := muxado.GetError(err); code != muxado.WriteTimeout {
+			t.Fatalf("a write over a stalled connection returned %v, want muxado's write timeout", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a write with a deadline waited past it")
+	}
+
+	closed := make(chan struct{})
+	go func() {
+		client.Close()
+		close(closed)
+	}()
+	select {
+	case err := <-stuck:
+		if err == nil {
+			t.Fatal("the write stalled in the socket succeeded after Close")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close left a write stalled in the socket")
+	}
+	<-closed
+}
