@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"golang.ngrok.com/muxado/v2"
@@ -150,4 +152,30 @@ func TestWriteDeadlineOverAStalledConn(t *testing.T) {
 		t.Fatal("Close left a write stalled in the socket")
 	}
 	<-closed
+}
+
+// TestTurnsAreInOrder: a goroutine that unlocks turns and asks for them
+// again at once comes after the one that was waiting, where a sync.Mutex
+// would let it take the lock back.
+func TestTurnsAreInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mu := make(turns, 1)
+		mu.Lock()
+		var order []string
+		for _, name := range []string{"first", "second"} {
+			go func() {
+				mu.Lock()
+				order = append(order, name)
+				mu.Unlock()
+			}()
+			synctest.Wait() // it waits for its turn
+		}
+		mu.Unlock()
+		mu.Lock()
+		order = append(order, "again")
+		mu.Unlock()
+		if got := strings.Join(order, ","); got != "first,second,again" {
+			t.Fatalf("turns taken %s, want first,second,again", got)
+		}
+	})
 }
