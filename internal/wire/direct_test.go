@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.ngrok.com/muxado/v2"
+
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 )
 
 // Frames written from the writer's goroutine (Stream.write): tests of what
@@ -178,4 +180,50 @@ func TestTurnsAreInOrder(t *testing.T) {
 			t.Fatalf("turns taken %s, want first,second,again", got)
 		}
 	})
+}
+
+// TestCloseWriteDuringAFirstWrite: CloseWrite, called while another
+// goroutine makes a fresh stream's first write, waits for that write's
+// frame, which carries the stream's SYN: muxado counts the SYN sent before
+// the frame is written, and a FIN sent in between would reach the peer
+// for a stream it does not know (it answers with a reset, and never
+// accepts the stream). The first write is held in between until CloseWrite
+// has either sent its FIN or waited 100 ms.
+func TestCloseWriteDuringAFirstWrite(t *testing.T) {
+	client, server := sessionPair(t, true)
+	msg := []byte("first write")
+	st, err := client.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	testHookFirstFrame = func(s *Stream) {
+		if s != st {
+			return
+		}
+		go func() { closed <- st.CloseWrite() }()
+		testwait.For(t, func() bool {
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			return st.writers == 2 || len(closed) > 0 // CloseWrite is under way, or done
+		})
+		select {
+		case err := <-closed: // it did not wait: its FIN is out
+			closed <- err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	defer func() { testHookFirstFrame = nil }()
+	if _, err := st.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("CloseWrite: %v", err)
+	}
+	peer := acceptStream(t, server)
+	peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(peer)
+	if err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("the peer read %q, then %v; want %q, then EOF", got, err, msg)
+	}
 }

@@ -12,9 +12,10 @@ import (
 // KiB by default), through one queue that every stream's writer waits in:
 // behind a thousand streams moving bulk data, a small response waits for
 // them all (seconds, on a loaded session). So a Stream's writes go to
-// muxado through a scheduler of the session's: at most sendSlots frames
-// wait in muxado's queue at once, each of at most MaxFrameData bytes, and
-// the writers waiting for a slot are served in the order of weighted fair
+// the framer through a scheduler of the session's: at most sendSlots
+// frames are on their way at once (one being written, the others waiting
+// for the framer's lock, which passes in turn), each of at most
+// MaxFrameData bytes, and the writers waiting for a slot are served in the order of weighted fair
 // queueing: a frame's virtual finish is its virtual start (where its
 // stream's previous frame finished, or the session's virtual time if the
 // stream was quiet since) plus its size, and the smallest finish goes
@@ -45,8 +46,8 @@ const (
 	// tlsRecord is the most plaintext a TLS record carries.
 	tlsRecord = 16 << 10
 
-	// sendSlots is how many frames of data may wait in muxado's queue
-	// at once: enough that its writer always has the next one (one being
+	// sendSlots is how many frames of data may be on their way to the
+	// framer at once: enough that it always has the next one (one being
 	// written, one waiting). A frame on a quiet stream waits behind these
 	// at most: 128 KiB, as four frames of 32 KiB did before frames grew.
 	sendSlots = 2
@@ -183,16 +184,17 @@ func (st *Stream) send(b []byte) (int, error) {
 // writes nothing: an empty write marks it, and the frame written here
 // carries the flag. The caller holds st.wmu.
 func (st *Stream) write(b []byte) (int, error) {
+	defer st.synced.Store(true)
 	if st.deadline || st.over() {
-		n, err := st.Stream.Write(b)
-		st.synced = true
-		return n, err
+		return st.Stream.Write(b)
 	}
 	var flags frame.Flags
-	if !st.synced {
+	if !st.synced.Load() {
 		st.Stream.Write(nil)
 		flags.Set(frame.FlagDataSyn)
-		st.synced = true
+		if testHookFirstFrame != nil {
+			testHookFirstFrame(st)
+		}
 	}
 	if err := st.sess.fr.writeData(frame.StreamId(st.Id()), flags, b, &st.shut); err != nil {
 		return 0, err
@@ -200,24 +202,27 @@ func (st *Stream) write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// Writing frames together. muxado's writer hands the framer one frame at
-// a time, and a frame written alone costs a syscall. So while other DATA
-// frames are on their way to the framer (handed to muxado, not written
-// yet: they queued while the framer wrote), the framer holds a small
-// frame back and writes it with them, in one Write. A frame is held only
-// while another is on its way, which muxado's queue hands the framer next
-// (or fails, and then its writer lets the framer know): it never waits
-// for a frame that may not come. (muxado hands a frame over to a writer
-// goroutine that runs at once, so frames queue only while a Write takes
-// time: a busy socket. Yielding before the last frame to let ready
+// testHookFirstFrame, when set, runs between muxado marking a stream's
+// SYN sent and the frame that carries it.
+var testHookFirstFrame func(*Stream)
+
+// Writing frames together. The framer gets one frame at a time, and a
+// frame written alone costs a syscall. So while other DATA frames are on
+// their way to the framer (their writers wait for its lock, or for
+// muxado's writer: they queued while the framer wrote), the framer holds
+// a small frame back and writes it with them, in one Write. A frame is
+// held only while another is on its way, which the framer gets next (or
+// its writer fails, and then lets the framer know): it never waits for a
+// frame that may not come. (Frames queue only while a Write takes time: a
+// busy socket. Yielding before the last frame to let ready
 // writers join it wrote 1.2 times per small HTTP request where this
 // writes 1.9, but a yield is a whole round of a loaded scheduler, and a
 // session's requests under attack then waited for seconds.)
 //
 // The count: send counts a frame in (Session.queued, and the stream's
-// queued flag) before it hands it to muxado; the framer counts it out as
-// it writes (or holds) it, and so does its writer once muxado returned, if
-// the framer did not (the write failed, or muxado split the frame). Each
+// queued flag) before it writes it; the framer counts it out as it writes
+// (or holds) it, and so does its writer once the write returned, if the
+// framer did not (the write failed, or muxado split the frame). Each
 // is counted out once: whoever counts the last one out while frames are
 // held writes them (framer.hold, Session.unqueue).
 
@@ -233,8 +238,8 @@ func (s *Session) hold(id uint32, data bool) bool {
 	return s.queued.Load() > 0
 }
 
-// unqueue counts st's frame out once muxado returned from its write, if
-// the framer did not, and has the frames held back written when it was
+// unqueue counts st's frame out once its write returned, if the framer
+// did not, and has the frames held back written when it was
 // the last one on its way. That is rare (the write failed, or muxado
 // split its frame), and the connection may be stalled (a write deadline
 // passed): the frames are written by a goroutine of their own, so that

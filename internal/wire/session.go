@@ -50,7 +50,7 @@ type Session struct {
 
 	window int64        // each stream's window, both ways
 	sched  scheduler    // the slots of muxado's send queue (see send.go)
-	queued atomic.Int64 // DATA frames handed to muxado that the framer has not seen yet (see send.go)
+	queued atomic.Int64 // DATA frames on their way that the framer has not seen yet (see send.go)
 }
 
 // NewSession starts a muxado session on conn, as the client (the agent) or
@@ -97,7 +97,7 @@ func (s *Session) AcceptStream() (*Stream, error) {
 		return nil, err
 	}
 	t := s.track(st)
-	t.synced = true // the peer sent the SYN
+	t.synced.Store(true) // the peer sent the SYN
 	return t, nil
 }
 
@@ -329,7 +329,7 @@ type Stream struct {
 	finish   uint64        // the virtual finish of its last frame; guarded by sess.sched.mu
 	granted  atomic.Int64  // window increments the peer sent
 	queued   atomic.Bool   // its frame is counted in sess.queued (see send.go)
-	synced   bool          // its SYN was sent (or the peer's received); guarded by wmu
+	synced   atomic.Bool   // its SYN was written (or the peer's received); set under wmu
 	shut     atomic.Bool   // CloseWrite was called: no frame may follow its FIN
 	windowed chan struct{} // a token when the peer granted window
 	ended    chan struct{} // closed when the stream or its session ended
@@ -455,19 +455,27 @@ func (st *Stream) Write(b []byte) (int, error) {
 }
 
 // CloseWrite half-closes the stream: the peer reads EOF once it read what
-// was written.
+// was written. A write after it fails; one made at the same time, from
+// another goroutine, is written before the FIN or fails.
 func (st *Stream) CloseWrite() error {
 	if !st.enter() {
 		return errStreamClosed
 	}
 	defer st.leave()
+	if !st.synced.Load() {
+		// A first write under way sends the stream's SYN, which muxado
+		// counts as sent already: the FIN must wait for it.
+		st.wmu.Lock()
+		defer st.wmu.Unlock()
+	}
 	st.shut.Store(true)
 	return st.Stream.CloseWrite()
 }
 
-// SetWriteDeadline sets the deadline of later writes. muxado applies it
-// only while a write hands its frame to the session, never while it waits
-// for window; it is left as it is while a write is under way (muxado would
+// SetWriteDeadline sets the deadline of later writes. While one is set,
+// writes go through muxado's writer (see Stream.write), and muxado applies
+// it only while a write hands its frame to the session, never while it
+// waits for window; it is left as it is while a write is under way (muxado would
 // wait for that write to end).
 func (st *Stream) SetWriteDeadline(t time.Time) error {
 	st.mu.Lock()
