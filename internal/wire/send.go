@@ -15,11 +15,11 @@ import (
 // the framer through a scheduler of the session's: at most sendSlots
 // frames are on their way at once (one being written, the others waiting
 // for the framer's lock, which passes in turn), each of at most
-// MaxFrameData bytes, and the writers waiting for a slot are served in the order of weighted fair
-// queueing: a frame's virtual finish is its virtual start (where its
-// stream's previous frame finished, or the session's virtual time if the
-// stream was quiet since) plus its size, and the smallest finish goes
-// first. The virtual time advances with each frame sent by its size
+// MaxFrameData bytes, and the writers waiting for a slot are served in
+// the order of weighted fair queueing: a frame's virtual finish is its
+// virtual start (where its stream's previous frame finished, or the
+// session's virtual time if the stream was quiet since) plus its size,
+// and the smallest finish goes first. The virtual time advances with each frame sent by its size
 // shared among the streams waiting (as if each had the link in turn, a
 // byte at a time), so that streams moving bulk data share the link byte
 // for byte, and a request or response on a quiet stream goes ahead of
@@ -214,10 +214,10 @@ var testHookFirstFrame func(*Stream)
 // held only while another is on its way, which the framer gets next (or
 // its writer fails, and then lets the framer know): it never waits for a
 // frame that may not come. (Frames queue only while a Write takes time: a
-// busy socket. Yielding before the last frame to let ready
-// writers join it wrote 1.2 times per small HTTP request where this
-// writes 1.9, but a yield is a whole round of a loaded scheduler, and a
-// session's requests under attack then waited for seconds.)
+// busy socket. Yielding before the last frame to let ready writers join
+// it wrote 1.2 times per small HTTP request where this writes 1.9, but a
+// yield is a whole round of a loaded scheduler, and a session's requests
+// under attack then waited for seconds.)
 //
 // The count: send counts a frame in (Session.queued, and the stream's
 // queued flag) before it writes it; the framer counts it out as it writes
@@ -239,11 +239,11 @@ func (s *Session) hold(id uint32, data bool) bool {
 }
 
 // unqueue counts st's frame out once its write returned, if the framer
-// did not, and has the frames held back written when it was
-// the last one on its way. That is rare (the write failed, or muxado
-// split its frame), and the connection may be stalled (a write deadline
-// passed): the frames are written by a goroutine of their own, so that
-// the writer returns now.
+// did not, and has the frames held back written when it was the last one
+// on its way. That is rare (the write failed, or muxado split its frame),
+// and the connection may be stalled (a write deadline passed): the frames
+// are written by a goroutine of their own, so that the writer returns
+// now.
 func (s *Session) unqueue(st *Stream) {
 	if st.queued.CompareAndSwap(true, false) && s.queued.Add(-1) == 0 {
 		go s.fr.flush()

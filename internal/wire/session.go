@@ -49,7 +49,7 @@ type Session struct {
 	stalled stalledSends // streams whose writes are under way
 
 	window int64        // each stream's window, both ways
-	sched  scheduler    // the slots of muxado's send queue (see send.go)
+	sched  scheduler    // the slots of the send path (see send.go)
 	queued atomic.Int64 // DATA frames on their way that the framer has not seen yet (see send.go)
 }
 
@@ -475,8 +475,8 @@ func (st *Stream) CloseWrite() error {
 // SetWriteDeadline sets the deadline of later writes. While one is set,
 // writes go through muxado's writer (see Stream.write), and muxado applies
 // it only while a write hands its frame to the session, never while it
-// waits for window; it is left as it is while a write is under way (muxado would
-// wait for that write to end).
+// waits for window; it is left as it is while a write is under way
+// (muxado would wait for that write to end).
 func (st *Stream) SetWriteDeadline(t time.Time) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
