@@ -43,8 +43,8 @@ type stalledSends struct {
 // after (for the peer's window, or behind other streams on a congested
 // link): a writer whose peer reads nothing holds its data, and on a host
 // where the data comes from a local app, the socket buffers of the app's
-// connection (a megabyte or more each). Past max such streams, the one
-// that has waited the longest is cut (reset, its AfterReset funcs run),
+// connection (a megabyte or more each). Past max such streams, those that
+// hold the most are cut (reset, their AfterReset funcs run; see check),
 // and cut is told (from a goroutine of the session's; it must not block).
 // Zero max: no bound. Called again, the new bounds apply at once to the
 // streams waiting.
@@ -88,11 +88,13 @@ func (ss *stalledSends) remove(st *Stream) {
 
 // check cuts streams that waited longer than after while more than max
 // of them wait, and arms the timer for the next one to pass after. The
-// victims are those that sent the most and would send the most with the
-// Write under way (oldest first among equals): a stream whose peer reads
-// nothing has sent its whole window, and holds more behind it; one that
-// waits its turn on a congested link with a short answer sent little and
-// would send little, and is done once its turn comes.
+// victims are those that hold the most (oldest first among equals): a
+// stream whose peer reads nothing has its whole window in flight, and
+// more behind it in the Write under way; one that waits its turn on a
+// congested link with a short answer holds little, and is done once its
+// turn comes. What a stream sent over its life does not count: a long
+// download whose client paused holds what a stalled one of the same
+// moment holds, not more.
 func (ss *stalledSends) check() {
 	ss.mu.Lock()
 	if ss.over {
@@ -144,5 +146,9 @@ func (ss *stalledSends) stop() {
 	ss.list.Init()
 }
 
-// holds is what a stream sent and would send with the Write under way.
-func (st *Stream) holds() int64 { return st.sent.Load() + st.pending.Load() }
+// holds is what a stream holds: what it sent that the peer has not read
+// yet (its window in flight), and what the Write under way has yet to
+// send.
+func (st *Stream) holds() int64 {
+	return st.sent.Load() - st.granted.Load() + st.pending.Load()
+}

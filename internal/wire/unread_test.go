@@ -115,7 +115,7 @@ func TestLimitStalledCutsWaitingSenders(t *testing.T) {
 	// window (the echo's frames bring the peer's grants before its
 	// bytes), so it never counts as stalled, however loaded the machine.
 	// (A stream that waits for window longer than the stall time counts,
-	// and the cut takes the one that sent most: a live stream that sent
+	// and the cut takes the one that holds most: a live stream that wrote
 	// four windows in one write was cut, 1 run in about 150 under load.)
 	half := make([]byte, MinWindow/2)
 	for range 8 {
@@ -135,43 +135,70 @@ func TestLimitStalledCutsWaitingSenders(t *testing.T) {
 	}
 }
 
-// TestLimitStalledCutsWhatSentMost: of two stalled streams past the
-// bound, the cut takes the one that sent more, though the other waited
-// longer: a stream whose peer reads nothing has sent its window and holds
-// more, while one that waits its turn with a short answer sent little.
-func TestLimitStalledCutsWhatSentMost(t *testing.T) {
+// TestLimitStalledCutsWhatHoldsMost: of two stalled streams past the
+// bound, the cut takes the one that holds more (its window in flight and
+// the rest of its write), though the other waited longer and sent far
+// more over its life: a long download whose client paused is not cut
+// ahead of a stream stalled with more behind it.
+func TestLimitStalledCutsWhatHoldsMost(t *testing.T) {
 	client, server := sessionPair(t, false)
 	cut := make(chan *Stream, 2)
 	// Bounds that cut nothing until the streams are set up, then at once.
 	client.LimitStalled(1, time.Hour, func(st *Stream) { cut <- st })
 	accepted := acceptAll(server, 2)
-	write := func(n int) (*Stream, muxado.Stream, chan error) {
+	open := func() (*Stream, muxado.Stream) {
 		t.Helper()
 		st, err := client.OpenStream()
 		if err != nil {
 			t.Fatal(err)
 		}
+		if _, err := st.Write([]byte{1}); err != nil {
+			t.Fatal(err)
+		}
+		peer := <-accepted
+		if _, err := io.ReadFull(peer, make([]byte, 1)); err != nil {
+			t.Fatal(err)
+		}
+		return st, peer
+	}
+	write := func(st *Stream, n int) chan error {
 		done := make(chan error, 1)
 		go func() { _, err := st.Write(make([]byte, n)); done <- err }()
-		return st, <-accepted, done
+		return done
 	}
-	older, _, olderDone := write(2 * MinWindow) // sends its window, then waits
-	newer, newerPeer, newerDone := write(3 * MinWindow)
-	// The peer reads a window and a byte of the newer one, so it sent more
-	// than the older one, and reads no more.
-	if _, err := io.ReadFull(newerPeer, make([]byte, MinWindow+1)); err != nil {
+
+	// The veteran sends 16 windows, all read, then writes a window and a
+	// half to a peer that reads no more: its window in flight, and half a
+	// window to go.
+	veteran, vpeer := open()
+	go io.CopyN(io.Discard, vpeer, 16*MinWindow)
+	if _, err := veteran.Write(make([]byte, 16*MinWindow)); err != nil {
 		t.Fatal(err)
 	}
+	veteranDone := write(veteran, MinWindow+MinWindow/2)
+	waitWriting(t, veteran)
+
+	// The hoarder writes four windows to a peer that reads nothing.
+	hoarder, _ := open()
+	hoarderDone := write(hoarder, 4*MinWindow)
+	inFlight := func(st *Stream) int64 { return st.sent.Load() - st.granted.Load() }
+	testwait.For(t, func() bool { // both wait for window, all of it in flight
+		return inFlight(veteran) == MinWindow && inFlight(hoarder) == MinWindow
+	})
+	// The veteran holds about a window and a half (and the grants its
+	// peer holds back, under a quarter window), the hoarder four windows;
+	// the veteran has sent over 17 windows, the hoarder one.
+
 	client.LimitStalled(1, time.Nanosecond, func(st *Stream) { cut <- st })
-	if st := <-cut; st != newer {
-		t.Fatalf("the cut took the stream that sent less (older %p, newer %p, cut %p)", older, newer, st)
+	if st := <-cut; st != hoarder {
+		t.Fatalf("the cut took the stream that holds less (veteran %p, hoarder %p, cut %p)", veteran, hoarder, st)
 	}
-	if err := <-newerDone; err == nil {
+	if err := <-hoarderDone; err == nil {
 		t.Fatal("the cut stream's write succeeded")
 	}
 	select {
-	case err := <-olderDone:
-		t.Fatalf("the older stream's write ended: %v", err)
+	case err := <-veteranDone:
+		t.Fatalf("the veteran's write ended: %v", err)
 	case st := <-cut:
 		t.Fatalf("a second stream cut: %p", st)
 	default:
