@@ -107,6 +107,7 @@ type framer struct {
 	onEnd    func()
 	onData   func(id uint32, n int) // called with each DATA frame's length before muxado reads its payload
 	onWndInc func(id, inc uint32)   // called with each WNDINC frame read, before muxado counts it
+	onSyn    func()                 // called with each DATA frame that opens a stream, before muxado sees it
 
 	// hold, if set, is asked under mu, for each frame to write, whether
 	// more frames are on their way to the framer: then the frame waits to
@@ -148,8 +149,11 @@ func (f *framer) ReadFrame() (frame.Frame, error) {
 		if f.onEnd != nil {
 			f.onEnd()
 		}
-	case f.onData != nil && fr.Type() == frame.TypeData:
-		if n := fr.Length(); n > 0 {
+	case fr.Type() == frame.TypeData:
+		if d, ok := fr.(*frame.Data); ok && d.Syn() && f.onSyn != nil {
+			f.onSyn()
+		}
+		if n := fr.Length(); n > 0 && f.onData != nil {
 			f.onData(uint32(fr.StreamId()), int(n))
 		}
 	case f.onReset != nil && fr.Type() == frame.TypeRst:

@@ -48,6 +48,8 @@ type Session struct {
 
 	stalled stalledSends // streams whose writes are under way
 
+	serving serving // Serve's state
+
 	window int64        // each stream's window, both ways
 	sched  scheduler    // the slots of the send path (see send.go)
 	queued atomic.Int64 // DATA frames on their way that the framer has not seen yet (see send.go)
@@ -68,6 +70,7 @@ func NewSession(conn net.Conn, window uint32, client bool, backlog uint32) *Sess
 			s.fr.onEnd = s.ended
 			s.fr.onData = s.received
 			s.fr.onWndInc = s.granted
+			s.fr.onSyn = s.opened
 			s.fr.hold = s.hold
 			return s.fr
 		},
@@ -267,6 +270,7 @@ func (s *Session) peerReset(id uint32) {
 // ended runs every AfterReset func: the session is over. Only the first
 // call does anything.
 func (s *Session) ended() {
+	s.serveEnded()
 	s.stalled.stop()
 	s.streams.Range(func(_, v any) bool {
 		v.(*Stream).end()
