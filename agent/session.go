@@ -34,7 +34,7 @@ func (c *Client) open(ctx context.Context, addr string) (*wire.Session, error) {
 	// answered from the start.
 	accepting := make(chan struct{})
 	dead := make(chan struct{}) // closed when the session ends
-	c.wg.Go(func() { c.acceptLoop(mux, addr, accepting, dead) })
+	c.serve(mux, addr, accepting, dead)
 	var resp wire.Response
 	c.mu.Lock()
 	ticket := c.ticket
@@ -147,21 +147,22 @@ func (c *Client) preamble(ctx context.Context, conn net.Conn) (uint32, error) {
 	return window, conn.SetDeadline(time.Time{})
 }
 
-// acceptLoop accepts the edge's streams until the session ends, then
-// closes dead. Proxy streams wait for accepting, closed once the session is
-// installed.
-func (c *Client) acceptLoop(mux *wire.Session, addr string, accepting <-chan struct{}, dead chan struct{}) {
-	var wg sync.WaitGroup
-	for {
-		st, err := mux.AcceptStream()
-		if err != nil {
-			break
-		}
-		wg.Go(func() { c.handleStream(st, addr, accepting, dead) })
-	}
-	close(dead)
-	wg.Wait()
-	c.sessionEnded(mux)
+// serve serves the edge's streams, each in a goroutine of its own, until
+// the session ends, then closes dead. Proxy streams wait for accepting,
+// closed once the session is installed. No goroutine waits for the next
+// stream while none comes (wire.Session.Serve): an idle session's are
+// muxado's reader and its writer.
+func (c *Client) serve(mux *wire.Session, addr string, accepting <-chan struct{}, dead chan struct{}) {
+	var streams sync.WaitGroup
+	c.wg.Add(1)
+	mux.Serve(func(st *wire.Stream) {
+		streams.Go(func() { c.handleStream(st, addr, accepting, dead) })
+	}, func() {
+		defer c.wg.Done()
+		close(dead)
+		streams.Wait()
+		c.sessionEnded(mux)
+	})
 }
 
 // sessionEnded forgets a session that died and reconnects when listeners

@@ -792,6 +792,18 @@ func (s *Server) proxyListener(ln net.Listener, vet bool) net.Listener {
 	}
 }
 
+// track counts a task that Close waits for, unless the server is
+// closing; s.wg.Done ends it.
+func (s *Server) track() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	return true
+}
+
 // goTracked runs f in a goroutine that Close waits for, unless the server is
 // closed.
 func (s *Server) goTracked(f func()) bool {

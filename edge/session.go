@@ -169,55 +169,55 @@ func (s *Server) serveAgent(c net.Conn, secure func(net.Conn) (net.Conn, error))
 		}
 	})
 
-	// The streams are accepted by a goroutine of their own, for the rest
-	// of the session: this one's stack grew in the preamble (and the TLS
-	// handshake), and a goroutine's stack never shrinks back to the
-	// smallest size, which a fresh one starts with. An idle session's
-	// goroutines are this one, muxado's reader and its writer.
-	accept := func() {
-		ss.acceptStreams()
+	// The streams are accepted as they come, by a goroutine that runs only
+	// while they do (wire.Session.Serve): an idle session's goroutines are
+	// muxado's reader and its writer. This one ends here.
+	if !s.track() {
+		ss.close(s.cfg.grace) // the server is closing
 		helloTimer.Stop()
 		s.donePending(pending)
+		return
 	}
-	if !s.goTracked(accept) {
-		accept() // the server is closing
-	}
+	early := 0 // streams opened before the hello was accepted
+	ss.mux.Serve(func(st *wire.Stream) { ss.accepted(st, &early) }, func() {
+		ss.close(s.cfg.grace)
+		ss.streams.Wait()
+		helloTimer.Stop()
+		s.donePending(pending)
+		s.wg.Done()
+	})
 }
 
-// acceptStreams serves the streams the agent opens until the session
-// ends, then closes it and waits for their handlers.
-func (ss *session) acceptStreams() {
-	s := ss.srv
-	early := 0 // streams opened before the hello was accepted
-	for {
-		st, err := ss.mux.AcceptStream()
-		if err != nil {
-			break
-		}
-		// Before its hello is accepted, a session may open one stream: the
-		// hello's. Anything more is a peer that does not speak the
-		// protocol, or one trying to make the edge hold streams for free.
-		if ss.helloState() != helloAccepted {
-			if early++; early > 1 {
-				ss.log.Debug("agent opened streams before its hello was accepted; closing the session")
-				st.Close()
-				break
-			}
-		}
-		// Accept promptly: each stream's header is read in its own
-		// goroutine, so a peer that opens a stream and stays silent
-		// delays nothing else.
-		if !ss.acquire() {
-			st.Close()
-			continue
-		}
-		ss.streams.Go(func() {
-			defer ss.release()
-			ss.handleStream(st)
-		})
+// accepted serves a stream the agent opened, in a goroutine of its own:
+// each stream's header is read there, so a peer that opens a stream and
+// stays silent delays nothing else. Serve hands the streams over one at a
+// time: early counts those opened before the hello was accepted.
+func (ss *session) accepted(st *wire.Stream, early *int) {
+	select {
+	case <-ss.done: // the session is closing
+		st.Close()
+		return
+	default:
 	}
-	ss.close(s.cfg.grace)
-	ss.streams.Wait()
+	// Before its hello is accepted, a session may open one stream: the
+	// hello's. Anything more is a peer that does not speak the protocol,
+	// or one trying to make the edge hold streams for free.
+	if ss.helloState() != helloAccepted {
+		if *early++; *early > 1 {
+			ss.log.Debug("agent opened streams before its hello was accepted; closing the session")
+			st.Close()
+			ss.close(ss.srv.cfg.grace)
+			return
+		}
+	}
+	if !ss.acquire() {
+		st.Close()
+		return
+	}
+	ss.streams.Go(func() {
+		defer ss.release()
+		ss.handleStream(st)
+	})
 }
 
 // preamble reads the agent's session preamble and answers with the stream
