@@ -39,7 +39,7 @@ func openWriting(t *testing.T, peer muxado.Session, b []byte) muxado.Stream {
 // once the session ended.
 func TestServeHandsStreamsInOrder(t *testing.T) {
 	client, server := sessionPair(t, false)
-	peer := server // the stock side opens, the Session serves
+	peer := server     // the stock side opens, the Session serves
 	for i := range 3 { // before Serve
 		openWriting(t, peer, []byte{byte(i)})
 	}
