@@ -9,9 +9,9 @@ import "sync"
 // arrive: the framer sees each stream's first frame, and starts one when
 // none is running. So an idle session keeps no goroutine waiting to
 // accept a stream, where a loop around AcceptStream keeps one for its
-// whole life (its stack and its goroutine record, about 2.5 KB of an
-// idle session's 25). handle should hand a stream that takes long to a
-// goroutine of its own: the next stream waits for it.
+// whole life (its stack: 2 KiB or more of an idle session's 24 KB at the
+// edge). handle should hand a stream that takes long to a goroutine of
+// its own: the next stream waits for it.
 //
 // Serve is called once, and AcceptStream not at all then. Streams the
 // peer opened before it are handed to handle too. A stream muxado turns
