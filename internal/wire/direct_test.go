@@ -197,7 +197,7 @@ func TestCloseWriteDuringAFirstWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed := make(chan error, 1)
-	testHookFirstFrame = func(s *Stream) {
+	hook := func(s *Stream) {
 		if s != st {
 			return
 		}
@@ -213,7 +213,8 @@ func TestCloseWriteDuringAFirstWrite(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	defer func() { testHookFirstFrame = nil }()
+	testHookFirstFrame.Store(&hook)
+	defer testHookFirstFrame.Store(nil)
 	if _, err := st.Write(msg); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package wire
 import (
 	"container/heap"
 	"sync"
+	"sync/atomic"
 
 	"golang.ngrok.com/muxado/v2/frame"
 )
@@ -192,8 +193,8 @@ func (st *Stream) write(b []byte) (int, error) {
 	if !st.synced.Load() {
 		st.Stream.Write(nil)
 		flags.Set(frame.FlagDataSyn)
-		if testHookFirstFrame != nil {
-			testHookFirstFrame(st)
+		if hook := testHookFirstFrame.Load(); hook != nil {
+			(*hook)(st)
 		}
 	}
 	if err := st.sess.fr.writeData(frame.StreamId(st.Id()), flags, b, &st.shut); err != nil {
@@ -203,8 +204,9 @@ func (st *Stream) write(b []byte) (int, error) {
 }
 
 // testHookFirstFrame, when set, runs between muxado marking a stream's
-// SYN sent and the frame that carries it.
-var testHookFirstFrame func(*Stream)
+// SYN sent and the frame that carries it. (Atomic: the sessions of other
+// tests may still be writing while a test sets it.)
+var testHookFirstFrame atomic.Pointer[func(*Stream)]
 
 // Writing frames together. The framer gets one frame at a time, and a
 // frame written alone costs a syscall. So while other DATA frames are on
