@@ -178,13 +178,7 @@ func (f *framer) WriteFrame(fr frame.Frame) error {
 		if int(fr.Length()) != len(p) || len(p) > maxLength {
 			break
 		}
-		var b [headerSize]byte
-		putHeader(b[:], len(p), frame.TypeData, fr.Flags(), fr.StreamId())
-		// The framer does not yield to let other writers catch up: under
-		// a loaded scheduler a yield is a whole round of it, and the
-		// requests of a session under attack then waited for seconds
-		// (TestStalledReadersHoldTheirBound).
-		return f.write(b[:], p, f.hold != nil && f.hold(uint32(fr.StreamId()), true))
+		return f.data(fr.StreamId(), fr.Flags(), p)
 	case *frame.WndInc:
 		return f.windowUpdate(fr.StreamId(), fr.WindowIncrement())
 	case *frame.Rst:
@@ -205,8 +199,8 @@ func (f *framer) WriteFrame(fr frame.Frame) error {
 	return err
 }
 
-// writeData writes a DATA frame of stream id with flags and payload p,
-// as WriteFrame writes one muxado's writer hands it. It fails without
+// writeData writes a DATA frame of stream id with flags and payload p, as
+// WriteFrame writes one muxado's writer hands it. It fails without
 // writing once shut is set: the stream's FIN may be on the wire, and
 // nothing of the stream may follow it (see Stream.CloseWrite).
 func (f *framer) writeData(id frame.StreamId, flags frame.Flags, p []byte, shut *atomic.Bool) error {
@@ -218,6 +212,15 @@ func (f *framer) writeData(id frame.StreamId, flags frame.Flags, p []byte, shut 
 	if shut.Load() {
 		return errStreamClosed
 	}
+	return f.data(id, flags, p)
+}
+
+// data writes a DATA frame of stream id with flags and payload p, or
+// holds it back (see hold). The caller holds mu. The framer does not
+// yield to let other writers catch up: under a loaded scheduler a yield
+// is a whole round of it, and the requests of a session under attack then
+// waited for seconds (TestStalledReadersHoldTheirBound).
+func (f *framer) data(id frame.StreamId, flags frame.Flags, p []byte) error {
 	var b [headerSize]byte
 	putHeader(b[:], len(p), frame.TypeData, flags, id)
 	return f.write(b[:], p, f.hold != nil && f.hold(uint32(id), true))
