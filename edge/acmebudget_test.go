@@ -157,6 +157,19 @@ func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
 	l.changed()
 	return nil
 }
+
+// dump logs, with t, the records at level or above: what a failed
+// test's edge said.
+func (l *logRecords) dump(t *testing.T, level slog.Level) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range l.recs {
+		if r.level >= level {
+			t.Logf("edge: %s %s %v", r.level, r.msg, r.attrs)
+		}
+	}
+}
+
 func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler { return l }
 func (l *logRecords) WithGroup(string) slog.Handler      { return l }
 
@@ -232,6 +245,14 @@ func startACMEEdgeWith(t *testing.T, acme edge.ACME, configure func(*edge.Server
 		ACME:     &acme,
 		Logger:   slog.New(e.logs),
 		Observer: e.obs,
+		// A handshake waits for its name's order at most this long: a
+		// minute, as the tests' own handshakes do, not the default 10 s.
+		// Pebble rejects 5% of nonces, the ACME client backs off 1 s,
+		// then 2 s, ... before each retry, and polls the authorization
+		// and the order: on a loaded machine an order can outlast 10 s,
+		// and its handshake then fails though the order succeeds (one CI
+		// run saw 4 of mallory's 5 budgeted names get a certificate).
+		Timeouts: edge.Timeouts{Handshake: time.Minute},
 	}
 	if configure != nil {
 		configure(e.srv)
@@ -239,7 +260,12 @@ func startACMEEdgeWith(t *testing.T, acme edge.ACME, configure func(*edge.Server
 	if err := e.srv.Start(edge.Listeners{Agents: agents, HTTP: httpLn, TLS: tlsLn}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.srv.Close() })
+	t.Cleanup(func() {
+		e.srv.Close()
+		if t.Failed() {
+			e.logs.dump(t, slog.LevelInfo)
+		}
+	})
 	return e
 }
 
