@@ -92,22 +92,31 @@ func sessionHold(window uint32) uint32 { return window / 4 }
 func newFramer(r io.Reader, w io.Writer, hold uint32) *framer {
 	_, writev := w.(syscall.Conn)
 	f := &framer{mu: make(turns, 1), w: w, windowHold: hold, writev: writev, batch: batchOf(w)}
-	f.stock = frame.NewFramer(newConnReader(r), w)
+	f.cr = newConnReader(r)
+	f.stock = frame.NewFramer(f.cr, w)
 	f.held = f.heldArr[:0]
 	return f
 }
 
 type framer struct {
-	mu turns // held by writes: muxado's writer goroutine, a Stream's (writeData), and inject
+	mu turns // held by writes: muxado's writer goroutine, a Stream's (writeData), and inject; let go with unlock
 
 	// onReset, if set, is called from the reader with the stream ID of
 	// each RST frame read; onEnd once reading fails (the session is
 	// over). Both must not block.
 	onReset  func(id uint32)
 	onEnd    func()
-	onData   func(id uint32, n int) // called with each DATA frame's length before muxado reads its payload
+	onData   func(id uint32, n int) // called with each DATA frame's length before its payload is read
 	onWndInc func(id, inc uint32)   // called with each WNDINC frame read, before muxado counts it
 	onSyn    func()                 // called with each DATA frame that opens a stream, before muxado sees it
+	onRstOut func(id uint32)        // called with the stream ID of each RST frame muxado writes
+
+	// take, if set, is offered each DATA frame's payload, after onSyn and
+	// onData: when it takes it (reading all n bytes of body), muxado gets
+	// the frame without its payload, with its flags (see recv.go).
+	// ready is how many of the payload's bytes the framer read already.
+	take func(id uint32, syn, fin bool, n int, body io.Reader, ready int) (bool, error)
+	zero frame.Data // the payloadless frame muxado gets, reused: it handles each frame before it reads the next
 
 	// hold, if set, is asked under mu, for each frame to write, whether
 	// more frames are on their way to the framer: then the frame waits to
@@ -122,14 +131,17 @@ type framer struct {
 	// stock reads every frame (through the buffer) and writes the frames
 	// this framer does not encode itself (GOAWAY).
 	stock      frame.Framer
+	cr         *connReader // what stock reads
 	w          io.Writer
 	writev     bool       // w is a kernel socket: large payloads go as net.Buffers
 	batch      *batchConn // beneath w, a TLS conn: a frame's records go in one Write (batch.go)
 	windowHold uint32
 
-	held    []heldInc // window updates not sent yet, one per stream
+	hmu     sync.Mutex // guards held; taken under mu, or alone by grant
+	held    []heldInc  // window updates not sent yet, one per stream (rarely more: see addHeld)
 	heldArr [maxHeld]heldInc
-	out     *[]byte // frames encoded and held back (see hold), from writeBuffers; nil: none
+	urgent  atomic.Bool // held has an update that must go now: whoever lets go of mu writes it (see grant)
+	out     *[]byte     // frames encoded and held back (see hold), from writeBuffers; nil: none
 
 	err error // the first write error, or errGoneAway: every later write fails with it
 }
@@ -150,11 +162,32 @@ func (f *framer) ReadFrame() (frame.Frame, error) {
 			f.onEnd()
 		}
 	case fr.Type() == frame.TypeData:
-		if d, ok := fr.(*frame.Data); ok && d.Syn() && f.onSyn != nil {
+		d, ok := fr.(*frame.Data)
+		if !ok {
+			break
+		}
+		if d.Syn() && f.onSyn != nil {
 			f.onSyn()
 		}
-		if n := fr.Length(); n > 0 && f.onData != nil {
+		n := fr.Length()
+		if n > 0 && f.onData != nil {
 			f.onData(uint32(fr.StreamId()), int(n))
+		}
+		if f.take == nil {
+			break
+		}
+		taken, err := f.take(uint32(fr.StreamId()), d.Syn(), d.Fin(), int(n), d.Reader(), f.cr.w-f.cr.r)
+		if err != nil {
+			if f.onEnd != nil {
+				f.onEnd()
+			}
+			return nil, err
+		}
+		if taken {
+			if err := f.zero.Pack(fr.StreamId(), nil, d.Fin(), d.Syn()); err != nil {
+				return nil, err
+			}
+			return &f.zero, nil
 		}
 	case f.onReset != nil && fr.Type() == frame.TypeRst:
 		f.onReset(uint32(fr.StreamId()))
@@ -168,7 +201,7 @@ func (f *framer) ReadFrame() (frame.Frame, error) {
 
 func (f *framer) WriteFrame(fr frame.Frame) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	if f.err != nil {
 		return f.err
 	}
@@ -180,8 +213,14 @@ func (f *framer) WriteFrame(fr frame.Frame) error {
 		}
 		return f.data(fr.StreamId(), fr.Flags(), p)
 	case *frame.WndInc:
-		return f.windowUpdate(fr.StreamId(), fr.WindowIncrement())
+		if f.addHeld(fr.StreamId(), fr.WindowIncrement()) {
+			return f.write(nil, nil, f.holding())
+		}
+		return nil
 	case *frame.Rst:
+		if f.onRstOut != nil {
+			f.onRstOut(uint32(fr.StreamId()))
+		}
 		var b [rstSize]byte
 		putHeader(b[:], 4, frame.TypeRst, 0, fr.StreamId())
 		binary.BigEndian.PutUint32(b[headerSize:], uint32(fr.ErrorCode()))
@@ -205,7 +244,7 @@ func (f *framer) WriteFrame(fr frame.Frame) error {
 // nothing of the stream may follow it (see Stream.CloseWrite).
 func (f *framer) writeData(id frame.StreamId, flags frame.Flags, p []byte, shut *atomic.Bool) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	if f.err != nil {
 		return f.err
 	}
@@ -231,7 +270,7 @@ func (f *framer) data(id frame.StreamId, flags frame.Flags, p []byte) error {
 // stream (muxado offers no way to send a RST).
 func (f *framer) inject(frames []byte) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	if f.err != nil {
 		return f.err
 	}
@@ -241,7 +280,7 @@ func (f *framer) inject(frames []byte) error {
 // flush writes the frames held back, if any (see hold).
 func (f *framer) flush() error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	if f.err != nil || f.out == nil {
 		return f.err
 	}
@@ -254,32 +293,68 @@ func (f *framer) holding() bool {
 	return f.hold != nil && f.hold(0, false)
 }
 
-// windowUpdate adds inc to the window update held for stream id, and
-// writes the held updates when this one reached the threshold or no room
-// is left to hold it.
-func (f *framer) windowUpdate(id frame.StreamId, inc uint32) error {
+// addHeld adds inc to the window update held for stream id, and reports
+// whether the held updates must be written now: this one reached
+// windowHold, or maxHeld streams have one held. (A stream's update whose
+// sum would overflow a WNDINC frame is held as a second one.)
+func (f *framer) addHeld(id frame.StreamId, inc uint32) (now bool) {
+	f.hmu.Lock()
+	defer f.hmu.Unlock()
 	for i := range f.held {
 		h := &f.held[i]
 		if h.id != id {
 			continue
 		}
 		if uint64(h.inc)+uint64(inc) > wndIncMaxIncr {
-			if err := f.write(nil, nil, f.holding()); err != nil {
-				return err
-			}
 			break
 		}
 		h.inc += inc
-		if h.inc >= f.windowHold {
-			return f.write(nil, nil, f.holding())
-		}
-		return nil
+		return h.inc >= f.windowHold
 	}
 	f.held = append(f.held, heldInc{id, inc})
-	if inc >= f.windowHold || len(f.held) == maxHeld {
-		return f.write(nil, nil, f.holding())
+	return inc >= f.windowHold || len(f.held) >= maxHeld
+}
+
+// grant holds a window update of inc for stream id, from a Stream's Read
+// (see recv.go), without waiting for the framer: a Read must not wait
+// behind a frame being written, nor a write stalled on the connection.
+// When the held updates must go now, it writes them if the framer is
+// free, else leaves them to whoever holds it, which writes them as it lets
+// go (unlock).
+func (f *framer) grant(id frame.StreamId, inc uint32) {
+	if f.addHeld(id, inc) {
+		f.urgent.Store(true)
+		f.flushUrgent()
 	}
-	return nil
+}
+
+// flushUrgent writes the held window updates while they are urgent and
+// the framer is free. Whoever sets urgent then calls it; whoever holds
+// the framer calls it once it let go: between the two, one finds the
+// framer free, and writes them.
+func (f *framer) flushUrgent() {
+	for f.urgent.Load() {
+		select {
+		case f.mu <- struct{}{}:
+		default:
+			return // its holder writes them as it lets go
+		}
+		if f.err != nil {
+			f.urgent.Store(false) // nothing more is written
+		} else if f.urgent.Load() {
+			f.write(nil, nil, f.holding())
+		}
+		<-f.mu
+	}
+}
+
+// unlock lets go of the framer, and writes the window updates that became
+// urgent meanwhile.
+func (f *framer) unlock() {
+	f.mu.Unlock()
+	if f.urgent.Load() {
+		f.flushUrgent()
+	}
 }
 
 var writeBuffers = sync.Pool{New: func() any {
@@ -292,7 +367,10 @@ var writeBuffers = sync.Pool{New: func() any {
 // when it is large. With later, a small frame is held back instead (see
 // hold), unless maxOut bytes are held already.
 func (f *framer) write(head, payload []byte, later bool) error {
+	f.hmu.Lock()
 	if len(f.held) == 0 && len(head) == 0 && f.out == nil {
+		f.urgent.Store(false)
+		f.hmu.Unlock()
 		return nil
 	}
 	bp := f.out
@@ -307,6 +385,8 @@ func (f *framer) write(head, payload []byte, later bool) error {
 		b = append(b, u[:]...)
 	}
 	f.held = f.held[:0]
+	f.urgent.Store(false)
+	f.hmu.Unlock()
 	b = append(b, head...)
 	var err error
 	if len(payload) <= copyLimit || !f.writev {

@@ -272,10 +272,13 @@ func (st *Stream) grant(inc uint32) {
 	}
 }
 
-// end wakes a writer waiting for window: the stream, or its session, is
-// over.
+// end wakes a writer waiting for window, and a reader waiting for bytes:
+// the stream, or its session, is over.
 func (st *Stream) end() {
-	st.endOnce.Do(func() { close(st.ended) })
+	st.endOnce.Do(func() {
+		st.rx.stop(false)
+		close(st.ended)
+	})
 }
 
 // over tells whether the stream or its session ended.

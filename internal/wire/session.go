@@ -41,6 +41,7 @@ type Session struct {
 	// read yet, each stream's and all of them together, bounded by
 	// maxUnread (see LimitUnread).
 	streams   sync.Map // uint32 to *Stream: the open streams
+	pending   sync.Map // uint32 to *recv: what the peer sent on streams it opened that are not accepted yet
 	unread    atomic.Int64
 	maxUnread atomic.Int64 // zero: no bound
 	onCut     atomic.Pointer[func(*Stream)]
@@ -71,6 +72,8 @@ func NewSession(conn net.Conn, window uint32, client bool, backlog uint32) *Sess
 			s.fr.onData = s.received
 			s.fr.onWndInc = s.granted
 			s.fr.onSyn = s.opened
+			s.fr.take = s.take
+			s.fr.onRstOut = s.refused
 			s.fr.hold = s.hold
 			return s.fr
 		},
@@ -90,24 +93,84 @@ func (s *Session) OpenStream() (*Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.track(st), nil
+	return s.track(st, newRecv()), nil
 }
+
+// Open is OpenStream, for a net.Conn. (A Session's streams are its own:
+// the payloads of their frames go to them, not to muxado's streams.)
+func (s *Session) Open() (net.Conn, error) { return s.OpenStream() }
+
+// Accept is AcceptStream, for a net.Conn.
+func (s *Session) Accept() (net.Conn, error) { return s.AcceptStream() }
 
 // AcceptStream returns the next stream the peer opened.
 func (s *Session) AcceptStream() (*Stream, error) {
-	st, err := s.Session.AcceptStream()
+	ms, err := s.Session.AcceptStream()
 	if err != nil {
 		return nil, err
 	}
-	t := s.track(st)
-	t.synced.Store(true) // the peer sent the SYN
-	return t, nil
+	id := ms.Id()
+	rx := newRecv() // (a stream muxado queued is pending, unless a peer reused its ID)
+	if v, ok := s.pending.Load(id); ok {
+		rx = v.(*recv)
+	}
+	st := s.track(ms, rx)
+	s.pending.Delete(id)  // after track: the framer finds rx under one ID or the other
+	st.synced.Store(true) // the peer sent the SYN
+	return st, nil
 }
 
-func (s *Session) track(ms muxado.Stream) *Stream {
-	st := &Stream{Stream: ms, sess: s, windowed: make(chan struct{}, 1), ended: make(chan struct{})}
+func (s *Session) track(ms muxado.Stream, rx *recv) *Stream {
+	st := &Stream{Stream: ms, sess: s, rx: rx, windowed: make(chan struct{}, 1), ended: make(chan struct{})}
 	s.streams.Store(ms.Id(), st)
 	return st
+}
+
+// take takes the payload of a DATA frame of stream id into the stream's
+// recv (see recv.go): a new one, pending until the stream is accepted,
+// when the frame opens the stream. A stream this session no longer has
+// (closed or reset here, or by the peer) gets none: muxado drops the
+// payload, and answers it with a RST.
+func (s *Session) take(id uint32, syn, fin bool, n int, body io.Reader, ready int) (bool, error) {
+	var rx *recv
+	if syn {
+		rx = newRecv()
+		s.pending.Store(id, rx)
+	} else if rx = s.recvOf(id); rx == nil {
+		return false, nil
+	}
+	return rx.fill(body, n, fin, s.window, ready)
+}
+
+// recvOf returns the recv of stream id: a stream's, or a pending one's.
+// AcceptStream moves a recv from pending to streams (stored there, then
+// deleted from pending): a recv missed in both was moved between the two
+// lookups, and the second look at streams finds it.
+func (s *Session) recvOf(id uint32) *recv {
+	if v, ok := s.streams.Load(id); ok {
+		return v.(*Stream).rx
+	}
+	if hook := testHookRecvMissed.Load(); hook != nil {
+		(*hook)()
+	}
+	if v, ok := s.pending.Load(id); ok {
+		return v.(*recv)
+	}
+	if v, ok := s.streams.Load(id); ok {
+		return v.(*Stream).rx
+	}
+	return nil
+}
+
+// testHookRecvMissed, when set, runs when recvOf did not find a stream
+// among the streams, before it looks among the pending ones.
+var testHookRecvMissed atomic.Pointer[func()]
+
+// refused forgets what the peer sent on stream id, which muxado refused
+// (it writes a RST for it: the accept queue was full, or the session is
+// going away).
+func (s *Session) refused(id uint32) {
+	s.pending.Delete(id)
 }
 
 // Heard returns a count that grows with every frame the peer sends: a
@@ -125,8 +188,8 @@ func (s *Session) Heard() uint64 { return s.fr.frames.Load() }
 // their downloads) hold max bytes at most, not a window each. Zero or
 // negative: no bound.
 //
-// muxado grows a stream's buffer by doubling: a stream may hold up to
-// twice what it counts here in memory until it is closed.
+// A stream holds its unread bytes in chunks (see recv.go): up to about
+// twice what it counts here in memory, and none once it was read.
 func (s *Session) LimitUnread(max int64, cut func(*Stream)) {
 	if cut != nil {
 		s.onCut.Store(&cut)
@@ -134,8 +197,8 @@ func (s *Session) LimitUnread(max int64, cut func(*Stream)) {
 	s.maxUnread.Store(max)
 }
 
-// received counts n bytes of a DATA frame for stream id, which muxado
-// buffers for the stream's reader, and cuts a stalled stream when the
+// received counts n bytes of a DATA frame for stream id, which its recv
+// takes for the stream's reader, and cuts a stalled stream when the
 // session's unread bytes pass their bound.
 func (s *Session) received(id uint32, n int) {
 	v, ok := s.streams.Load(id)
@@ -190,6 +253,7 @@ func (s *Session) forget(st *Stream) {
 	if _, ok := s.streams.LoadAndDelete(st.Id()); ok {
 		s.unread.Add(-st.unread.Swap(0))
 	}
+	st.rx.stop(true)
 	st.end()
 	s.stalled.remove(st)
 }
@@ -312,6 +376,7 @@ type resetWatch struct {
 type Stream struct {
 	muxado.Stream
 	sess *Session
+	rx   *recv // what the peer sent (see recv.go)
 
 	mu       sync.Mutex
 	writers  int  // Write and CloseWrite calls under way
@@ -340,10 +405,16 @@ type Stream struct {
 	endOnce  sync.Once
 }
 
-// Read reads what the peer sent.
+// Read reads what the peer sent. Once the stream ended other than by the
+// peer's FIN (a reset, the session's end, a Close), and the bytes that
+// came before are read, it returns muxado's error.
 func (st *Stream) Read(b []byte) (int, error) {
-	n, err := st.Stream.Read(b)
+	n, more, err := st.rx.read(b)
+	if more {
+		return st.Stream.Read(b)
+	}
 	if n > 0 {
+		st.sess.fr.grant(frame.StreamId(st.Id()), uint32(n))
 		// Uncount what was counted: the bytes of a stream's first frame,
 		// which arrive before the stream is known here, never were.
 		for {
@@ -491,9 +562,15 @@ func (st *Stream) SetWriteDeadline(t time.Time) error {
 	return st.Stream.SetWriteDeadline(t)
 }
 
+// SetReadDeadline sets the deadline of reads.
+func (st *Stream) SetReadDeadline(t time.Time) error {
+	st.rx.setDeadline(t)
+	return st.Stream.SetReadDeadline(t) // for the error Read gets from muxado's stream once it ended
+}
+
 // SetDeadline sets the read and write deadlines (see SetWriteDeadline).
 func (st *Stream) SetDeadline(t time.Time) error {
-	st.Stream.SetReadDeadline(t)
+	st.SetReadDeadline(t)
 	return st.SetWriteDeadline(t)
 }
 

@@ -12,9 +12,9 @@ import (
 	"golang.ngrok.com/muxado/v2"
 )
 
-// sessionPair returns a Session pair over loopback TCP: the client's end
-// built by NewSession, the server's by newPeer (a Session, or a stock
-// muxado session).
+// sessionPair returns a session pair over loopback TCP: the client's end
+// a Session, the server's a Session (as a muxado.Session: see asMuxado)
+// or, with stockServer, a stock muxado session.
 func sessionPair(t *testing.T, stockServer bool) (*Session, muxado.Session) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -44,13 +44,33 @@ func sessionPair(t *testing.T, stockServer bool) (*Session, muxado.Session) {
 	if stockServer {
 		server = muxado.Server(sc, &muxado.Config{MaxWindowSize: MinWindow})
 	} else {
-		server = NewSession(sc, MinWindow, false, 0).Session
+		server = asMuxado{NewSession(sc, MinWindow, false, 0)}
 	}
 	t.Cleanup(func() {
 		client.Close()
 		server.Close()
 	})
 	return client, server
+}
+
+// asMuxado is a Session as a muxado.Session: its OpenStream and
+// AcceptStream return its own streams.
+type asMuxado struct{ *Session }
+
+func (s asMuxado) OpenStream() (muxado.Stream, error) {
+	st, err := s.Session.OpenStream()
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func (s asMuxado) AcceptStream() (muxado.Stream, error) {
+	st, err := s.Session.AcceptStream()
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
 }
 
 // acceptStream returns the next stream server accepts, within 5 s.
