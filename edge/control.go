@@ -108,8 +108,8 @@ func (ss *session) serveUnbind(tunnelID string) wire.Response {
 	}
 	ss.srv.giveEndpoints(ss.owner(), 1)
 	ss.srv.obs().Endpoint(r.Proto, -1)
-	ss.srv.unbind(r, 0)
-	ss.log.Info("unbound", "url", ss.srv.publicURL(r))
+	ss.srv.unbind(*r, 0)
+	ss.log.Info("unbound", "url", ss.srv.publicURL(*r))
 	return wire.Response{}
 }
 
@@ -121,7 +121,7 @@ func (ss *session) serveRenew(tunnelID string) wire.Response {
 	if !ok {
 		return fail(wire.CodeNotFound, "no such tunnel")
 	}
-	t, err := ss.srv.endpointTicket(r)
+	t, err := ss.srv.endpointTicket(*r)
 	if err != nil {
 		return fail(wire.CodeUnavailable, "no ticket")
 	}
@@ -305,7 +305,10 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 		s.unbind(r, 0)
 		return fail(wire.CodeUnavailable, "session closed")
 	}
-	ss.routes[r.TunnelID] = r
+	if ss.routes == nil {
+		ss.routes = map[string]*router.Route{}
+	}
+	ss.routes[r.TunnelID] = &r
 	granted = true
 	s.obs().Endpoint(r.Proto, 1)
 	ss.mu.Unlock()

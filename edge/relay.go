@@ -528,8 +528,12 @@ func (s *Server) heldRoute(session string, h wire.ProxyHeader) (router.Route, er
 		return router.Route{}, fmt.Errorf("%w: %s", ErrNoSession, wire.Printable(session, 64))
 	}
 	ss.mu.Lock()
-	r, ok := ss.routes[h.TunnelID]
+	rp, ok := ss.routes[h.TunnelID]
 	ss.mu.Unlock()
+	var r router.Route
+	if ok {
+		r = *rp
+	}
 	switch {
 	case !ok:
 		return router.Route{}, fmt.Errorf("edge: session %s holds no endpoint %s", wire.Printable(session, 64), wire.Printable(h.TunnelID, 64))

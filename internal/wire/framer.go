@@ -116,7 +116,6 @@ type framer struct {
 	// the frame without its payload, with its flags (see recv.go).
 	// ready is how many of the payload's bytes the framer read already.
 	take func(id uint32, syn, fin bool, n int, body io.Reader, ready int) (bool, error)
-	zero frame.Data // the payloadless frame muxado gets, reused: it handles each frame before it reads the next
 
 	// hold, if set, is asked under mu, for each frame to write, whether
 	// more frames are on their way to the framer: then the frame waits to
@@ -176,7 +175,8 @@ func (f *framer) ReadFrame() (frame.Frame, error) {
 		if f.take == nil {
 			break
 		}
-		taken, err := f.take(uint32(fr.StreamId()), d.Syn(), d.Fin(), int(n), d.Reader(), f.cr.w-f.cr.r)
+		syn, fin := d.Syn(), d.Fin()
+		taken, err := f.take(uint32(fr.StreamId()), syn, fin, int(n), d.Reader(), f.cr.w-f.cr.r)
 		if err != nil {
 			if f.onEnd != nil {
 				f.onEnd()
@@ -184,10 +184,11 @@ func (f *framer) ReadFrame() (frame.Frame, error) {
 			return nil, err
 		}
 		if taken {
-			if err := f.zero.Pack(fr.StreamId(), nil, d.Fin(), d.Syn()); err != nil {
+			// The frame, its payload read, packed anew without one (the
+			// stock framer packs it anew with each frame it reads).
+			if err := d.Pack(fr.StreamId(), nil, fin, syn); err != nil {
 				return nil, err
 			}
-			return &f.zero, nil
 		}
 	case f.onReset != nil && fr.Type() == frame.TypeRst:
 		f.onReset(uint32(fr.StreamId()))

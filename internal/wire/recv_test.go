@@ -112,11 +112,10 @@ func TestStreamBytesBeforeAccept(t *testing.T) {
 	st.CloseWrite()
 	s := serverOf(server)
 	waitFor(t, "the stream's bytes to arrive", func() bool {
-		v, ok := s.pending.Load(uint32(st.Id()))
-		if !ok {
+		r := s.pendingRecv(uint32(st.Id()), false)
+		if r == nil {
 			return false
 		}
-		r := v.(*recv)
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.fin
@@ -133,7 +132,7 @@ func TestStreamBytesBeforeAccept(t *testing.T) {
 	if rx := peer.(*Stream).rx; rx.chunks != nil || rx.n != 0 {
 		t.Fatalf("a drained stream holds %d chunks, %d bytes", len(rx.chunks), rx.n)
 	}
-	if _, ok := s.pending.Load(uint32(st.Id())); ok {
+	if s.pendingRecv(uint32(st.Id()), false) != nil {
 		t.Fatal("an accepted stream is still pending")
 	}
 }
@@ -150,8 +149,7 @@ func TestBytesWhileAccepting(t *testing.T) {
 	}
 	st.Write([]byte("a"))
 	waitFor(t, "the stream to be pending", func() bool {
-		_, ok := s.pending.Load(uint32(st.Id()))
-		return ok
+		return s.pendingRecv(uint32(st.Id()), false) != nil
 	})
 	missed, accepted := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -196,8 +194,9 @@ func TestRefusedStreamsAreNotPending(t *testing.T) {
 		}()
 	}
 	waitFor(t, "the streams past the queue to be refused", func() bool { return refused.Load() == streams-128 })
-	n := 0
-	s.pending.Range(func(any, any) bool { n++; return true })
+	s.pmu.Lock()
+	n := len(s.pending)
+	s.pmu.Unlock()
 	if n != 128 {
 		t.Fatalf("%d streams pending, want the 128 muxado queued", n)
 	}

@@ -41,7 +41,8 @@ type Session struct {
 	// read yet, each stream's and all of them together, bounded by
 	// maxUnread (see LimitUnread).
 	streams   sync.Map // uint32 to *Stream: the open streams
-	pending   sync.Map // uint32 to *recv: what the peer sent on streams it opened that are not accepted yet
+	pmu       sync.Mutex
+	pending   []pendingRecv // what the peer sent on the streams it opened that are not accepted yet; nil when none (see AcceptStream)
 	unread    atomic.Int64
 	maxUnread atomic.Int64 // zero: no bound
 	onCut     atomic.Pointer[func(*Stream)]
@@ -110,13 +111,13 @@ func (s *Session) AcceptStream() (*Stream, error) {
 		return nil, err
 	}
 	id := ms.Id()
-	rx := newRecv() // (a stream muxado queued is pending, unless a peer reused its ID)
-	if v, ok := s.pending.Load(id); ok {
-		rx = v.(*recv)
+	rx := s.pendingRecv(id, false)
+	if rx == nil {
+		rx = newRecv() // (a stream muxado queued is pending, unless a peer reused its ID)
 	}
 	st := s.track(ms, rx)
-	s.pending.Delete(id)  // after track: the framer finds rx under one ID or the other
-	st.synced.Store(true) // the peer sent the SYN
+	s.pendingRecv(id, true) // after track: the framer finds rx under one ID or the other
+	st.synced.Store(true)   // the peer sent the SYN
 	return st, nil
 }
 
@@ -135,7 +136,9 @@ func (s *Session) take(id uint32, syn, fin bool, n int, body io.Reader, ready in
 	var rx *recv
 	if syn {
 		rx = newRecv()
-		s.pending.Store(id, rx)
+		s.pmu.Lock()
+		s.pending = append(s.pending, pendingRecv{id, rx})
+		s.pmu.Unlock()
 	} else if rx = s.recvOf(id); rx == nil {
 		return false, nil
 	}
@@ -153,11 +156,39 @@ func (s *Session) recvOf(id uint32) *recv {
 	if hook := testHookRecvMissed.Load(); hook != nil {
 		(*hook)()
 	}
-	if v, ok := s.pending.Load(id); ok {
-		return v.(*recv)
+	if rx := s.pendingRecv(id, false); rx != nil {
+		return rx
 	}
 	if v, ok := s.streams.Load(id); ok {
 		return v.(*Stream).rx
+	}
+	return nil
+}
+
+// pendingRecv is the recv of a stream the peer opened that is not
+// accepted yet.
+type pendingRecv struct {
+	id uint32
+	rx *recv
+}
+
+// pendingRecv returns the recv of pending stream id, or nil, and with
+// drop, forgets it. They are few (those accepted, or refused, next), and
+// a session that has none holds no memory for them.
+func (s *Session) pendingRecv(id uint32, drop bool) *recv {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	for i, p := range s.pending {
+		if p.id != id {
+			continue
+		}
+		if drop {
+			s.pending = slices.Delete(s.pending, i, i+1)
+			if len(s.pending) == 0 {
+				s.pending = nil
+			}
+		}
+		return p.rx
 	}
 	return nil
 }
@@ -170,7 +201,7 @@ var testHookRecvMissed atomic.Pointer[func()]
 // (it writes a RST for it: the accept queue was full, or the session is
 // going away).
 func (s *Session) refused(id uint32) {
-	s.pending.Delete(id)
+	s.pendingRecv(id, true)
 }
 
 // Heard returns a count that grows with every frame the peer sends: a
