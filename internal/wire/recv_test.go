@@ -13,6 +13,8 @@ import (
 
 	"golang.ngrok.com/muxado/v2"
 	"golang.ngrok.com/muxado/v2/frame"
+
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 )
 
 // FuzzRecv fills a recv with frames of the sizes the input gives, some
@@ -111,7 +113,7 @@ func TestStreamBytesBeforeAccept(t *testing.T) {
 	}
 	st.CloseWrite()
 	s := serverOf(server)
-	waitFor(t, "the stream's bytes to arrive", func() bool {
+	testwait.Within(t, testwait.DefaultBound, "the stream's bytes to arrive", func() bool {
 		r := s.pendingRecv(uint32(st.Id()), false)
 		if r == nil {
 			return false
@@ -148,7 +150,7 @@ func TestBytesWhileAccepting(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.Write([]byte("a"))
-	waitFor(t, "the stream to be pending", func() bool {
+	testwait.Within(t, testwait.DefaultBound, "the stream to be pending", func() bool {
 		return s.pendingRecv(uint32(st.Id()), false) != nil
 	})
 	missed, accepted := make(chan struct{}), make(chan struct{})
@@ -193,7 +195,7 @@ func TestRefusedStreamsAreNotPending(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, "the streams past the queue to be refused", func() bool { return refused.Load() == streams-128 })
+	testwait.Within(t, testwait.DefaultBound, "the streams past the queue to be refused", func() bool { return refused.Load() == streams-128 })
 	s.pmu.Lock()
 	n := len(s.pending)
 	s.pmu.Unlock()
@@ -262,7 +264,7 @@ func TestReadAfterTheStreamEnds(t *testing.T) {
 	st.Write([]byte("before"))
 	peer := acceptStream(t, server).(*Stream)
 	st.Reset()
-	waitFor(t, "the reset to arrive", peer.over)
+	testwait.Within(t, testwait.DefaultBound, "the reset to arrive", peer.over)
 	peer.SetReadDeadline(time.Now().Add(5 * time.Second))
 	got, err := io.ReadAll(peer)
 	if string(got) != "before" || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
@@ -275,7 +277,7 @@ func TestReadAfterTheStreamEnds(t *testing.T) {
 	}
 	st2.Write(make([]byte, 5000))
 	peer2 := acceptStream(t, server).(*Stream)
-	waitFor(t, "the bytes to arrive", func() bool {
+	testwait.Within(t, testwait.DefaultBound, "the bytes to arrive", func() bool {
 		peer2.rx.mu.Lock()
 		defer peer2.rx.mu.Unlock()
 		return peer2.rx.n == 5000
@@ -295,20 +297,8 @@ func TestReadAfterTheStreamEnds(t *testing.T) {
 // TestPeerPastItsWindowEndsTheSession: a peer that sends a stream more
 // than its window (muxado's flow control broken) ends the session.
 func TestPeerPastItsWindowEndsTheSession(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, sc := tcpPair(t)
 	defer conn.Close()
-	sc, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := NewSession(sc, MinWindow, false, 0)
 	defer s.Close()
 
@@ -375,19 +365,7 @@ func (c *gatedConn) open() {
 // are held, not written), and the updates that must go are written once
 // the write is: the peer gets its window back.
 func TestReadsDoNotWaitForAStalledWrite(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	cc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cc, sc := tcpPair(t)
 	gated := &gatedConn{Conn: cc, gate: make(chan struct{})}
 	close(gated.gate)
 	client := NewSession(gated, MinWindow, true, 0)
@@ -415,7 +393,7 @@ func TestReadsDoNotWaitForAStalledWrite(t *testing.T) {
 	if _, err := peer.Write(make([]byte, MinWindow)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a window's bytes to arrive", func() bool {
+	testwait.Within(t, testwait.DefaultBound, "a window's bytes to arrive", func() bool {
 		down.rx.mu.Lock()
 		defer down.rx.mu.Unlock()
 		return down.rx.n == MinWindow
@@ -426,7 +404,7 @@ func TestReadsDoNotWaitForAStalledWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	go up.Write([]byte("stalled"))
-	waitFor(t, "a write to hold the framer", func() bool { return len(client.fr.mu) == 1 })
+	testwait.Within(t, testwait.DefaultBound, "a write to hold the framer", func() bool { return len(client.fr.mu) == 1 })
 
 	read := make(chan error, 1)
 	go func() {
@@ -458,17 +436,5 @@ func TestReadsDoNotWaitForAStalledWrite(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the peer never got its window back")
-	}
-}
-
-// waitFor waits up to 10 s for cond.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
