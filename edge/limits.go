@@ -34,9 +34,9 @@ func (s *Server) addPending(c net.Conn) *list.Element {
 	if max := s.cfg.pendingSessions; max > 0 && s.pending.Len() > max {
 		oldest := s.pending.Front()
 		s.pending.Remove(oldest)
-		oldest.Value.(net.Conn).Close()
 		s.evicted++
-		s.obs().Refused(ReasonPendingLimit)
+		s.obs().Refused(ReasonPendingLimit) // before the close: whoever sees the close sees the count
+		oldest.Value.(net.Conn).Close()
 		if s.evicted == 1 || s.evicted%1000 == 0 {
 			s.log().Warn("too many agent connections waiting for their hello; closing the oldest", "max", max, "closed_so_far", s.evicted)
 		}

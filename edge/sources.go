@@ -157,9 +157,10 @@ func (l *sourceListener) Accept() (net.Conn, error) {
 		if l.conns.acquire(src, time.Time{}) {
 			return &sourceConn{Conn: c, release: func() { l.conns.release(src) }}, nil
 		}
-		c.Close()
+		// Counted before the close: whoever sees the close sees the count.
 		l.srv.obs().Refused(ReasonConnLimit)
 		l.srv.log().Debug("public connection refused: its source holds its share of the listener", "client", c.RemoteAddr().String(), "listener", l.Addr().String(), "max", l.conns.max)
+		c.Close()
 	}
 }
 
