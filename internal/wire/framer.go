@@ -175,20 +175,11 @@ func (f *framer) ReadFrame() (frame.Frame, error) {
 		if f.take == nil {
 			break
 		}
-		syn, fin := d.Syn(), d.Fin()
-		taken, err := f.take(uint32(fr.StreamId()), syn, fin, int(n), d.Reader(), f.cr.w-f.cr.r)
-		if err != nil {
+		if err := f.takeData(d); err != nil {
 			if f.onEnd != nil {
 				f.onEnd()
 			}
 			return nil, err
-		}
-		if taken {
-			// The frame, its payload read, packed anew without one (the
-			// stock framer packs it anew with each frame it reads).
-			if err := d.Pack(fr.StreamId(), nil, fin, syn); err != nil {
-				return nil, err
-			}
 		}
 	case f.onReset != nil && fr.Type() == frame.TypeRst:
 		f.onReset(uint32(fr.StreamId()))
@@ -198,6 +189,18 @@ func (f *framer) ReadFrame() (frame.Frame, error) {
 		}
 	}
 	return fr, err
+}
+
+// takeData offers d's payload to take; when taken, d is packed anew
+// without it, with its flags (the stock framer packs d anew with each
+// frame it reads). An error ends the session.
+func (f *framer) takeData(d *frame.Data) error {
+	syn, fin := d.Syn(), d.Fin()
+	taken, err := f.take(uint32(d.StreamId()), syn, fin, int(d.Length()), d.Reader(), f.cr.w-f.cr.r)
+	if err != nil || !taken {
+		return err
+	}
+	return d.Pack(d.StreamId(), nil, fin, syn)
 }
 
 func (f *framer) WriteFrame(fr frame.Frame) error {
