@@ -690,6 +690,32 @@ func BenchmarkMuxPingPong(b *testing.B) {
 			}
 		})
 	}
+	// A Session: the framer, and each stream's bytes read into its recv.
+	b.Run("session", func(b *testing.B) {
+		c, s := tcpPair(b)
+		client, server := NewSession(c, DefaultWindow, true, 0), NewSession(s, DefaultWindow, false, 0)
+		b.Cleanup(func() { client.Close(); server.Close() })
+		go func() {
+			st, err := server.AcceptStream()
+			if err != nil {
+				return
+			}
+			io.Copy(st, st)
+		}()
+		st, err := client.OpenStream()
+		if err != nil {
+			b.Fatal(err)
+		}
+		buf := make([]byte, 64)
+		for b.Loop() {
+			if _, err := st.Write(buf); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.ReadFull(st, buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 func BenchmarkMuxBulk(b *testing.B) {

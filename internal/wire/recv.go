@@ -26,8 +26,9 @@ import (
 // recv is what the peer sent on one stream that its reader has not read.
 type recv struct {
 	mu     sync.Mutex
-	cond   sync.Cond // signalled when bytes arrive, the stream ends, or the deadline changes or passes
-	chunks [][]byte  // unread bytes: chunks[0][off:], then the whole of each other chunk
+	cond   sync.Cond  // signalled when bytes arrive, the stream ends, or the deadline changes or passes
+	chunks []*[]byte  // unread bytes: (*chunks[0])[off:], then the whole of each other chunk
+	first  [2]*[]byte // chunks' array while it holds two or fewer
 	off    int
 	n      int  // unread bytes in all
 	fin    bool // the peer's FIN arrived: EOF once the bytes are read
@@ -75,20 +76,20 @@ func (r *recv) fill(body io.Reader, n int, fin bool, window int64, ready int) (t
 	if n <= ready {
 		defer r.mu.Unlock()
 		for n > 0 {
-			var tail []byte
+			var tail *[]byte
 			if k := len(r.chunks); k > 0 {
 				tail = r.chunks[k-1]
 			}
-			if len(tail) == cap(tail) {
+			if tail == nil || len(*tail) == cap(*tail) {
 				tail = getChunk(n)
-				r.chunks = append(r.chunks, tail)
+				r.push(tail)
 			}
-			m := min(n, cap(tail)-len(tail))
-			grown := tail[:len(tail)+m]
-			if _, err := io.ReadFull(body, grown[len(tail):]); err != nil {
+			had := len(*tail)
+			m := min(n, cap(*tail)-had)
+			if _, err := io.ReadFull(body, (*tail)[had:had+m]); err != nil {
 				return false, err
 			}
-			r.chunks[len(r.chunks)-1] = grown
+			*tail = (*tail)[:had+m]
 			r.n += m
 			n -= m
 		}
@@ -99,24 +100,32 @@ func (r *recv) fill(body io.Reader, n int, fin bool, window int64, ready int) (t
 	r.mu.Unlock()
 	for n > 0 {
 		c := getChunk(n)
-		c = c[:min(n, cap(c))]
-		if _, err := io.ReadFull(body, c); err != nil {
+		*c = (*c)[:min(n, cap(*c))]
+		if _, err := io.ReadFull(body, *c); err != nil {
 			putChunk(c)
 			return false, err
 		}
-		n -= len(c)
+		n -= len(*c)
 		r.mu.Lock()
 		if r.dropped {
 			putChunk(c)
 		} else {
-			r.chunks = append(r.chunks, c)
-			r.n += len(c)
+			r.push(c)
+			r.n += len(*c)
 			r.fin = r.fin || (fin && n == 0)
 			r.wake()
 		}
 		r.mu.Unlock()
 	}
 	return true, nil
+}
+
+// push adds c to r's chunks. The caller holds mu.
+func (r *recv) push(c *[]byte) {
+	if r.chunks == nil {
+		r.chunks = r.first[:0]
+	}
+	r.chunks = append(r.chunks, c)
 }
 
 // wake wakes a Read waiting. The caller holds mu.
@@ -182,10 +191,10 @@ func (r *recv) take(b []byte) int {
 	n := 0
 	for n < len(b) && len(r.chunks) > 0 {
 		c := r.chunks[0]
-		m := copy(b[n:], c[r.off:])
+		m := copy(b[n:], (*c)[r.off:])
 		n += m
 		r.off += m
-		if r.off < len(c) {
+		if r.off < len(*c) {
 			break
 		}
 		putChunk(c)
@@ -236,25 +245,28 @@ var chunkSizes = [...]int{512, 4 << 10, 32 << 10, MaxFrameData}
 var chunkPools [len(chunkSizes)]sync.Pool
 
 // getChunk returns an empty chunk for n bytes, or for as many of them as
-// the largest chunk holds.
-func getChunk(n int) []byte {
+// the largest chunk holds. A chunk is a pointer, which goes back to its
+// pool as it came (a slice would need a pointer of its own on each Put).
+func getChunk(n int) *[]byte {
 	for i, size := range chunkSizes {
 		if n <= size || i == len(chunkSizes)-1 {
 			if p, ok := chunkPools[i].Get().(*[]byte); ok {
-				return (*p)[:0]
+				*p = (*p)[:0]
+				return p
 			}
-			return make([]byte, 0, size)
+			c := make([]byte, 0, size)
+			return &c
 		}
 	}
 	panic("unreachable")
 }
 
 // putChunk gives c back to its pool.
-func putChunk(c []byte) {
+func putChunk(c *[]byte) {
 	for i, size := range chunkSizes {
-		if cap(c) == size {
-			c = c[:0]
-			chunkPools[i].Put(&c)
+		if cap(*c) == size {
+			*c = (*c)[:0]
+			chunkPools[i].Put(c)
 			return
 		}
 	}

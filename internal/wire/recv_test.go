@@ -65,7 +65,7 @@ func FuzzRecv(f *testing.F) {
 			}
 			held := 0
 			for k, c := range r.chunks {
-				held += len(c)
+				held += len(*c)
 				if k == 0 {
 					held -= r.off
 				}
