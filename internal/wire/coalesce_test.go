@@ -109,7 +109,7 @@ func TestFramerHoldsFramesBack(t *testing.T) {
 			f := newFramer(bytes.NewReader(nil), &rec, windowHold)
 			f.writev = tt.socket
 			more := true
-			f.hold = func(uint32, bool) bool { return more }
+			f.s = holdHooks{&more}
 			tt.run(t, f, &more)
 			if len(rec.writes) != tt.write {
 				t.Errorf("%d Writes, want %d", len(rec.writes), tt.write)
@@ -280,4 +280,19 @@ func TestSessionHold(t *testing.T) {
 			t.Errorf("window %d: hold %d, want (0, %d]", w, h, w/4)
 		}
 	}
+}
+
+// holdHooks are a framer's hooks that hold each frame while *more is
+// set, and do nothing else: the framer reads as NewFramer's does.
+type holdHooks struct{ more *bool }
+
+func (h holdHooks) hold(uint32, bool) bool { return *h.more }
+func (holdHooks) peerReset(uint32)         {}
+func (holdHooks) ended()                   {}
+func (holdHooks) received(uint32, int)     {}
+func (holdHooks) granted(uint32, uint32)   {}
+func (holdHooks) opened()                  {}
+func (holdHooks) refused(uint32)           {}
+func (holdHooks) take(uint32, bool, bool, int, io.Reader, int) (bool, error) {
+	return false, nil
 }

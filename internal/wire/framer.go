@@ -41,7 +41,7 @@ const (
 	copyLimit = 16 << 10
 
 	// maxOut is the most bytes of frames the framer holds back to write
-	// them with the frames on their way (see framer.hold).
+	// them with the frames on their way (see hooks.hold).
 	maxOut = 32 << 10
 )
 
@@ -98,32 +98,41 @@ func newFramer(r io.Reader, w io.Writer, hold uint32) *framer {
 	return f
 }
 
+// hooks are what a framer tells its Session of the frames it reads and
+// writes. They are the Session's methods, behind one interface value: a
+// func field each would cost an allocation each per session.
+type hooks interface {
+	// peerReset is called from the reader with the stream ID of each RST
+	// frame read; ended once reading fails (the session is over). Both
+	// must not block.
+	peerReset(id uint32)
+	ended()
+	received(id uint32, n int) // with each DATA frame's length, before its payload is read
+	granted(id, inc uint32)    // with each WNDINC frame read, before muxado counts it
+	opened()                   // with each DATA frame that opens a stream, before muxado sees it
+	refused(id uint32)         // with the stream ID of each RST frame muxado writes
+
+	// take is offered each DATA frame's payload, after opened and
+	// received: when it takes it (reading all n bytes of body), muxado
+	// gets the frame without its payload, with its flags (see recv.go).
+	// ready is how many of the payload's bytes the framer read already.
+	take(id uint32, syn, fin bool, n int, body io.Reader, ready int) (bool, error)
+
+	// hold is asked under the framer's mu, for each frame to write,
+	// whether more frames are on their way to the framer: then the frame
+	// waits to be written with them, in one Write. data says whether it
+	// is a DATA frame of stream id. Whoever makes hold answer false from
+	// then on (the last frame on its way was written, or will not be)
+	// must call flush.
+	hold(id uint32, data bool) bool
+}
+
 type framer struct {
 	mu turns // held by writes: muxado's writer goroutine, a Stream's (writeData), and inject; let go with unlock
 
-	// onReset, if set, is called from the reader with the stream ID of
-	// each RST frame read; onEnd once reading fails (the session is
-	// over). Both must not block.
-	onReset  func(id uint32)
-	onEnd    func()
-	onData   func(id uint32, n int) // called with each DATA frame's length before its payload is read
-	onWndInc func(id, inc uint32)   // called with each WNDINC frame read, before muxado counts it
-	onSyn    func()                 // called with each DATA frame that opens a stream, before muxado sees it
-	onRstOut func(id uint32)        // called with the stream ID of each RST frame muxado writes
-
-	// take, if set, is offered each DATA frame's payload, after onSyn and
-	// onData: when it takes it (reading all n bytes of body), muxado gets
-	// the frame without its payload, with its flags (see recv.go).
-	// ready is how many of the payload's bytes the framer read already.
-	take func(id uint32, syn, fin bool, n int, body io.Reader, ready int) (bool, error)
-
-	// hold, if set, is asked under mu, for each frame to write, whether
-	// more frames are on their way to the framer: then the frame waits to
-	// be written with them, in one Write. data says whether it is a DATA
-	// frame of stream id. Whoever makes hold answer false from then on
-	// (the last frame on its way was written, or will not be) must call
-	// flush.
-	hold func(id uint32, data bool) bool
+	// s, if set, is told of the frames read and written (see hooks); a
+	// framer of its own (NewFramer) has none.
+	s hooks
 
 	frames atomic.Uint64 // frames read: the peer is alive while it grows
 
@@ -156,47 +165,40 @@ func (f *framer) ReadFrame() (frame.Frame, error) {
 	fr, err := f.stock.ReadFrame()
 	f.frames.Add(1)
 	switch {
+	case f.s == nil:
 	case err != nil:
-		if f.onEnd != nil {
-			f.onEnd()
-		}
+		f.s.ended()
 	case fr.Type() == frame.TypeData:
 		d, ok := fr.(*frame.Data)
 		if !ok {
 			break
 		}
-		if d.Syn() && f.onSyn != nil {
-			f.onSyn()
+		if d.Syn() {
+			f.s.opened()
 		}
-		n := fr.Length()
-		if n > 0 && f.onData != nil {
-			f.onData(uint32(fr.StreamId()), int(n))
-		}
-		if f.take == nil {
-			break
+		if n := fr.Length(); n > 0 {
+			f.s.received(uint32(fr.StreamId()), int(n))
 		}
 		if err := f.takeData(d); err != nil {
-			if f.onEnd != nil {
-				f.onEnd()
-			}
+			f.s.ended()
 			return nil, err
 		}
-	case f.onReset != nil && fr.Type() == frame.TypeRst:
-		f.onReset(uint32(fr.StreamId()))
-	case f.onWndInc != nil && fr.Type() == frame.TypeWndInc:
+	case fr.Type() == frame.TypeRst:
+		f.s.peerReset(uint32(fr.StreamId()))
+	case fr.Type() == frame.TypeWndInc:
 		if wi, ok := fr.(*frame.WndInc); ok {
-			f.onWndInc(uint32(fr.StreamId()), wi.WindowIncrement())
+			f.s.granted(uint32(fr.StreamId()), wi.WindowIncrement())
 		}
 	}
 	return fr, err
 }
 
-// takeData offers d's payload to take; when taken, d is packed anew
+// takeData offers d's payload to the Session's take; when taken, d is packed anew
 // without it, with its flags (the stock framer packs d anew with each
 // frame it reads). An error ends the session.
 func (f *framer) takeData(d *frame.Data) error {
 	syn, fin := d.Syn(), d.Fin()
-	taken, err := f.take(uint32(d.StreamId()), syn, fin, int(d.Length()), d.Reader(), f.cr.w-f.cr.r)
+	taken, err := f.s.take(uint32(d.StreamId()), syn, fin, int(d.Length()), d.Reader(), f.cr.w-f.cr.r)
 	if err != nil || !taken {
 		return err
 	}
@@ -222,8 +224,8 @@ func (f *framer) WriteFrame(fr frame.Frame) error {
 		}
 		return nil
 	case *frame.Rst:
-		if f.onRstOut != nil {
-			f.onRstOut(uint32(fr.StreamId()))
+		if f.s != nil {
+			f.s.refused(uint32(fr.StreamId()))
 		}
 		var b [rstSize]byte
 		putHeader(b[:], 4, frame.TypeRst, 0, fr.StreamId())
@@ -266,7 +268,7 @@ func (f *framer) writeData(id frame.StreamId, flags frame.Flags, p []byte, shut 
 func (f *framer) data(id frame.StreamId, flags frame.Flags, p []byte) error {
 	var b [headerSize]byte
 	putHeader(b[:], len(p), frame.TypeData, flags, id)
-	return f.write(b[:], p, f.hold != nil && f.hold(uint32(id), true))
+	return f.write(b[:], p, f.s != nil && f.s.hold(uint32(id), true))
 }
 
 // inject writes frames encoded by the caller between two of muxado's
@@ -294,7 +296,7 @@ func (f *framer) flush() error {
 // holding asks hold about a frame that is not a stream's DATA. The caller
 // holds mu.
 func (f *framer) holding() bool {
-	return f.hold != nil && f.hold(0, false)
+	return f.s != nil && f.s.hold(0, false)
 }
 
 // addHeld adds inc to the window update held for stream id, and reports

@@ -226,7 +226,7 @@ var testHookFirstFrame atomic.Pointer[func(*Stream)]
 // (or holds) it, and so does its writer once the write returned, if the
 // framer did not (the write failed, or muxado split the frame). Each
 // is counted out once: whoever counts the last one out while frames are
-// held writes them (framer.hold, Session.unqueue).
+// held writes them (hooks.hold, Session.unqueue).
 
 // hold tells the framer whether to hold a frame back: whether other DATA
 // frames are on their way. A DATA frame of a stream's write is counted out

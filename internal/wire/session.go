@@ -68,14 +68,7 @@ func NewSession(conn net.Conn, window uint32, client bool, backlog uint32) *Sess
 		AcceptBacklog: backlog,
 		NewFramer: func(r io.Reader, w io.Writer) frame.Framer {
 			s.fr = newFramer(r, w, sessionHold(window))
-			s.fr.onReset = s.peerReset
-			s.fr.onEnd = s.ended
-			s.fr.onData = s.received
-			s.fr.onWndInc = s.granted
-			s.fr.onSyn = s.opened
-			s.fr.take = s.take
-			s.fr.onRstOut = s.refused
-			s.fr.hold = s.hold
+			s.fr.s = s
 			return s.fr
 		},
 	}
