@@ -184,6 +184,7 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 	s.mu.Unlock()
 	s.donePending(ss.pending)
 	close(ss.helloDone)
+	ss.stopHelloTimer()
 	ss.log.Info("agent connected", "identity", wire.Printable(identity, 64), "agent", wire.Printable(h.Agent, 64))
 	ss.keepAlive(min(h.Version, wire.Version))
 	return resp

@@ -39,8 +39,11 @@ type session struct {
 	routes   map[string]*router.Route // by tunnel ID; nil until the first bind (a map of Route values costs 1.3 KB with one entry)
 	binding  int                      // binds under way, counted against the endpoint bound
 	stopPing func()                   // stops the version 3 pinger; nil before the hello, or for version 2
-	closed   bool
-	streams  sync.WaitGroup // stream handlers
+	// helloTimer drops the session if no hello came in time; stopped,
+	// and let go, once the hello was accepted or the session ended.
+	helloTimer *time.Timer
+	closed     bool
+	streams    sync.WaitGroup // stream handlers
 }
 
 // helloState is where a session is in its hello: it moves forward only,
@@ -140,7 +143,7 @@ func (s *Server) serveAgent(c net.Conn, secure func(net.Conn) (net.Conn, error))
 		pending:   pending,
 		control:   make(chan struct{}, maxControl),
 	}
-	ss.log = s.log().With("session", ss.id, "agent_addr", c.RemoteAddr().String())
+	ss.log = ss.sessionLogger()
 	if max := s.cfg.sessionUnread; max > 0 {
 		ss.mux.LimitUnread(int64(max), ss.cutUnread)
 		ss.mux.LimitStalled(max/int(s.cfg.window), wire.StallAfter, ss.cutStalled)
@@ -167,13 +170,16 @@ func (s *Server) serveAgent(c net.Conn, secure func(net.Conn) (net.Conn, error))
 			ss.close(s.cfg.grace)
 		}
 	})
+	ss.mu.Lock()
+	ss.helloTimer = helloTimer
+	ss.mu.Unlock()
 
 	// The streams are accepted as they come, by a goroutine that runs only
 	// while they do (wire.Session.Serve): an idle session's goroutines are
 	// muxado's reader and its writer. This one ends here.
 	if !s.track() {
 		ss.close(s.cfg.grace) // the server is closing
-		helloTimer.Stop()
+		ss.stopHelloTimer()
 		s.donePending(pending)
 		return
 	}
@@ -181,7 +187,7 @@ func (s *Server) serveAgent(c net.Conn, secure func(net.Conn) (net.Conn, error))
 	ss.mux.Serve(func(st *wire.Stream) { ss.accepted(st, &early) }, func() {
 		ss.close(s.cfg.grace)
 		ss.streams.Wait()
-		helloTimer.Stop()
+		ss.stopHelloTimer()
 		s.donePending(pending)
 		s.wg.Done()
 	})
@@ -359,6 +365,18 @@ func (ss *session) keepAlive(version int) {
 	ss.mu.Unlock()
 	if closed {
 		stop()
+	}
+}
+
+// stopHelloTimer stops the timer of the hello, and lets it go: it would
+// stay in the session's memory for as long as the session lasts.
+func (ss *session) stopHelloTimer() {
+	ss.mu.Lock()
+	t := ss.helloTimer
+	ss.helloTimer = nil
+	ss.mu.Unlock()
+	if t != nil {
+		t.Stop()
 	}
 }
 
