@@ -62,6 +62,10 @@ func childMain(args []string) int {
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
+	if ctl.memDir != "" {
+		// Fine enough for the heap profiles of idle sessions (a few KiB each).
+		runtime.MemProfileRate = 4096
+	}
 	// Commands, and the end of stdin, arrive from the start: a role that
 	// is still setting up when the parent goes away stops too.
 	go ctl.serve(os.Stdin)
@@ -83,6 +87,7 @@ type control struct {
 	once     sync.Once
 	profile  *os.File      // the CPU profile being written; nil: none
 	name     string        // the measurement's name, from start
+	mems     int           // heap profiles written at mem commands
 	cpu0     time.Duration // CPU time at start
 	io0      ioCount       // syscalls at start
 }
@@ -131,6 +136,12 @@ func (c *control) serve(in io.Reader) {
 		case "mem":
 			m := readMem()
 			reply = fmt.Sprintf("mem heap=%d stack=%d goroutines=%d", m.heap, m.stack, m.goroutines)
+			if c.memDir != "" {
+				// What holds the memory now (the idle row asks before
+				// and after the sessions open: pprof -diff_base).
+				c.mems++
+				err = writeProfile("heap", filepath.Join(c.memDir, fmt.Sprintf("mem-%d-%d.heap.pprof", os.Getpid(), c.mems)))
+			}
 		default:
 			err = fmt.Errorf("unknown command %q", cmd)
 		}
