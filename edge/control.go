@@ -100,8 +100,7 @@ func (ss *session) serveRequest(ctx context.Context, req *wire.Request) wire.Res
 // once.
 func (ss *session) serveUnbind(tunnelID string) wire.Response {
 	ss.mu.Lock()
-	r, ok := ss.routes[tunnelID]
-	delete(ss.routes, tunnelID)
+	r, ok := ss.routes.remove(tunnelID)
 	ss.mu.Unlock()
 	if !ok {
 		return fail(wire.CodeNotFound, "no such tunnel")
@@ -116,7 +115,7 @@ func (ss *session) serveUnbind(tunnelID string) wire.Response {
 // serveRenew gives a fresh endpoint ticket for an endpoint of the session.
 func (ss *session) serveRenew(tunnelID string) wire.Response {
 	ss.mu.Lock()
-	r, ok := ss.routes[tunnelID]
+	r, ok := ss.routes.get(tunnelID)
 	ss.mu.Unlock()
 	if !ok {
 		return fail(wire.CodeNotFound, "no such tunnel")
@@ -306,10 +305,7 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 		s.unbind(r, 0)
 		return fail(wire.CodeUnavailable, "session closed")
 	}
-	if ss.routes == nil {
-		ss.routes = map[string]*router.Route{}
-	}
-	ss.routes[r.TunnelID] = &r
+	ss.routes.add(&r)
 	granted = true
 	s.obs().Endpoint(r.Proto, 1)
 	ss.mu.Unlock()
@@ -349,7 +345,7 @@ func (ss *session) bindRefused(b *wire.Bind, e *wire.Error) {
 func (ss *session) admitBind() (identity, previous string, refused *quotaRefusal) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if max := ss.srv.cfg.endpointsPerSession; max > 0 && len(ss.routes)+ss.binding >= max {
+	if max := ss.srv.cfg.endpointsPerSession; max > 0 && ss.routes.len()+ss.binding >= max {
 		return "", "", &quotaRefusal{ReasonEndpointLimit, fmt.Sprintf("too many endpoints on this session (at most %d)", max)}
 	}
 	if refused := ss.srv.takeEndpoint(ss.owner()); refused != nil {

@@ -36,9 +36,9 @@ type session struct {
 	hello    helloState
 	previous string // the session this one replaced (its ticket said so), for dropPrevious
 	identity string
-	routes   map[string]*router.Route // by tunnel ID; nil until the first bind (a map of Route values costs 1.3 KB with one entry)
-	binding  int                      // binds under way, counted against the endpoint bound
-	stopPing func()                   // stops the version 3 pinger; nil before the hello, or for version 2
+	routes   endpoints // bound on this session
+	binding  int       // binds under way, counted against the endpoint bound
+	stopPing func()    // stops the version 3 pinger; nil before the hello, or for version 2
 	// helloTimer drops the session if no hello came in time; stopped,
 	// and let go, once the hello was accepted or the session ended.
 	helloTimer *time.Timer
@@ -265,8 +265,7 @@ func (ss *session) close(reserve time.Duration) {
 	if ss.stopPing != nil {
 		ss.stopPing()
 	}
-	routes := ss.routes
-	ss.routes = nil
+	routes := ss.routes.take()
 	counted := ss.hello == helloAccepted
 	ss.mu.Unlock()
 
