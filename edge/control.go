@@ -100,7 +100,7 @@ func (ss *session) serveRequest(ctx context.Context, req *wire.Request) wire.Res
 // once.
 func (ss *session) serveUnbind(tunnelID string) wire.Response {
 	ss.mu.Lock()
-	r, ok := ss.routes.remove(tunnelID)
+	r, ok := ss.routes.Delete(tunnelID)
 	ss.mu.Unlock()
 	if !ok {
 		return fail(wire.CodeNotFound, "no such tunnel")
@@ -115,7 +115,7 @@ func (ss *session) serveUnbind(tunnelID string) wire.Response {
 // serveRenew gives a fresh endpoint ticket for an endpoint of the session.
 func (ss *session) serveRenew(tunnelID string) wire.Response {
 	ss.mu.Lock()
-	r, ok := ss.routes.get(tunnelID)
+	r, ok := ss.routes.Get(tunnelID)
 	ss.mu.Unlock()
 	if !ok {
 		return fail(wire.CodeNotFound, "no such tunnel")
@@ -182,7 +182,6 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 	ss.mu.Unlock()
 	s.mu.Unlock()
 	s.donePending(ss.pending)
-	close(ss.helloDone)
 	ss.stopHelloTimer()
 	ss.log.Info("agent connected", "identity", wire.Printable(identity, 64), "agent", wire.Printable(h.Agent, 64))
 	ss.keepAlive(min(h.Version, wire.Version))
@@ -305,7 +304,7 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 		s.unbind(r, 0)
 		return fail(wire.CodeUnavailable, "session closed")
 	}
-	ss.routes.add(&r)
+	ss.routes.Set(r.TunnelID, &r)
 	granted = true
 	s.obs().Endpoint(r.Proto, 1)
 	ss.mu.Unlock()
@@ -345,7 +344,7 @@ func (ss *session) bindRefused(b *wire.Bind, e *wire.Error) {
 func (ss *session) admitBind() (identity, previous string, refused *quotaRefusal) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if max := ss.srv.cfg.endpointsPerSession; max > 0 && ss.routes.len()+ss.binding >= max {
+	if max := ss.srv.cfg.endpointsPerSession; max > 0 && ss.routes.Len()+ss.binding >= max {
 		return "", "", &quotaRefusal{ReasonEndpointLimit, fmt.Sprintf("too many endpoints on this session (at most %d)", max)}
 	}
 	if refused := ss.srv.takeEndpoint(ss.owner()); refused != nil {

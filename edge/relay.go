@@ -528,7 +528,7 @@ func (s *Server) heldRoute(session string, h wire.ProxyHeader) (router.Route, er
 		return router.Route{}, fmt.Errorf("%w: %s", ErrNoSession, wire.Printable(session, 64))
 	}
 	ss.mu.Lock()
-	rp, ok := ss.routes.get(h.TunnelID)
+	rp, ok := ss.routes.Get(h.TunnelID)
 	ss.mu.Unlock()
 	var r router.Route
 	if ok {

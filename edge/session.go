@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/internal/smallmap"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
 )
@@ -25,9 +26,8 @@ type session struct {
 	src  net.Addr // the agent's address
 	conn net.Conn // the transport, closed to evict a session still waiting for its hello
 
-	helloDone chan struct{} // closed once the hello was accepted
-	done      chan struct{} // closed when the session ends
-	pending   *list.Element // in srv.pending until the hello was decided
+	done    chan struct{} // closed when the session ends
+	pending *list.Element // in srv.pending until the hello was decided
 
 	open    atomic.Int64  // streams open now, both ways
 	control chan struct{} // a token per control request served at once
@@ -36,9 +36,9 @@ type session struct {
 	hello    helloState
 	previous string // the session this one replaced (its ticket said so), for dropPrevious
 	identity string
-	routes   endpoints // bound on this session
-	binding  int       // binds under way, counted against the endpoint bound
-	stopPing func()    // stops the version 3 pinger; nil before the hello, or for version 2
+	routes   smallmap.Map[string, *router.Route] // the endpoints bound on this session, by tunnel ID
+	binding  int                                 // binds under way, counted against the endpoint bound
+	stopPing func()                              // stops the version 3 pinger; nil before the hello, or for version 2
 	// helloTimer drops the session if no hello came in time; stopped,
 	// and let go, once the hello was accepted or the session ended.
 	helloTimer *time.Timer
@@ -133,15 +133,14 @@ func (s *Server) serveAgent(c net.Conn, secure func(net.Conn) (net.Conn, error))
 		return
 	}
 	ss := &session{
-		srv:       s,
-		id:        newID(),
-		mux:       wire.NewSession(c, window, false, acceptBacklog),
-		src:       c.RemoteAddr(),
-		conn:      raw,
-		helloDone: make(chan struct{}),
-		done:      make(chan struct{}),
-		pending:   pending,
-		control:   make(chan struct{}, maxControl),
+		srv:     s,
+		id:      newID(),
+		mux:     wire.NewSession(c, window, false, acceptBacklog),
+		src:     c.RemoteAddr(),
+		conn:    raw,
+		done:    make(chan struct{}),
+		pending: pending,
+		control: make(chan struct{}, maxControl),
 	}
 	ss.log = ss.sessionLogger()
 	if max := s.cfg.sessionUnread; max > 0 {
@@ -163,9 +162,7 @@ func (s *Server) serveAgent(c net.Conn, secure func(net.Conn) (net.Conn, error))
 
 	// An agent that does not say hello in time is dropped.
 	helloTimer := time.AfterFunc(s.cfg.handshake, func() {
-		select {
-		case <-ss.helloDone:
-		default:
+		if ss.helloState() != helloAccepted {
 			ss.log.Debug("agent sent no hello in time")
 			ss.close(s.cfg.grace)
 		}
@@ -265,7 +262,11 @@ func (ss *session) close(reserve time.Duration) {
 	if ss.stopPing != nil {
 		ss.stopPing()
 	}
-	routes := ss.routes.take()
+	var routes []*router.Route
+	for _, r := range ss.routes.All() {
+		routes = append(routes, r)
+	}
+	ss.routes.Clear()
 	counted := ss.hello == helloAccepted
 	ss.mu.Unlock()
 

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/internal/smallmap"
 )
 
 // DefaultCooldown is how long a failed backend is skipped when
@@ -61,9 +63,9 @@ type member[B comparable] struct {
 	b         B
 	downUntil atomic.Int64 // unix nanoseconds; zero or past means healthy
 
-	// patterns are the patterns whose pools hold b. Only writers use it,
-	// holding Table.mu.
-	patterns map[string]struct{}
+	// patterns are the patterns whose pools hold b (most often one).
+	// Only writers use it, holding Table.mu.
+	patterns smallmap.Map[string, struct{}]
 }
 
 // Add adds backend b to the pool of name, a host name or a wildcard such as
@@ -82,10 +84,10 @@ func (t *Table[B]) Add(name string, b B) error {
 	}
 	m, _ := t.members.load(b)
 	if m == nil {
-		m = &member[B]{b: b, patterns: map[string]struct{}{}}
+		m = &member[B]{b: b}
 		t.members.store(b, m)
 	}
-	m.patterns[pattern] = struct{}{}
+	m.patterns.Set(pattern, struct{}{})
 	p := &pool[B]{pattern: pattern}
 	if old != nil {
 		p.members = append(slices.Clip(old.members), m)
@@ -111,8 +113,8 @@ func (t *Table[B]) Remove(name string, b B) bool {
 	}
 	t.removeFrom(pattern, b)
 	m, _ := t.members.load(b)
-	delete(m.patterns, pattern)
-	if len(m.patterns) == 0 {
+	m.patterns.Delete(pattern)
+	if m.patterns.Len() == 0 {
 		t.members.delete(b) // no pool holds b: forget its health
 	}
 	return true
@@ -127,11 +129,11 @@ func (t *Table[B]) RemoveBackend(b B) int {
 	if m == nil {
 		return 0
 	}
-	for pattern := range m.patterns {
+	for pattern := range m.patterns.All() {
 		t.removeFrom(pattern, b)
 	}
 	t.members.delete(b)
-	return len(m.patterns)
+	return m.patterns.Len()
 }
 
 // removeFrom replaces the pool of pattern, which holds b, with one without
