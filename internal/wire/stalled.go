@@ -35,7 +35,7 @@ type stalledSends struct {
 	after time.Duration // how long a stream may wait before it counts
 	cut   func(*Stream) // told of each stream cut; nil: nobody
 	list  list.List     // of *Stream, by when their window ran out
-	timer *time.Timer   // armed while the list is not empty
+	timer *time.Timer   // armed while the list is not empty; nil once a check found it empty
 	over  bool          // the session ended
 }
 
@@ -124,6 +124,10 @@ func (ss *stalledSends) check() {
 			next = ss.after // the stale ones within max: look again later
 		}
 		ss.timer.Reset(next)
+	} else if e == nil {
+		// No write under way: an idle session holds no timer. The next
+		// write makes one.
+		ss.timer = nil
 	}
 	cut := ss.cut
 	ss.mu.Unlock()

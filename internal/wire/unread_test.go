@@ -135,6 +135,55 @@ func TestLimitStalledCutsWaitingSenders(t *testing.T) {
 	}
 }
 
+// TestStalledTimerLetGoWhenIdle: once no write is under way and the
+// stall check ran, a session holds no timer for it; the next stalled
+// writes are still cut past the bound.
+func TestStalledTimerLetGoWhenIdle(t *testing.T) {
+	client, server := sessionPair(t, false)
+	var cuts atomic.Int32
+	client.LimitStalled(1, 20*time.Millisecond, func(*Stream) { cuts.Add(1) })
+	accepted := acceptAll(server, 16)
+	timer := func() *time.Timer {
+		client.stalled.mu.Lock()
+		defer client.stalled.mu.Unlock()
+		return client.stalled.timer
+	}
+	st, err := client.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	<-accepted
+	if timer() == nil {
+		t.Fatal("no timer after a write")
+	}
+	testwait.Within(t, 10*time.Second, "the stall timer let go", func() bool { return timer() == nil })
+
+	failed := make(chan error, 2)
+	for range 2 {
+		st, err := client.OpenStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_, err := st.Write(make([]byte, 2*MinWindow)) // past the window: it waits
+			failed <- err
+		}()
+		<-accepted // the peer never reads it
+	}
+	select {
+	case err := <-failed:
+		if err == nil {
+			t.Fatal("a stalled write succeeded")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no stalled stream cut past the bound, after the timer was let go")
+	}
+	testwait.For(t, func() bool { return cuts.Load() >= 1 })
+}
+
 // TestLimitStalledCutsWhatHoldsMost: of two stalled streams past the
 // bound, the cut takes the one that holds more (its window in flight and
 // the rest of its write), though the other waited longer and sent far
