@@ -111,13 +111,18 @@ func (c *Client) reach(ctx context.Context, addr string) (net.Conn, uint32, erro
 	return conn, window, nil
 }
 
+// acceptBacklog is the room of a session's accept queue: the streams the
+// edge opened that wait for the accepting goroutine.
+const acceptBacklog = 32
+
 // newSession starts the agent's side of a session on conn, with its
 // bounds on what stalled and unread streams hold.
 func (c *Client) newSession(conn net.Conn, window uint32, addr string) *wire.Session {
-	// The edge opens a stream per public connection: a burst of them must
-	// not overflow muxado's accept queue (128 by default), which resets
-	// the streams it cannot queue.
-	mux := wire.NewSession(conn, window, true, 1024)
+	// The edge opens a stream per public connection. A burst of them
+	// waits for the session's accepting goroutine (Session.Serve) while
+	// the queue is full, rather than being reset: the queue is short (a
+	// queue of 1024 cost each session 16 KB).
+	mux := wire.NewSession(conn, window, true, acceptBacklog)
 	// Streams whose public clients stopped reading hold the app's bytes
 	// on this host (the app's socket buffers above all): past a bound,
 	// the one stalled the longest is cut, and with it the connection to

@@ -62,12 +62,13 @@ const (
 const maxControl = 8
 
 // acceptBacklog is how many streams an agent may have opened that wait to
-// be accepted; muxado resets a stream past it, after waiting a millisecond
-// for room once. The edge accepts each stream as it comes and serves it in
-// a goroutine of its own, and an agent opens few at once (its control
-// requests, a ping now and then), so the queue holds only what arrives
-// while the accepting goroutine waits for a CPU. muxado's default room for
-// 128 costs 2 KiB a session.
+// be accepted; past it, the session reads nothing more from the agent
+// until the accepting goroutine caught up (Session.Serve). The edge
+// accepts each stream as it comes and serves it in a goroutine of its
+// own, and an agent opens few at once (its control requests, a ping now
+// and then), so the queue holds only what arrives while the accepting
+// goroutine waits for a CPU. muxado's default room for 128 costs 2 KiB a
+// session.
 const acceptBacklog = 16
 
 // errTooManyStreams refuses a stream past Server.MaxStreamsPerSession.

@@ -286,13 +286,13 @@ func TestSessionHold(t *testing.T) {
 // set, and do nothing else: the framer reads as NewFramer's does.
 type holdHooks struct{ more *bool }
 
-func (h holdHooks) hold(uint32, bool) bool { return *h.more }
-func (holdHooks) peerReset(uint32)         {}
-func (holdHooks) ended()                   {}
-func (holdHooks) received(uint32, int)     {}
-func (holdHooks) granted(uint32, uint32)   {}
-func (holdHooks) opened()                  {}
-func (holdHooks) refused(uint32)           {}
+func (h holdHooks) hold(uint32, bool) bool        { return *h.more }
+func (holdHooks) peerReset(uint32)                {}
+func (holdHooks) ended()                          {}
+func (holdHooks) received(uint32, int)            {}
+func (holdHooks) granted(uint32, uint32)          {}
+func (holdHooks) opened()                         {}
+func (holdHooks) refused(uint32, frame.ErrorCode) {}
 func (holdHooks) take(uint32, bool, bool, int, io.Reader, int) (bool, error) {
 	return false, nil
 }

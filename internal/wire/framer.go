@@ -107,10 +107,10 @@ type hooks interface {
 	// must not block.
 	peerReset(id uint32)
 	ended()
-	received(id uint32, n int) // with each DATA frame's length, before its payload is read
-	granted(id, inc uint32)    // with each WNDINC frame read, before muxado counts it
-	opened()                   // with each DATA frame that opens a stream, before muxado sees it
-	refused(id uint32)         // with the stream ID of each RST frame muxado writes
+	received(id uint32, n int)               // with each DATA frame's length, before its payload is read
+	granted(id, inc uint32)                  // with each WNDINC frame read, before muxado counts it
+	opened()                                 // with each DATA frame that opens a stream, before muxado sees it
+	refused(id uint32, code frame.ErrorCode) // with the stream ID and code of each RST frame muxado writes
 
 	// take is offered each DATA frame's payload, after opened and
 	// received: when it takes it (reading all n bytes of body), muxado
@@ -225,7 +225,7 @@ func (f *framer) WriteFrame(fr frame.Frame) error {
 		return nil
 	case *frame.Rst:
 		if f.s != nil {
-			f.s.refused(uint32(fr.StreamId()))
+			f.s.refused(uint32(fr.StreamId()), fr.ErrorCode())
 		}
 		var b [rstSize]byte
 		putHeader(b[:], 4, frame.TypeRst, 0, fr.StreamId())

@@ -14,10 +14,14 @@ import "sync"
 // its own: the next stream waits for it.
 //
 // Serve is called once, and AcceptStream not at all then. Streams the
-// peer opened before it are handed to handle too. A stream muxado turns
-// away without queueing it (its accept queue was full) leaves the
-// goroutine waiting, as a loop around AcceptStream would, until the next
-// stream or the end of the session.
+// peer opened before it are handed to handle too.
+//
+// Once Serve runs, the session reads no more of the peer's frames while
+// its accept queue is full (backlog streams wait for handle): a burst of
+// streams waits for handle to catch up, where muxado would reset those
+// past the queue after a millisecond. So the queue can be short (muxado
+// gives each session's the room of backlog streams, 16 bytes each, for
+// its whole life), and a handle that blocks stops the session's reading.
 func (s *Session) Serve(handle func(*Stream), done func()) {
 	v := &s.serving
 	v.mu.Lock()
@@ -35,21 +39,54 @@ type serving struct {
 	mu       sync.Mutex
 	handle   func(*Stream) // nil until Serve
 	done     func()
-	opened   int  // streams the peer opened that were not handed to handle yet
-	running  bool // a goroutine accepts them
-	over     bool // the session ended
-	finished bool // done was started
+	opened   int           // streams the peer opened that were not handed to handle yet (or turned away: see unopened)
+	backlog  int           // the room of muxado's accept queue
+	room     chan struct{} // closed when opened falls below backlog; nil while the reader does not wait
+	running  bool          // a goroutine accepts them
+	over     bool          // the session ended
+	finished bool          // done was started
 }
 
 // opened counts a stream the peer opens (the framer read its first frame;
 // muxado queues it for AcceptStream next), and starts a goroutine to
-// accept it when none runs.
+// accept it when none runs. Once Serve runs, it waits, in the session's
+// reader, while muxado's accept queue is full.
 func (s *Session) opened() {
 	v := &s.serving
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	for v.handle != nil && !v.over && v.opened >= v.backlog {
+		if v.room == nil {
+			v.room = make(chan struct{})
+		}
+		room := v.room
+		v.mu.Unlock()
+		<-room
+		v.mu.Lock()
+	}
 	v.opened++
 	s.acceptLocked()
+}
+
+// unopened uncounts a stream that opened counted and muxado turned away
+// without queueing it (the session was going away, or its accept queue
+// was full before Serve): no AcceptStream will return it.
+func (s *Session) unopened() {
+	v := &s.serving
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.opened--
+	s.roomLocked()
+}
+
+// roomLocked wakes the reader waiting for room in the accept queue, if
+// there is room. The caller holds serving.mu.
+func (s *Session) roomLocked() {
+	v := &s.serving
+	if v.room != nil && (v.opened < v.backlog || v.over) {
+		close(v.room)
+		v.room = nil
+	}
 }
 
 // acceptLocked starts the goroutine that accepts the streams opened, if
@@ -75,6 +112,7 @@ func (s *Session) accept() {
 		v.mu.Lock()
 		if err == nil {
 			v.opened--
+			s.roomLocked()
 		}
 		if err != nil || v.opened <= 0 {
 			v.running = false
@@ -95,6 +133,7 @@ func (s *Session) serveEnded() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.over = true
+	s.roomLocked()
 	if !v.running {
 		s.finishLocked()
 	}

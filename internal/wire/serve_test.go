@@ -2,8 +2,10 @@ package wire
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,5 +128,141 @@ func TestServeAfterTheEnd(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("done never ran")
+	}
+}
+
+// servePair is a Session with an accept queue of backlog streams, on
+// loopback TCP, and the Session of its peer, which opens the streams.
+func servePair(t *testing.T, backlog uint32) (s, peer *Session) {
+	t.Helper()
+	a, b := tcpPair(t)
+	s, peer = NewSession(a, MinWindow, true, backlog), NewSession(b, MinWindow, false, 0)
+	t.Cleanup(func() { s.Close(); peer.Close() })
+	return s, peer
+}
+
+// readerWaits tells whether a session's reader waits for room in its
+// accept queue.
+func readerWaits() bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return bytes.Contains(buf, []byte("wire.(*Session).opened("))
+}
+
+// echoed opens a stream of peer's, writes a byte and reads it back.
+func echoed(peer *Session, b byte) error {
+	st, err := peer.OpenStream()
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if _, err := st.Write([]byte{b}); err != nil {
+		return err
+	}
+	st.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var got [1]byte
+	if _, err := io.ReadFull(st, got[:]); err != nil {
+		return err
+	}
+	if got[0] != b {
+		return fmt.Errorf("echo %d, want %d", got[0], b)
+	}
+	return nil
+}
+
+// echo serves a stream: it reads a byte and writes it back.
+func echo(st *Stream) {
+	defer st.Close()
+	var b [1]byte
+	st.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(st, b[:]); err == nil {
+		st.Write(b[:])
+	}
+}
+
+// TestServeBurstWaitsForHandle: a burst of streams far past the accept
+// queue, while handle is held up: the session stops reading until handle
+// catches up, and every stream is served, none reset (muxado resets those
+// past its queue after a millisecond).
+func TestServeBurstWaitsForHandle(t *testing.T) {
+	s, peer := servePair(t, 2)
+	gate := make(chan struct{})
+	var once sync.Once
+	s.Serve(func(st *Stream) {
+		once.Do(func() { <-gate })
+		go echo(st)
+	}, nil)
+	const n = 50
+	errs := make(chan error, n)
+	for i := range n {
+		go func() { errs <- echoed(peer, byte(i)) }()
+	}
+	testwait.Within(t, 10*time.Second, "the reader waits for room in the accept queue", readerWaits)
+	close(gate)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestServeCloseWhileTheReaderWaits: Close ends a session whose reader
+// waits for room in the accept queue, behind a handle that never returns;
+// done runs once it does.
+func TestServeCloseWhileTheReaderWaits(t *testing.T) {
+	s, peer := servePair(t, 2)
+	release := make(chan struct{})
+	done := make(chan struct{})
+	s.Serve(func(st *Stream) { <-release }, func() { close(done) })
+	for i := range 6 {
+		go echoed(peer, byte(i))
+	}
+	testwait.Within(t, 10*time.Second, "the reader waits for room in the accept queue", readerWaits)
+	closed := make(chan struct{})
+	go func() { s.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close never returned while the reader waited")
+	}
+	select {
+	case <-done:
+		t.Fatal("done ran before the handle under way returned")
+	default:
+	}
+	close(release)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("done never ran")
+	}
+}
+
+// TestServeStreamsResetBeforeServeDoNotCount: streams muxado reset before
+// Serve (its queue was full) are not counted as waiting to be accepted:
+// the streams after Serve are served.
+func TestServeStreamsResetBeforeServeDoNotCount(t *testing.T) {
+	s, peer := servePair(t, 2)
+	const before = 6
+	errs := make(chan error, before)
+	for i := range before {
+		go func() { errs <- echoed(peer, byte(i)) }()
+	}
+	// Two wait in the queue for Serve; muxado resets the others.
+	for range before - 2 {
+		if err := <-errs; err == nil {
+			t.Fatal("a stream past the queue was served before Serve")
+		}
+	}
+	s.Serve(func(st *Stream) { go echo(st) }, nil)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Errorf("a stream queued before Serve: %v", err)
+		}
+	}
+	for i := range 10 {
+		if err := echoed(peer, byte(i)); err != nil {
+			t.Fatalf("stream %d after Serve: %v", i, err)
+		}
 	}
 }

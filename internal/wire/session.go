@@ -63,6 +63,10 @@ type Session struct {
 // muxado's 128; a stream past it is reset).
 func NewSession(conn net.Conn, window uint32, client bool, backlog uint32) *Session {
 	s := &Session{window: int64(window)}
+	s.serving.backlog = int(backlog)
+	if backlog == 0 {
+		s.serving.backlog = defaultBacklog
+	}
 	cfg := &muxado.Config{
 		MaxWindowSize: window,
 		AcceptBacklog: backlog,
@@ -193,9 +197,18 @@ var testHookRecvMissed atomic.Pointer[func()]
 // refused forgets what the peer sent on stream id, which muxado refused
 // (it writes a RST for it: the accept queue was full, or the session is
 // going away).
-func (s *Session) refused(id uint32) {
+func (s *Session) refused(id uint32, code frame.ErrorCode) {
 	s.pendingRecv(id, true)
+	// The codes of a stream muxado turns away at its SYN, before queueing
+	// it (and of nothing else): it counted among those opened.
+	if code == frame.ErrorCode(muxado.StreamRefused) || code == frame.ErrorCode(muxado.AcceptQueueFull) {
+		s.unopened()
+	}
 }
+
+// defaultBacklog is muxado's accept queue when Config.AcceptBacklog is
+// zero.
+const defaultBacklog = 128
 
 // Heard returns a count that grows with every frame the peer sends: a
 // peer whose frames keep arriving is alive, even when the echo of a ping
