@@ -232,6 +232,15 @@ func runAgents(ctx context.Context, ctl *control, args []string) error {
 		return err
 	}
 	m1 := readMem()
+	heapProfile := func(name string) error {
+		if ctl.memDir == "" {
+			return nil
+		}
+		return writeProfile("heap", filepath.Join(ctl.memDir, name))
+	}
+	if err := heapProfile(fmt.Sprintf("agents-%d-1.heap.pprof", os.Getpid())); err != nil {
+		return err
+	}
 	// The others, a few at a time as agents would connect.
 	var (
 		next     = 1
@@ -266,6 +275,9 @@ func runAgents(ctx context.Context, ctl *control, args []string) error {
 		return firstErr
 	}
 	m2 := readMem()
+	if err := heapProfile(fmt.Sprintf("agents-%d-2.heap.pprof", os.Getpid())); err != nil {
+		return err
+	}
 	one, rest := m1.sub(m0), m2.sub(m1)
 	others := int64(*n - 1)
 	ctl.ready(
