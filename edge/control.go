@@ -22,12 +22,10 @@ import (
 func (ss *session) handleControl(st *wire.Stream) {
 	// Requests of one session are served a few at a time; the others wait
 	// with their bytes unread (each stream buffers at most a window).
-	select {
-	case ss.control <- struct{}{}:
-	case <-ss.done:
+	if !ss.enterControl() {
 		return
 	}
-	defer func() { <-ss.control }()
+	defer ss.leaveControl()
 	var req wire.Request
 	if err := wire.ReadMessage(st, &req); err != nil {
 		ss.log.Debug("bad control message", "err", err)
@@ -48,6 +46,41 @@ func (ss *session) handleControl(st *wire.Stream) {
 	if ss.helloState() == helloRefused {
 		// Let the agent read why before the session goes.
 		st.CloseWrite()
+	}
+}
+
+// enterControl waits for a turn among the maxControl control requests
+// served at once, and reports false if the session ended first.
+func (ss *session) enterControl() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for ss.controls >= maxControl {
+		if ss.controlFree == nil {
+			ss.controlFree = make(chan struct{})
+		}
+		free := ss.controlFree
+		ss.mu.Unlock()
+		select {
+		case <-free:
+		case <-ss.done:
+			ss.mu.Lock()
+			return false
+		}
+		ss.mu.Lock()
+	}
+	ss.controls++
+	return true
+}
+
+// leaveControl ends a turn that enterControl gave, and wakes the requests
+// waiting for one.
+func (ss *session) leaveControl() {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.controls--
+	if ss.controlFree != nil {
+		close(ss.controlFree)
+		ss.controlFree = nil
 	}
 }
 

@@ -29,8 +29,7 @@ type session struct {
 	done    chan struct{} // closed when the session ends
 	pending *list.Element // in srv.pending until the hello was decided
 
-	open    atomic.Int64  // streams open now, both ways
-	control chan struct{} // a token per control request served at once
+	open atomic.Int64 // streams open now, both ways
 
 	mu       sync.Mutex
 	hello    helloState
@@ -43,7 +42,11 @@ type session struct {
 	// and let go, once the hello was accepted or the session ended.
 	helloTimer *time.Timer
 	closed     bool
-	streams    sync.WaitGroup // stream handlers
+	// controls are the control requests served now, at most maxControl;
+	// controlFree, made while others wait, is closed when one ends.
+	controls    int
+	controlFree chan struct{}
+	streams     sync.WaitGroup // stream handlers
 }
 
 // helloState is where a session is in its hello: it moves forward only,
@@ -141,7 +144,6 @@ func (s *Server) serveAgent(c net.Conn, secure func(net.Conn) (net.Conn, error))
 		conn:    raw,
 		done:    make(chan struct{}),
 		pending: pending,
-		control: make(chan struct{}, maxControl),
 	}
 	ss.log = ss.sessionLogger()
 	if max := s.cfg.sessionUnread; max > 0 {

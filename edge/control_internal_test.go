@@ -1,0 +1,54 @@
+package edge
+
+import (
+	"testing"
+	"time"
+)
+
+// TestControlTurns: a session serves at most maxControl control requests
+// at once; the next waits for one to end, and gives up when the session
+// ends.
+func TestControlTurns(t *testing.T) {
+	ss := &session{done: make(chan struct{})}
+	for i := range maxControl {
+		if !ss.enterControl() {
+			t.Fatalf("request %d found no turn", i)
+		}
+	}
+	entered := make(chan bool, 2)
+	go func() { entered <- ss.enterControl() }()
+	go func() { entered <- ss.enterControl() }()
+	select {
+	case <-entered:
+		t.Fatalf("a request past the %d served at once entered", maxControl)
+	case <-time.After(50 * time.Millisecond):
+	}
+	ss.leaveControl()
+	select {
+	case ok := <-entered:
+		if !ok {
+			t.Fatal("the request waiting was refused a turn that ended")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a turn ended, and the request waiting never entered")
+	}
+	select {
+	case <-entered:
+		t.Fatal("two requests entered for one turn that ended")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(ss.done)
+	select {
+	case ok := <-entered:
+		if ok {
+			t.Fatal("a request entered a session that ended, with no turn free")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session ended, and the request waiting never gave up")
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.controls != maxControl {
+		t.Fatalf("%d turns counted, want %d", ss.controls, maxControl)
+	}
+}
