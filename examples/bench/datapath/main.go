@@ -136,7 +136,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&cfg.ConnWorkers, "conn-workers", cfg.ConnWorkers, "concurrent clients of the new-connections row")
 	fs.IntVar(&cfg.Sessions, "sessions", cfg.Sessions, "idle agent sessions at the edge (each costs the edge and the agents' process a descriptor)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of each server process (edge, agent, app, baseline hops) per measurement into this directory, as CASE.PROCESS.cpu.pprof")
-	fs.StringVar(&cfg.MemProfile, "memprofile", "", "write allocation profiles of each server process per measurement into this directory, as CASE.PROCESS.alloc.pprof (and .alloc-start.pprof, for -diff_base); the idle row's edge writes its heap as mem-PID-N.heap.pprof")
+	fs.StringVar(&cfg.MemProfile, "memprofile", "", "write allocation profiles of each server process per measurement into this directory, as CASE.PROCESS.alloc.pprof (and .alloc-start.pprof, for -diff_base); the idle row's edge and agents write their heaps as mem-PID-N.heap.pprof and agents-PID-N.heap.pprof")
 	fs.BoolVar(&cfg.Logs, "logs", cfg.Logs, "the edge's access log and the agent's line per request or connection, as the example binaries write them (to files in the work directory); false: warnings only")
 	fs.BoolVar(&cfg.GoLoad, "go-load", false, "generate HTTP load with the Go generator even where wrk and h2load are installed")
 	fs.IntVar(&cfg.GOMAXPROCS, "gomaxprocs", 0, "GOMAXPROCS of every server process (edge, agent, app, baseline hops); 0: Go's default")

@@ -227,17 +227,20 @@ func runAgents(ctx context.Context, ctl *control, args []string) error {
 		clients[i] = c
 		return nil
 	}
-	m0 := readMem()
-	if err := open(0); err != nil {
-		return err
-	}
-	m1 := readMem()
 	heapProfile := func(name string) error {
 		if ctl.memDir == "" {
 			return nil
 		}
 		return writeProfile("heap", filepath.Join(ctl.memDir, name))
 	}
+	m0 := readMem()
+	if err := heapProfile(fmt.Sprintf("agents-%d-0.heap.pprof", os.Getpid())); err != nil {
+		return err
+	}
+	if err := open(0); err != nil {
+		return err
+	}
+	m1 := readMem()
 	if err := heapProfile(fmt.Sprintf("agents-%d-1.heap.pprof", os.Getpid())); err != nil {
 		return err
 	}
