@@ -668,26 +668,7 @@ func BenchmarkMuxPingPong(b *testing.B) {
 	for _, f := range framers {
 		b.Run(f.name, func(b *testing.B) {
 			client, server := benchSessions(b, f.nf)
-			go func() {
-				st, err := server.AcceptStream()
-				if err != nil {
-					return
-				}
-				io.Copy(st, st)
-			}()
-			st, err := client.OpenStream()
-			if err != nil {
-				b.Fatal(err)
-			}
-			buf := make([]byte, 64)
-			for b.Loop() {
-				if _, err := st.Write(buf); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := io.ReadFull(st, buf); err != nil {
-					b.Fatal(err)
-				}
-			}
+			pingPong(b, client, server)
 		})
 	}
 	// A Session: the framer, and each stream's bytes read into its recv.
@@ -695,27 +676,33 @@ func BenchmarkMuxPingPong(b *testing.B) {
 		c, s := tcpPair(b)
 		client, server := NewSession(c, DefaultWindow, true, 0), NewSession(s, DefaultWindow, false, 0)
 		b.Cleanup(func() { client.Close(); server.Close() })
-		go func() {
-			st, err := server.AcceptStream()
-			if err != nil {
-				return
-			}
-			io.Copy(st, st)
-		}()
-		st, err := client.OpenStream()
+		pingPong(b, asMuxado{client}, asMuxado{server})
+	})
+}
+
+// pingPong runs b's loop of 64-byte round trips on a stream client opens
+// to an echo on server.
+func pingPong(b *testing.B, client, server muxado.Session) {
+	go func() {
+		st, err := server.AcceptStream()
 		if err != nil {
+			return
+		}
+		io.Copy(st, st)
+	}()
+	st, err := client.OpenStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	for b.Loop() {
+		if _, err := st.Write(buf); err != nil {
 			b.Fatal(err)
 		}
-		buf := make([]byte, 64)
-		for b.Loop() {
-			if _, err := st.Write(buf); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := io.ReadFull(st, buf); err != nil {
-				b.Fatal(err)
-			}
+		if _, err := io.ReadFull(st, buf); err != nil {
+			b.Fatal(err)
 		}
-	})
+	}
 }
 
 func BenchmarkMuxBulk(b *testing.B) {

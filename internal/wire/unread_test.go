@@ -78,18 +78,7 @@ func TestLimitStalledCutsWaitingSenders(t *testing.T) {
 	client.LimitStalled(max, 50*time.Millisecond, func(*Stream) { cuts.Add(1) })
 	accepted := acceptAll(server, 16)
 	const stalled = 6
-	failed := make(chan error, stalled)
-	for range stalled {
-		st, err := client.OpenStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			_, err := st.Write(make([]byte, 2*MinWindow)) // past the window: it waits
-			failed <- err
-		}()
-		<-accepted // the peer never reads it
-	}
+	failed := stallWrites(t, client, accepted, stalled)
 	live, err := client.OpenStream()
 	if err != nil {
 		t.Fatal(err)
@@ -161,18 +150,7 @@ func TestStalledTimerLetGoWhenIdle(t *testing.T) {
 	}
 	testwait.Within(t, 10*time.Second, "the stall timer let go", func() bool { return timer() == nil })
 
-	failed := make(chan error, 2)
-	for range 2 {
-		st, err := client.OpenStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			_, err := st.Write(make([]byte, 2*MinWindow)) // past the window: it waits
-			failed <- err
-		}()
-		<-accepted // the peer never reads it
-	}
+	failed := stallWrites(t, client, accepted, 2)
 	select {
 	case err := <-failed:
 		if err == nil {
@@ -256,6 +234,26 @@ func TestLimitStalledCutsWhatHoldsMost(t *testing.T) {
 
 // acceptAll accepts the streams of s until it ends, each sent on the
 // returned channel (room for room of them).
+// stallWrites opens n streams of s, each writing more than a window that
+// the peer, which accepts them on accepted, never reads; each Write's
+// error comes on the channel returned once the write ends.
+func stallWrites(t *testing.T, s *Session, accepted <-chan muxado.Stream, n int) <-chan error {
+	t.Helper()
+	failed := make(chan error, n)
+	for range n {
+		st, err := s.OpenStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_, err := st.Write(make([]byte, 2*MinWindow)) // past the window: it waits
+			failed <- err
+		}()
+		<-accepted // the peer never reads it
+	}
+	return failed
+}
+
 func acceptAll(s muxado.Session, room int) <-chan muxado.Stream {
 	accepted := make(chan muxado.Stream, room)
 	go func() {
