@@ -212,6 +212,38 @@ func TestEdgesNoneAnswers(t *testing.T) {
 	}
 }
 
+// lateContext is a context whose deadline passes before it says so: its
+// Done closes later than its Deadline, as a context's timer may fire after
+// a dial's own timer for the same deadline on a loaded machine.
+type lateContext struct {
+	context.Context // ends later
+	deadline        time.Time
+}
+
+func (c lateContext) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// TestEdgesNoneAnswersAtTheDeadline: attempts that fail at the setup's
+// deadline (a dial's i/o timeout), before the context says it ended, do
+// not hide what the edges answered before it.
+func TestEdgesNoneAnswersAtTheDeadline(t *testing.T) {
+	a, b := closedAddr(t), closedAddr(t)
+	c := &agent.Client{Addrs: []string{a, b}, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}
+	defer c.Close()
+	later, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	ctx := lateContext{later, time.Now().Add(300 * time.Millisecond)}
+	_, err := c.Listen(ctx, "app")
+	if err == nil {
+		t.Fatal("Listen succeeded with no edge up")
+	}
+	if !strings.Contains(err.Error(), a+": ") || !strings.Contains(err.Error(), b+": ") || !errors.Is(err, syscall.ECONNREFUSED) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want both edges named, ECONNREFUSED and context.DeadlineExceeded", err)
+	}
+	if strings.Contains(err.Error(), "i/o timeout") {
+		t.Fatalf("err = %v: an attempt cut short by the deadline hides an edge's answer", err)
+	}
+}
+
 // TestEdgesFailover: when the edge the client is on goes away, or only the
 // client's connection to it, the client moves on to the next edge, wrapping
 // around and skipping dead ones; its listener is bound there again and

@@ -46,6 +46,15 @@ func (c *Client) setup(ctx context.Context, b wire.Bind, edges []string) (*Liste
 		if err == nil {
 			return l, nil
 		}
+		if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+			// The attempt may have failed at the deadline (a dial's i/o
+			// timeout) before the context's own timer ended it: wait for
+			// that, which is due, so that the context says why.
+			select {
+			case <-ctx.Done():
+			case <-c.ctx.Done():
+			}
+		}
 		if c.ctx.Err() != nil {
 			return nil, fmt.Errorf("agent: %w", net.ErrClosed)
 		}
