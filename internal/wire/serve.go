@@ -20,8 +20,8 @@ import "sync"
 // its accept queue is full (backlog streams wait for handle): a burst of
 // streams waits for handle to catch up, where muxado would reset those
 // past the queue after a millisecond. So the queue can be short (muxado
-// gives each session's the room of backlog streams, 16 bytes each, for
-// its whole life), and a handle that blocks stops the session's reading.
+// keeps room for backlog streams, 16 bytes each, for the session's whole
+// life), and a handle that blocks stops the session's reading.
 func (s *Session) Serve(handle func(*Stream), done func()) {
 	v := &s.serving
 	v.mu.Lock()

@@ -60,7 +60,8 @@ type Session struct {
 // NewSession starts a muxado session on conn, as the client (the agent) or
 // the server (the edge), with streams of window bytes, and room for
 // backlog streams the peer opened that wait to be accepted (zero:
-// muxado's 128; a stream past it is reset).
+// muxado's 128). Past it, muxado resets a stream; once Serve runs, the
+// session stops reading instead, until there is room (see Serve).
 func NewSession(conn net.Conn, window uint32, client bool, backlog uint32) *Session {
 	s := &Session{window: int64(window)}
 	s.serving.backlog = int(backlog)
