@@ -192,24 +192,33 @@ func TestEdgesFirstDead(t *testing.T) {
 // setup's context ends, return an error naming each, which errors.Is sees
 // through.
 func TestEdgesNoneAnswers(t *testing.T) {
-	a, b := closedAddr(t), closedAddr(t)
-	c := &agent.Client{Addrs: []string{a, b}, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
-	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	_, err := c.Listen(ctx, "app")
-	if err == nil {
-		t.Fatal("Listen succeeded with no edge up")
-	}
-	if !strings.Contains(err.Error(), a+": ") || !strings.Contains(err.Error(), b+": ") || !errors.Is(err, syscall.ECONNREFUSED) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err = %v, want both edges named, ECONNREFUSED and context.DeadlineExceeded", err)
-	}
+	a, b, _ := listenWithNoEdge(t, ctx, 50*time.Millisecond)
 	for _, bad := range []*agent.Client{{}, {Addrs: []string{a + "," + b}}, {Addrs: []string{"", ""}}} {
 		if _, err := bad.Listen(context.Background(), "app"); err == nil || errors.Is(err, syscall.ECONNREFUSED) {
 			t.Errorf("Client{Addrs: %q}: Listen: %v, want an error about the addresses", bad.Addrs, err)
 		}
 		bad.Close()
 	}
+}
+
+// listenWithNoEdge listens, within ctx, through a client of two closed
+// addresses, a and b, retrying at most maxBackoff apart; it checks that
+// the error names both edges, ECONNREFUSED and context.DeadlineExceeded.
+func listenWithNoEdge(t *testing.T, ctx context.Context, maxBackoff time.Duration) (a, b string, err error) {
+	t.Helper()
+	a, b = closedAddr(t), closedAddr(t)
+	c := &agent.Client{Addrs: []string{a, b}, MinBackoff: 10 * time.Millisecond, MaxBackoff: maxBackoff}
+	defer c.Close()
+	_, err = c.Listen(ctx, "app")
+	if err == nil {
+		t.Fatal("Listen succeeded with no edge up")
+	}
+	if !strings.Contains(err.Error(), a+": ") || !strings.Contains(err.Error(), b+": ") || !errors.Is(err, syscall.ECONNREFUSED) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want both edges named, ECONNREFUSED and context.DeadlineExceeded", err)
+	}
+	return a, b, err
 }
 
 // lateContext is a context whose deadline passes before it says so: its
@@ -226,19 +235,9 @@ func (c lateContext) Deadline() (time.Time, bool) { return c.deadline, true }
 // deadline (a dial's i/o timeout), before the context says it ended, do
 // not hide what the edges answered before it.
 func TestEdgesNoneAnswersAtTheDeadline(t *testing.T) {
-	a, b := closedAddr(t), closedAddr(t)
-	c := &agent.Client{Addrs: []string{a, b}, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}
-	defer c.Close()
 	later, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 	defer cancel()
-	ctx := lateContext{later, time.Now().Add(300 * time.Millisecond)}
-	_, err := c.Listen(ctx, "app")
-	if err == nil {
-		t.Fatal("Listen succeeded with no edge up")
-	}
-	if !strings.Contains(err.Error(), a+": ") || !strings.Contains(err.Error(), b+": ") || !errors.Is(err, syscall.ECONNREFUSED) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err = %v, want both edges named, ECONNREFUSED and context.DeadlineExceeded", err)
-	}
+	_, _, err := listenWithNoEdge(t, lateContext{later, time.Now().Add(300 * time.Millisecond)}, 20*time.Millisecond)
 	if strings.Contains(err.Error(), "i/o timeout") {
 		t.Fatalf("err = %v: an attempt cut short by the deadline hides an edge's answer", err)
 	}
