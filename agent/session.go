@@ -215,7 +215,7 @@ func (c *Client) keepAlive(mux *wire.Session, addr string, version int) {
 		Interval: c.HeartbeatInterval,
 		Timeout:  c.HeartbeatTimeout,
 		Dead: func() {
-			c.log().Warn("edge missed its heartbeat; closing the session", "edge", addr)
+			c.log().Warn("edge missed its heartbeat, or its session takes no more streams; closing the session", "edge", addr)
 			mux.Close()
 		},
 	}
@@ -223,8 +223,10 @@ func (c *Client) keepAlive(mux *wire.Session, addr string, version int) {
 }
 
 // heartbeat pings the edge over a version 2 session's heartbeat stream and
-// closes the session when it stops answering.
+// closes the session when it stops answering, or when the stream cannot be
+// opened or ends: it is the session's only watch on the edge.
 func (c *Client) heartbeat(mux *wire.Session, addr string) {
+	defer mux.Close()
 	st, err := mux.OpenStream()
 	if err != nil {
 		return
@@ -242,5 +244,7 @@ func (c *Client) heartbeat(mux *wire.Session, addr string) {
 			mux.Close()
 		},
 	}
-	hb.Run(st)
+	if err := hb.Run(st); err != nil && !mux.Over() {
+		c.log().Debug("heartbeat stream ended; closing the session", "edge", addr, "err", err)
+	}
 }

@@ -104,6 +104,10 @@ func (ss *session) openProxy(ctx context.Context, h wire.ProxyHeader, raw bool) 
 	st, err := ss.mux.OpenStream()
 	if err != nil {
 		ss.release()
+		// A session that can open no stream (its agent sent GOAWAY, or it
+		// died) carries nothing more: it ends, and its names with it, in a
+		// goroutine (the caller tries the name's other routes meanwhile).
+		ss.srv.goTracked(func() { ss.close(ss.srv.cfg.grace) })
 		return nil, fmt.Errorf("edge: open stream: %w", err)
 	}
 	c := &proxyStream{Stream: st, ss: ss, raw: raw}

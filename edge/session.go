@@ -357,7 +357,7 @@ func (ss *session) keepAlive(version int) {
 		Interval: s.cfg.heartbeatInterval,
 		Timeout:  s.cfg.heartbeatTimeout,
 		Dead: func() {
-			ss.log.Warn("agent missed its heartbeat; closing the session")
+			ss.log.Warn("agent missed its heartbeat, or its session takes no more streams; closing the session")
 			ss.close(s.cfg.grace)
 		},
 	}
@@ -384,14 +384,20 @@ func (ss *session) stopHelloTimer() {
 }
 
 // heartbeat pings the agent of a version 2 session and closes the session
-// when it stops answering.
+// when it stops answering. The heartbeat stream is the session's only
+// watch on a version 2 agent: when it cannot be opened, or ends (the agent
+// reset it, or the session ended), the session ends too, or a silent agent
+// would hold its names for as long as its connection stays open.
 func (ss *session) heartbeat() {
+	defer ss.close(ss.srv.cfg.grace)
 	st, err := ss.mux.OpenStream()
 	if err != nil {
+		ss.log.Debug("heartbeat stream not opened; closing the session", "err", err)
 		return
 	}
 	defer st.Close()
 	if _, err := st.Write([]byte{byte(wire.StreamHeartbeat)}); err != nil {
+		ss.log.Debug("heartbeat stream not opened; closing the session", "err", err)
 		return
 	}
 	hb := wire.Heartbeat{
@@ -403,7 +409,16 @@ func (ss *session) heartbeat() {
 			ss.close(ss.srv.cfg.grace)
 		},
 	}
-	hb.Run(st)
+	if err := hb.Run(st); err != nil && !ss.isClosed() {
+		ss.log.Debug("heartbeat stream ended; closing the session", "err", err)
+	}
+}
+
+// isClosed tells whether the session was closed.
+func (ss *session) isClosed() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.closed
 }
 
 // cutUnread counts a stream cut for holding unread bytes when the session

@@ -293,6 +293,7 @@ func (holdHooks) received(uint32, int)            {}
 func (holdHooks) granted(uint32, uint32)          {}
 func (holdHooks) opened()                         {}
 func (holdHooks) refused(uint32, frame.ErrorCode) {}
+func (holdHooks) goneAway()                       {}
 func (holdHooks) take(uint32, bool, bool, int, io.Reader, int) (bool, error) {
 	return false, nil
 }

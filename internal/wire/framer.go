@@ -111,6 +111,7 @@ type hooks interface {
 	granted(id, inc uint32)                  // with each WNDINC frame read, before muxado counts it
 	opened()                                 // with each DATA frame that opens a stream, before muxado sees it
 	refused(id uint32, code frame.ErrorCode) // with the stream ID and code of each RST frame muxado writes
+	goneAway()                               // with each GOAWAY frame read
 
 	// take is offered each DATA frame's payload, after opened and
 	// received: when it takes it (reading all n bytes of body), muxado
@@ -189,6 +190,8 @@ func (f *framer) ReadFrame() (frame.Frame, error) {
 		if wi, ok := fr.(*frame.WndInc); ok {
 			f.s.granted(uint32(fr.StreamId()), wi.WindowIncrement())
 		}
+	case fr.Type() == frame.TypeGoAway:
+		f.s.goneAway()
 	}
 	return fr, err
 }

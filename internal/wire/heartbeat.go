@@ -33,9 +33,12 @@ type Heartbeat struct {
 	Heard func() uint64
 }
 
-// Run pings over st, a stream whose type byte was sent, until st fails.
-// It returns when both of its loops have ended.
-func (h *Heartbeat) Run(st io.ReadWriter) {
+// Run pings over st, a stream whose type byte was sent, until st fails,
+// and returns why, once both of its loops have ended. The watch ends with
+// it: a caller that relies on it to tell a dead peer must end the session
+// when Run returns (a peer that resets the stream would otherwise never be
+// found dead).
+func (h *Heartbeat) Run(st io.ReadWriter) error {
 	interval := orDefault(h.Interval, DefaultHeartbeatInterval)
 	timeout := orDefault(h.Timeout, DefaultHeartbeatTimeout)
 	var once sync.Once
@@ -73,8 +76,9 @@ func (h *Heartbeat) Run(st io.ReadWriter) {
 	var wg sync.WaitGroup
 	wg.Go(func() { pingLoop(st, interval, stop) })
 	var b [8]byte
+	var err error
 	for {
-		if _, err := io.ReadFull(st, b[:]); err != nil {
+		if _, err = io.ReadFull(st, b[:]); err != nil {
 			break
 		}
 		mu.Lock()
@@ -87,6 +91,7 @@ func (h *Heartbeat) Run(st io.ReadWriter) {
 	}
 	close(stop)
 	wg.Wait()
+	return err
 }
 
 // pingLoop writes a ping with the send time every interval.

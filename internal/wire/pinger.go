@@ -12,7 +12,9 @@ import (
 // ping stream to the peer (StreamPing), and when nothing at all came from
 // the peer within Interval+Timeout (Session.Heard), calls Dead, once. A
 // peer busy sending bulk data is alive, even when its pings wait behind
-// the data.
+// the data. A ping stream that cannot be opened (the peer sent GOAWAY, or
+// the session died) calls Dead too: such a session carries no more
+// streams from this end.
 type Pinger struct {
 	Interval time.Duration // zero: DefaultHeartbeatInterval
 	Timeout  time.Duration // zero: DefaultHeartbeatTimeout
@@ -62,7 +64,16 @@ func (p *Pinger) tick(s *Session, interval, timeout time.Duration) {
 		return
 	}
 	p.mu.Unlock()
-	ping(s, now, timeout)
+	if !ping(s, now, timeout) {
+		p.mu.Lock()
+		stopped := p.stopped
+		p.stopped = true
+		p.mu.Unlock()
+		if !stopped && p.Dead != nil {
+			p.Dead()
+		}
+		return
+	}
 	p.mu.Lock()
 	if !p.stopped {
 		p.timer.Reset(interval)
@@ -70,11 +81,12 @@ func (p *Pinger) tick(s *Session, interval, timeout time.Duration) {
 	p.mu.Unlock()
 }
 
-// ping opens a ping stream to the peer, bounded in time by timeout.
-func ping(s *Session, now time.Time, timeout time.Duration) {
+// ping opens a ping stream to the peer, bounded in time by timeout, and
+// reports false when the session can open no stream.
+func ping(s *Session, now time.Time, timeout time.Duration) bool {
 	st, err := s.OpenStream()
 	if err != nil {
-		return
+		return false
 	}
 	var b [9]byte
 	b[0] = byte(StreamPing)
@@ -82,6 +94,7 @@ func ping(s *Session, now time.Time, timeout time.Duration) {
 	st.SetWriteDeadline(now.Add(timeout))
 	st.Write(b[:])
 	st.Close()
+	return true
 }
 
 // ReadPing reads the rest of a ping stream whose type byte was read.

@@ -31,6 +31,7 @@ import (
 type Session struct {
 	muxado.Session
 	fr *framer
+	tr muxConn        // what muxado reads, writes and closes: conn, which tells the session when muxado closes it
 	wg sync.WaitGroup // resets under way, and AfterReset funcs running
 
 	wmu     sync.Mutex
@@ -63,7 +64,8 @@ type Session struct {
 // muxado's 128). Past it, muxado resets a stream; once Serve runs, the
 // session stops reading instead, until there is room (see Serve).
 func NewSession(conn net.Conn, window uint32, client bool, backlog uint32) *Session {
-	s := &Session{window: int64(window)}
+	s := &Session{window: int64(window), tr: muxConn{Conn: conn}}
+	s.tr.s = s
 	s.serving.backlog = int(backlog)
 	if backlog == 0 {
 		s.serving.backlog = defaultBacklog
@@ -71,18 +73,37 @@ func NewSession(conn net.Conn, window uint32, client bool, backlog uint32) *Sess
 	cfg := &muxado.Config{
 		MaxWindowSize: window,
 		AcceptBacklog: backlog,
-		NewFramer: func(r io.Reader, w io.Writer) frame.Framer {
-			s.fr = newFramer(r, w, sessionHold(window))
+		// The framer reads and writes conn itself, not the transport
+		// muxado hands it: it looks beneath for a socket or a TLS conn.
+		NewFramer: func(io.Reader, io.Writer) frame.Framer {
+			s.fr = newFramer(conn, conn, sessionHold(window))
 			s.fr.s = s
 			return s.fr
 		},
 	}
 	if client {
-		s.Session = muxado.Client(conn, cfg)
+		s.Session = muxado.Client(&s.tr, cfg)
 	} else {
-		s.Session = muxado.Server(conn, cfg)
+		s.Session = muxado.Server(&s.tr, cfg)
 	}
 	return s
+}
+
+// muxConn is the conn of a Session as muxado holds it. muxado closes
+// its transport whenever its session dies, and only then: a read or write
+// error, a frame that breaks its rules (handleFrame's errors, which reach
+// no framer), a panic, or Close. So closing it is the one sign of the
+// session's end that every cause gives, and it ends the Session: its
+// streams, its AfterReset funcs, and Serve's done.
+type muxConn struct {
+	net.Conn
+	s *Session
+}
+
+func (t *muxConn) Close() error {
+	err := t.Conn.Close()
+	t.s.ended()
+	return err
 }
 
 // OpenStream opens a stream; see muxado's. Like every muxado stream, the
@@ -206,6 +227,14 @@ func (s *Session) refused(id uint32, code frame.ErrorCode) {
 		s.unopened()
 	}
 }
+
+// goneAway ends the session: the peer sent GOAWAY. muxado would only stop
+// opening streams to the peer and go on with the session, which then
+// carries nothing this end opens (no public connection reaches an agent)
+// while it holds everything bound to it. Every muxado peer closes its
+// transport right after its GOAWAY anyway. Closing the conn ends muxado's
+// reader, which closes the session (see muxConn).
+func (s *Session) goneAway() { s.tr.Conn.Close() }
 
 // defaultBacklog is muxado's accept queue when Config.AcceptBacklog is
 // zero.
