@@ -20,9 +20,20 @@ type Limits struct {
 	// PendingSessions bounds the agent connections that have not had their
 	// hello accepted yet, on agent ports and the public TLS port together
 	// (see Server.NoAgentsOnTLS), their TLS handshakes included: past it,
-	// the one waiting longest is closed. Each costs a goroutine and its
-	// buffers, for at most Timeouts.Handshake. Zero: 1024.
+	// of the source (as for PendingSessionsPerSource) that has the most of
+	// them, the one waiting longest is closed. Each costs a goroutine and
+	// its buffers, for at most Timeouts.Handshake. Zero: 1024.
 	PendingSessions int
+
+	// PendingSessionsPerSource bounds the connections of PendingSessions
+	// that one source, an IPv4 address or an IPv6 /64 (on the public TLS
+	// port, the client's, as for ConnsPerSource), has: past it, the
+	// source's own that waits longest is closed. So one source that opens
+	// connections that never say hello, however fast, pushes out its own,
+	// not an agent elsewhere that needs a few round trips to say its
+	// hello. Connections that are not over IP (a pipe, a Unix socket) are
+	// one source, which this does not bound. Zero: 64.
+	PendingSessionsPerSource int
 
 	// EndpointsPerSession bounds the endpoints one agent session holds at
 	// once: a bind past it is refused as unavailable. Zero: 1024.
@@ -186,18 +197,19 @@ type Timeouts struct {
 
 // Defaults.
 const (
-	DefaultSessionsPerIdentity  = 1024
-	DefaultPendingSessions      = 1024
-	DefaultEndpointsPerSession  = 1024
-	DefaultEndpointsPerIdentity = 4096
-	DefaultEndpointsPerSource   = 1024
-	DefaultEndpoints            = 65536
-	DefaultStreamsPerSession    = 4096
-	DefaultSessionUnread        = 32 << 20
-	DefaultAuthFailures         = 10
-	DefaultClientShare          = 1.0 / 16
-	DefaultConnsPerSource       = 1024
-	DefaultHandshakesPerSource  = 64
+	DefaultSessionsPerIdentity      = 1024
+	DefaultPendingSessions          = 1024
+	DefaultPendingSessionsPerSource = 64
+	DefaultEndpointsPerSession      = 1024
+	DefaultEndpointsPerIdentity     = 4096
+	DefaultEndpointsPerSource       = 1024
+	DefaultEndpoints                = 65536
+	DefaultStreamsPerSession        = 4096
+	DefaultSessionUnread            = 32 << 20
+	DefaultAuthFailures             = 10
+	DefaultClientShare              = 1.0 / 16
+	DefaultConnsPerSource           = 1024
+	DefaultHandshakesPerSource      = 64
 
 	DefaultHandshakeTimeout      = 10 * time.Second
 	DefaultConnIdleTimeout       = 10 * time.Minute
@@ -213,6 +225,7 @@ const (
 type config struct {
 	sessionsPerIdentity int
 	pendingSessions     int
+	pendingPerSource    int
 	endpointsPerSession int
 	endpointsPerID      int
 	endpointsPerSource  int
@@ -279,6 +292,7 @@ func (s *Server) resolve() (config, error) {
 	c := config{
 		sessionsPerIdentity: limit(l.SessionsPerIdentity, DefaultSessionsPerIdentity),
 		pendingSessions:     limit(l.PendingSessions, DefaultPendingSessions),
+		pendingPerSource:    limit(l.PendingSessionsPerSource, DefaultPendingSessionsPerSource),
 		endpointsPerSession: limit(l.EndpointsPerSession, DefaultEndpointsPerSession),
 		endpointsPerID:      limit(l.EndpointsPerIdentity, DefaultEndpointsPerIdentity),
 		endpointsPerSource:  limit(l.EndpointsPerSource, DefaultEndpointsPerSource),

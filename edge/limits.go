@@ -24,34 +24,154 @@ const (
 )
 
 // addPending registers an agent conn that has not said hello yet. When
-// MaxPendingSessions are waiting already, the one waiting longest is
-// closed: a flood of silent connections pushes out its own oldest, while a
-// real agent, which says hello within a round trip or two, gets through.
-func (s *Server) addPending(c net.Conn) *list.Element {
+// its source has PendingSessionsPerSource waiting already, the source's
+// own oldest is closed; when PendingSessions are waiting, the oldest of
+// the source that has the most: a flood of silent connections pushes out
+// its own, while a real agent elsewhere, which says hello within a few
+// round trips however far away it is, gets through.
+func (s *Server) addPending(c net.Conn) *pendingConn {
+	src := sourceOf(addrPort(c.RemoteAddr()).Addr())
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.pending.PushBack(c)
-	if max := s.cfg.pendingSessions; max > 0 && s.pending.Len() > max {
-		oldest := s.pending.Front()
-		s.pending.Remove(oldest)
-		s.evicted++
-		s.obs().Refused(ReasonPendingLimit) // before the close: whoever sees the close sees the count
-		oldest.Value.(net.Conn).Close()
-		if s.evicted == 1 || s.evicted%1000 == 0 {
-			s.log().Warn("too many agent connections waiting for their hello; closing the oldest", "max", max, "closed_so_far", s.evicted)
-		}
+	pc := s.pending.add(c, src, s.cfg.pendingSessions > 0)
+	var victim *pendingConn
+	var why string
+	switch perSource, max := s.cfg.pendingPerSource, s.cfg.pendingSessions; {
+	case perSource > 0 && src.IsValid() && pc.from.conns.Len() > perSource:
+		victim, why = pc.from.oldest(), "too many agent connections of one source waiting for their hello; closing its oldest"
+	case max > 0 && s.pending.total > max:
+		victim, why = s.pending.most().oldest(), "too many agent connections waiting for their hello; closing the oldest of the source that has the most"
+	default:
+		return pc
 	}
-	return e
+	from := victim.from.src
+	s.pending.remove(victim)
+	s.evicted++
+	s.obs().Refused(ReasonPendingLimit) // before the close: whoever sees the close sees the count
+	victim.conn.Close()
+	if s.evicted == 1 || s.evicted%1000 == 0 {
+		s.log().Warn(why, "source", from.String(), "max", s.cfg.pendingSessions, "max_per_source", s.cfg.pendingPerSource, "closed_so_far", s.evicted)
+	}
+	return pc
 }
 
 // donePending forgets a conn once it said hello or ended. Removing it twice
 // is harmless.
-func (s *Server) donePending(e *list.Element) {
+func (s *Server) donePending(pc *pendingConn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e.Value != nil {
-		s.pending.Remove(e) // a no-op for an element evicted already
-		e.Value = nil
+	s.pending.remove(pc)
+}
+
+// pendingConns are the agent conns waiting for their hello, by source
+// (see sourceOf; the conns that are not over IP, from a pipe or a Unix
+// socket, are one source, of the invalid prefix), for the bounds
+// Limits.PendingSessions and PendingSessionsPerSource. It finds the
+// source that has the most at once, however many there are. Its zero
+// value is ready to use; the Server's mu guards it.
+type pendingConns struct {
+	total   int
+	sources map[netip.Prefix]*pendingSource
+	// ranks[n] are the sources that have n conns, in the order they came
+	// to have n; kept only when ranked (when Limits.PendingSessions
+	// bounds them all, so that it has no more than that bound, and one).
+	// top is the highest n with a source.
+	ranks []*list.List
+	top   int
+}
+
+// pendingSource is the conns of one source waiting for their hello.
+type pendingSource struct {
+	src   netip.Prefix
+	conns list.List     // of *pendingConn, oldest first
+	rank  *list.Element // in ranks[conns.Len()]; nil when not ranked
+}
+
+// pendingConn is an agent conn waiting for its hello.
+type pendingConn struct {
+	conn net.Conn
+	from *pendingSource // nil once removed
+	elem *list.Element  // in from.conns
+}
+
+// oldest returns the conn of ps that waits the longest.
+func (ps *pendingSource) oldest() *pendingConn {
+	return ps.conns.Front().Value.(*pendingConn)
+}
+
+// add counts c, from src, and ranks its source if ranked.
+func (p *pendingConns) add(c net.Conn, src netip.Prefix, ranked bool) *pendingConn {
+	ps := p.sources[src]
+	if ps == nil {
+		if p.sources == nil {
+			p.sources = map[netip.Prefix]*pendingSource{}
+		}
+		ps = &pendingSource{src: src}
+		p.sources[src] = ps
+	}
+	pc := &pendingConn{conn: c, from: ps}
+	pc.elem = ps.conns.PushBack(pc)
+	p.total++
+	if ranked {
+		p.rerank(ps, ps.conns.Len()-1)
+	}
+	return pc
+}
+
+// remove forgets pc; removing it again does nothing.
+func (p *pendingConns) remove(pc *pendingConn) {
+	ps := pc.from
+	if ps == nil {
+		return
+	}
+	pc.from = nil
+	ps.conns.Remove(pc.elem)
+	p.total--
+	if ps.rank != nil {
+		p.rerank(ps, ps.conns.Len()+1)
+	}
+	if ps.conns.Len() == 0 {
+		delete(p.sources, ps.src)
+	}
+}
+
+// rerank moves ps from the rank of the was conns it had to the rank of
+// those it has now.
+func (p *pendingConns) rerank(ps *pendingSource, was int) {
+	if ps.rank != nil {
+		p.ranks[was].Remove(ps.rank)
+		ps.rank = nil
+	}
+	n := ps.conns.Len()
+	if n > 0 {
+		for len(p.ranks) <= n {
+			p.ranks = append(p.ranks, list.New())
+		}
+		ps.rank = p.ranks[n].PushBack(ps)
+		p.top = max(p.top, n)
+	}
+	for p.top > 0 && p.ranks[p.top].Len() == 0 {
+		p.top--
+	}
+}
+
+// most returns the ranked source that has the most conns (of several,
+// the first to have that many), or nil when none is ranked.
+func (p *pendingConns) most() *pendingSource {
+	if p.top == 0 {
+		return nil
+	}
+	return p.ranks[p.top].Front().Value.(*pendingSource)
+}
+
+// all yields every conn waiting for its hello.
+func (p *pendingConns) all(yield func(net.Conn) bool) {
+	for _, ps := range p.sources {
+		for e := ps.conns.Front(); e != nil; e = e.Next() {
+			if !yield(e.Value.(*pendingConn).conn) {
+				return
+			}
+		}
 	}
 }
 

@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"container/list"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -307,8 +306,8 @@ type Server struct {
 	stopping    chan struct{} // closed with closed: waiters for a handshake slot give up
 	httpPort    string        // the ports URLs name, from HTTPPort and TLSPort or the listeners
 	tlsPort     string
-	pending     list.List // agent conns waiting for their hello
-	evicted     int       // pending conns closed to make room
+	pending     pendingConns // agent conns waiting for their hello, by source
+	evicted     int          // pending conns closed to make room
 	sessions    map[string]*session
 	perIdentity map[string]int // sessions that said hello, by identity
 	listeners   map[net.Listener]struct{}
@@ -714,8 +713,8 @@ func (s *Server) closeSessions() {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for e := s.pending.Front(); e != nil; e = e.Next() {
-		e.Value.(net.Conn).Close()
+	for c := range s.pending.all {
+		c.Close()
 	}
 }
 

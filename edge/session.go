@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"container/list"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -27,7 +26,7 @@ type session struct {
 	conn net.Conn // the transport, closed to evict a session still waiting for its hello
 
 	done    chan struct{} // closed when the session ends
-	pending *list.Element // in srv.pending until the hello was decided
+	pending *pendingConn  // in srv.pending until the hello was decided
 
 	open atomic.Int64 // streams open now, both ways
 
