@@ -175,10 +175,13 @@ type Server struct {
 	OIDC func(ctx context.Context, cfg policy.OIDCConfig) (policy.Provider, error)
 
 	// Clock is the edge's clock for what it dates and lets expire: the
-	// tickets it issues, the restart grace of names (StateDir), and
-	// traffic policies (rate limits' refills, webhook timestamps, the
-	// expiry of OIDC logins). Nil: time.Now. It is for tests; deadlines
-	// and timeouts on connections keep the system clock.
+	// tickets it issues, the names it keeps for their holders (the grace
+	// of a session's names, Timeouts.Grace, and the restart grace of
+	// StateDir, in the in-memory router; a Router of your own keeps its
+	// reservations by its own clock), and traffic policies (rate limits'
+	// refills, webhook timestamps, the expiry of OIDC logins). Nil:
+	// time.Now. It is for tests; deadlines and timeouts on connections
+	// keep the system clock.
 	Clock func() time.Time
 
 	// StateDir, if set, is a directory where the edge keeps a record of
@@ -321,7 +324,7 @@ type Server struct {
 func (s *Server) init() {
 	s.initOnce.Do(func() {
 		s.cfg, s.cfgErr = s.resolve()
-		s.mem = new(router.MemoryRouter)
+		s.mem = &router.MemoryRouter{Clock: s.Clock}
 		s.stopping = make(chan struct{})
 		if s.cfgErr == nil && s.StateDir != "" && s.Router == nil {
 			var err error
