@@ -41,7 +41,10 @@ type Limits struct {
 
 	// EndpointsPerIdentity bounds the endpoints one identity holds on
 	// this edge at once, over all its sessions: a bind past it is refused
-	// as unavailable (ReasonIdentityEndpointLimit). Zero: 4096.
+	// as unavailable (ReasonIdentityEndpointLimit). Names kept for the
+	// identity (Timeouts.Grace, RestartGrace) count until they are free,
+	// here as in EndpointsPerSource and Endpoints; the identity binding one
+	// again takes its place. Zero: 4096.
 	EndpointsPerIdentity int
 
 	// EndpointsPerSource bounds the endpoints that the anonymous agents
@@ -50,7 +53,9 @@ type Limits struct {
 	// identity of its own, so EndpointsPerIdentity alone would not bound a
 	// host that starts many. A bind past it is refused as unavailable
 	// (ReasonSourceEndpointLimit). Authenticated agents are not counted.
-	// Zero: 1024.
+	// Names kept after a restart (Server.StateDir) count against their
+	// identity and Endpoints only: the record does not say where their
+	// agents were. Zero: 1024.
 	EndpointsPerSource int
 
 	// Endpoints bounds the endpoints on this edge, every agent's
@@ -176,18 +181,23 @@ type Timeouts struct {
 
 	// Grace is how long the names of an agent session that ended stay
 	// reserved for its identity, so that the agent, reconnecting, gets its
-	// URLs back and nobody else can take them meanwhile. Zero: 30 s;
-	// negative: names are free at once. Names an agent unbinds itself are
-	// free at once.
+	// URLs back and nobody else can take them meanwhile. Meanwhile they
+	// count against this edge's quotas of endpoints (Limits) as when they
+	// were bound, until the identity binds them again here (bound on
+	// another edge of a cluster, they count here until the grace ends).
+	// Zero: 30 s; negative: names are free at once. Names an agent
+	// unbinds itself are free at once.
 	Grace time.Duration
 
 	// RestartGrace is how long after a restart the names that the edge's
 	// record (Server.StateDir) says were held when it stopped stay
 	// reserved for the identities that held them: nobody else binds them,
-	// or a name in their trees, meanwhile, whatever ticket they show.
-	// Other names are served at once. Zero: Grace; negative: the names are
-	// not kept. Without a record (StateDir empty, or a Router of your own,
-	// which keeps its names itself) a restart has nothing to keep.
+	// or a name in their trees, meanwhile, whatever ticket they show, and
+	// they count against the quotas of endpoints of Limits as Grace's
+	// names do. Other names are served at once. Zero: Grace; negative:
+	// the names are not kept. Without a record (StateDir empty, or a
+	// Router of your own, which keeps its names itself) a restart has
+	// nothing to keep.
 	RestartGrace time.Duration
 
 	// TicketLifetime is how long an endpoint ticket is good for; agents

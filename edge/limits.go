@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"container/heap"
 	"container/list"
 	"fmt"
 	"log/slog"
@@ -401,14 +402,21 @@ func (s *Server) acquireShare(routes []router.Route, client netip.AddrPort) (rel
 	}, true
 }
 
-// endpointCounts counts the endpoints held on the edge, and the binds
-// under way, for the quotas of Limits: by identity, by source address of
-// anonymous agents, and in all.
+// endpointCounts counts the endpoints held on the edge, the binds under
+// way, and the names kept for the identities of sessions that ended (see
+// keepEndpoint), for the quotas of Limits: by identity, by source address
+// of anonymous agents, and in all.
 type endpointCounts struct {
 	mu          sync.Mutex
 	perIdentity map[string]int
 	perSource   map[netip.Prefix]int
 	total       int
+	// kept are the names kept for their owners, each counted until it
+	// lapses or its identity binds it again; lapses has when each
+	// lapses, the soonest first, with stale entries (a name taken back,
+	// or kept anew) among them.
+	kept   map[endpointKey]keptName
+	lapses lapseHeap
 }
 
 // endpointOwner is whom an endpoint counts against: its identity, and for
@@ -416,6 +424,13 @@ type endpointCounts struct {
 type endpointOwner struct {
 	identity string
 	source   netip.Prefix
+}
+
+// keptName is a name the Router keeps for its owner's identity until a
+// time: after the session that held it ended, or after a restart.
+type keptName struct {
+	owner endpointOwner
+	until time.Time
 }
 
 // quotaRefusal is a bind refused for a bound on endpoints: the reason, and
@@ -426,11 +441,36 @@ type quotaRefusal struct {
 }
 
 // takeEndpoint counts one more endpoint of o, unless that breaks a quota,
-// which it then returns. giveEndpoints uncounts them.
-func (s *Server) takeEndpoint(o endpointOwner) *quotaRefusal {
+// which it then returns. A bind of name (the zero key when the edge
+// chooses the name), when name is kept for o's identity, takes its place:
+// the name counts once, and what kept it is returned, for doneBinding to
+// keep it again should the bind fail. giveEndpoints uncounts endpoints.
+func (s *Server) takeEndpoint(o endpointOwner, name endpointKey) (*keptName, *quotaRefusal) {
 	c := &s.endpointCounts
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.lapseLocked(s.now())
+	var took *keptName
+	if k, ok := c.kept[name]; ok && k.owner.identity == o.identity {
+		delete(c.kept, name)
+		c.uncountLocked(k.owner, 1)
+		took = &k
+	}
+	if refused := s.quotaLocked(o); refused != nil {
+		if took != nil {
+			c.kept[name] = *took // its lapse is still ahead, in lapses
+			c.countLocked(took.owner)
+		}
+		return nil, refused
+	}
+	c.countLocked(o)
+	return took, nil
+}
+
+// quotaLocked returns the quota one more endpoint of o would break, if
+// any.
+func (s *Server) quotaLocked(o endpointOwner) *quotaRefusal {
+	c := &s.endpointCounts
 	if max := s.cfg.endpoints; max > 0 && c.total >= max {
 		return &quotaRefusal{ReasonEdgeEndpointLimit, fmt.Sprintf("this edge holds as many endpoints as it takes (%d, every agent's together); try again later", max)}
 	}
@@ -440,16 +480,69 @@ func (s *Server) takeEndpoint(o endpointOwner) *quotaRefusal {
 	if max := s.cfg.endpointsPerSource; max > 0 && o.source.IsValid() && c.perSource[o.source] >= max {
 		return &quotaRefusal{ReasonSourceEndpointLimit, fmt.Sprintf("too many endpoints for anonymous agents from %s on this edge (at most %d)", o.source, max)}
 	}
-	if c.perIdentity == nil {
-		c.perIdentity = map[string]int{}
-		c.perSource = map[netip.Prefix]int{}
-	}
-	c.total++
-	c.perIdentity[o.identity]++
-	if o.source.IsValid() {
-		c.perSource[o.source]++
-	}
 	return nil
+}
+
+// keepEndpoint ends the count of an endpoint of o whose session ended:
+// when its name is kept for o's identity until then (a zero until: it
+// is not), the name stays counted until then, or until o's identity binds
+// it again (see takeEndpoint); otherwise it is uncounted at once. A name
+// counts once, however many of its routes ended.
+func (s *Server) keepEndpoint(o endpointOwner, name endpointKey, until time.Time) {
+	c := &s.endpointCounts
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := s.now()
+	c.lapseLocked(now)
+	if !until.After(now) {
+		c.uncountLocked(o, 1)
+		return
+	}
+	if k, ok := c.kept[name]; ok {
+		c.uncountLocked(o, 1) // counted already
+		if k.owner.identity == o.identity && until.After(k.until) {
+			k.until = until
+			c.kept[name] = k
+			heap.Push(&c.lapses, lapse{name, until})
+		}
+		return
+	}
+	if c.kept == nil {
+		c.kept = map[endpointKey]keptName{}
+	}
+	c.kept[name] = keptName{o, until}
+	heap.Push(&c.lapses, lapse{name, until})
+}
+
+// keepRestored counts the names that a restart keeps for the identities
+// that held them when the edge stopped (see openRecord; held is what it
+// restored) as kept for them (see keepEndpoint), until they lapse or are
+// bound again. The record does not say where anonymous agents were: they
+// count against no source.
+func (s *Server) keepRestored(held map[endpointKey]holding) {
+	c := &s.endpointCounts
+	for name, h := range held {
+		o := endpointOwner{identity: h.identity}
+		c.mu.Lock()
+		c.countLocked(o)
+		c.mu.Unlock()
+		s.keepEndpoint(o, name, h.until)
+	}
+}
+
+// keepAgain counts again a name that a bind which failed took from those
+// kept (takeEndpoint), unless it lapsed meanwhile or is kept anew.
+func (s *Server) keepAgain(name endpointKey, k keptName) {
+	c := &s.endpointCounts
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := s.now()
+	c.lapseLocked(now)
+	if _, ok := c.kept[name]; ok || !k.until.After(now) {
+		return
+	}
+	c.kept[name] = k // its lapse is still ahead, in lapses
+	c.countLocked(k.owner)
 }
 
 // giveEndpoints uncounts n endpoints of o.
@@ -460,6 +553,22 @@ func (s *Server) giveEndpoints(o endpointOwner, n int) {
 	c := &s.endpointCounts
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.uncountLocked(o, n)
+}
+
+func (c *endpointCounts) countLocked(o endpointOwner) {
+	if c.perIdentity == nil {
+		c.perIdentity = map[string]int{}
+		c.perSource = map[netip.Prefix]int{}
+	}
+	c.total++
+	c.perIdentity[o.identity]++
+	if o.source.IsValid() {
+		c.perSource[o.source]++
+	}
+}
+
+func (c *endpointCounts) uncountLocked(o endpointOwner, n int) {
 	c.total -= n
 	if c.perIdentity[o.identity] -= n; c.perIdentity[o.identity] <= 0 {
 		delete(c.perIdentity, o.identity)
@@ -469,4 +578,36 @@ func (s *Server) giveEndpoints(o endpointOwner, n int) {
 			delete(c.perSource, o.source)
 		}
 	}
+}
+
+// lapseLocked uncounts the kept names whose time is up.
+func (c *endpointCounts) lapseLocked(now time.Time) {
+	for len(c.lapses) > 0 && !c.lapses[0].until.After(now) {
+		l := heap.Pop(&c.lapses).(lapse)
+		if k, ok := c.kept[l.name]; ok && k.until.Equal(l.until) {
+			delete(c.kept, l.name)
+			c.uncountLocked(k.owner, 1)
+		}
+	}
+}
+
+// lapse is when a kept name lapses, unless it was taken back or kept
+// anew (until is then not its own) meanwhile.
+type lapse struct {
+	name  endpointKey
+	until time.Time
+}
+
+// lapseHeap is lapses, the soonest first (container/heap).
+type lapseHeap []lapse
+
+func (h lapseHeap) Len() int           { return len(h) }
+func (h lapseHeap) Less(i, j int) bool { return h[i].until.Before(h[j].until) }
+func (h lapseHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *lapseHeap) Push(x any)        { *h = append(*h, x.(lapse)) }
+func (h *lapseHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }

@@ -177,7 +177,8 @@ type Server struct {
 	// Clock is the edge's clock for what it dates and lets expire: the
 	// tickets it issues, the names it keeps for their holders (the grace
 	// of a session's names, Timeouts.Grace, and the restart grace of
-	// StateDir, in the in-memory router; a Router of your own keeps its
+	// StateDir: the in-memory router's reservations, and their count
+	// against the quotas of Limits; a Router of your own keeps its
 	// reservations by its own clock), and traffic policies (rate limits'
 	// refills, webhook timestamps, the expiry of OIDC logins). Nil:
 	// time.Now. It is for tests; deadlines and timeouts on connections
@@ -330,6 +331,8 @@ func (s *Server) init() {
 			var err error
 			if s.names, err = openRecord(s.StateDir, s.mem, s.cfg.restartGrace, s.log(), s.now); err != nil {
 				s.cfgErr = fmt.Errorf("edge: StateDir: %w", err)
+			} else {
+				s.keepRestored(s.names.held)
 			}
 		}
 		s.proxyLog = slog.NewLogLogger(s.log().Handler(), slog.LevelDebug)
