@@ -32,7 +32,9 @@ type Limits struct {
 	// connections that never say hello, however fast, pushes out its own,
 	// not an agent elsewhere that needs a few round trips to say its
 	// hello. Connections that are not over IP (a pipe, a Unix socket) are
-	// one source, which this does not bound. Zero: 64.
+	// one source, which this does not bound. Zero: 64. Behind a load
+	// balancer in front of the agent port (which reads no PROXY protocol
+	// header there), every agent has its address: set it negative there.
 	PendingSessionsPerSource int
 
 	// EndpointsPerSession bounds the endpoints one agent session holds at
