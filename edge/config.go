@@ -20,9 +20,22 @@ type Limits struct {
 	// PendingSessions bounds the agent connections that have not had their
 	// hello accepted yet, on agent ports and the public TLS port together
 	// (see Server.NoAgentsOnTLS), their TLS handshakes included: past it,
-	// the one waiting longest is closed. Each costs a goroutine and its
-	// buffers, for at most Timeouts.Handshake. Zero: 1024.
+	// of the source (as for PendingSessionsPerSource) that has the most of
+	// them, the one waiting longest is closed. Each costs a goroutine and
+	// its buffers, for at most Timeouts.Handshake. Zero: 1024.
 	PendingSessions int
+
+	// PendingSessionsPerSource bounds the connections of PendingSessions
+	// that one source, an IPv4 address or an IPv6 /64 (on the public TLS
+	// port, the client's, as for ConnsPerSource), has: past it, the
+	// source's own that waits longest is closed. So one source that opens
+	// connections that never say hello, however fast, pushes out its own,
+	// not an agent elsewhere that needs a few round trips to say its
+	// hello. Connections that are not over IP (a pipe, a Unix socket) are
+	// one source, which this does not bound. Zero: 64. Behind a load
+	// balancer in front of the agent port (which reads no PROXY protocol
+	// header there), every agent has its address: set it negative there.
+	PendingSessionsPerSource int
 
 	// EndpointsPerSession bounds the endpoints one agent session holds at
 	// once: a bind past it is refused as unavailable. Zero: 1024.
@@ -30,7 +43,10 @@ type Limits struct {
 
 	// EndpointsPerIdentity bounds the endpoints one identity holds on
 	// this edge at once, over all its sessions: a bind past it is refused
-	// as unavailable (ReasonIdentityEndpointLimit). Zero: 4096.
+	// as unavailable (ReasonIdentityEndpointLimit). Names kept for the
+	// identity (Timeouts.Grace, RestartGrace) count until they are free,
+	// here as in EndpointsPerSource and Endpoints; the identity binding one
+	// again takes its place. Zero: 4096.
 	EndpointsPerIdentity int
 
 	// EndpointsPerSource bounds the endpoints that the anonymous agents
@@ -39,7 +55,9 @@ type Limits struct {
 	// identity of its own, so EndpointsPerIdentity alone would not bound a
 	// host that starts many. A bind past it is refused as unavailable
 	// (ReasonSourceEndpointLimit). Authenticated agents are not counted.
-	// Zero: 1024.
+	// Names kept after a restart (Server.StateDir) count against their
+	// identity and Endpoints only: the record does not say where their
+	// agents were. Zero: 1024.
 	EndpointsPerSource int
 
 	// Endpoints bounds the endpoints on this edge, every agent's
@@ -165,18 +183,23 @@ type Timeouts struct {
 
 	// Grace is how long the names of an agent session that ended stay
 	// reserved for its identity, so that the agent, reconnecting, gets its
-	// URLs back and nobody else can take them meanwhile. Zero: 30 s;
-	// negative: names are free at once. Names an agent unbinds itself are
-	// free at once.
+	// URLs back and nobody else can take them meanwhile. Meanwhile they
+	// count against this edge's quotas of endpoints (Limits) as when they
+	// were bound, until the identity binds them again here (bound on
+	// another edge of a cluster, they count here until the grace ends).
+	// Zero: 30 s; negative: names are free at once. Names an agent
+	// unbinds itself are free at once.
 	Grace time.Duration
 
 	// RestartGrace is how long after a restart the names that the edge's
 	// record (Server.StateDir) says were held when it stopped stay
 	// reserved for the identities that held them: nobody else binds them,
-	// or a name in their trees, meanwhile, whatever ticket they show.
-	// Other names are served at once. Zero: Grace; negative: the names are
-	// not kept. Without a record (StateDir empty, or a Router of your own,
-	// which keeps its names itself) a restart has nothing to keep.
+	// or a name in their trees, meanwhile, whatever ticket they show, and
+	// they count against the quotas of endpoints of Limits as Grace's
+	// names do. Other names are served at once. Zero: Grace; negative:
+	// the names are not kept. Without a record (StateDir empty, or a
+	// Router of your own, which keeps its names itself) a restart has
+	// nothing to keep.
 	RestartGrace time.Duration
 
 	// TicketLifetime is how long an endpoint ticket is good for; agents
@@ -186,18 +209,19 @@ type Timeouts struct {
 
 // Defaults.
 const (
-	DefaultSessionsPerIdentity  = 1024
-	DefaultPendingSessions      = 1024
-	DefaultEndpointsPerSession  = 1024
-	DefaultEndpointsPerIdentity = 4096
-	DefaultEndpointsPerSource   = 1024
-	DefaultEndpoints            = 65536
-	DefaultStreamsPerSession    = 4096
-	DefaultSessionUnread        = 32 << 20
-	DefaultAuthFailures         = 10
-	DefaultClientShare          = 1.0 / 16
-	DefaultConnsPerSource       = 1024
-	DefaultHandshakesPerSource  = 64
+	DefaultSessionsPerIdentity      = 1024
+	DefaultPendingSessions          = 1024
+	DefaultPendingSessionsPerSource = 64
+	DefaultEndpointsPerSession      = 1024
+	DefaultEndpointsPerIdentity     = 4096
+	DefaultEndpointsPerSource       = 1024
+	DefaultEndpoints                = 65536
+	DefaultStreamsPerSession        = 4096
+	DefaultSessionUnread            = 32 << 20
+	DefaultAuthFailures             = 10
+	DefaultClientShare              = 1.0 / 16
+	DefaultConnsPerSource           = 1024
+	DefaultHandshakesPerSource      = 64
 
 	DefaultHandshakeTimeout      = 10 * time.Second
 	DefaultConnIdleTimeout       = 10 * time.Minute
@@ -213,6 +237,7 @@ const (
 type config struct {
 	sessionsPerIdentity int
 	pendingSessions     int
+	pendingPerSource    int
 	endpointsPerSession int
 	endpointsPerID      int
 	endpointsPerSource  int
@@ -279,6 +304,7 @@ func (s *Server) resolve() (config, error) {
 	c := config{
 		sessionsPerIdentity: limit(l.SessionsPerIdentity, DefaultSessionsPerIdentity),
 		pendingSessions:     limit(l.PendingSessions, DefaultPendingSessions),
+		pendingPerSource:    limit(l.PendingSessionsPerSource, DefaultPendingSessionsPerSource),
 		endpointsPerSession: limit(l.EndpointsPerSession, DefaultEndpointsPerSession),
 		endpointsPerID:      limit(l.EndpointsPerIdentity, DefaultEndpointsPerIdentity),
 		endpointsPerSource:  limit(l.EndpointsPerSource, DefaultEndpointsPerSource),

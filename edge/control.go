@@ -304,14 +304,7 @@ func (s *Server) takeOver(sessionID, identity string, by *session) {
 // and the session's bound on endpoints.
 func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	s := ss.srv
-	identity, previous, refused := ss.admitBind()
-	if refused != nil {
-		s.obs().Refused(refused.reason)
-		return fail(wire.CodeUnavailable, "%s", refused.message)
-	}
-	granted := false
-	defer func() { ss.doneBinding(granted) }()
-	r := router.Route{Proto: b.Proto, SessionID: ss.id, Identity: identity, Pool: b.Pool, Edge: s.ID}
+	r := router.Route{Proto: b.Proto, SessionID: ss.id, Pool: b.Pool, Edge: s.ID}
 	if err := s.endpointOptions(&r, b.Options, b.Policy); err != nil {
 		return fail(wire.CodeBadRequest, "%s", err)
 	}
@@ -319,6 +312,20 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	if err != nil {
 		return fail(wire.CodeBadRequest, "%s", err)
 	}
+	var name endpointKey // the name asked for, which may be one kept for the agent
+	if chosen {
+		for n := range names {
+			name = endpointKey{b.Proto, n}
+		}
+	}
+	identity, previous, kept, refused := ss.admitBind(name)
+	if refused != nil {
+		s.obs().Refused(refused.reason)
+		return fail(wire.CodeUnavailable, "%s", refused.message)
+	}
+	granted := false
+	defer func() { ss.doneBinding(granted, name, kept) }()
+	r.Identity = identity
 	if b.Proto == wire.ProtoTCP {
 		r.Pool = r.Pool && chosen // "any port" never joins a pool
 	}
@@ -371,31 +378,39 @@ func (ss *session) bindRefused(b *wire.Bind, e *wire.Error) {
 	ss.log.Log(context.Background(), level, "bind refused", "identity", wire.Printable(ss.identity, 64), "proto", wire.Printable(b.Proto, 16), "name", name, "code", e.Code, "reason", e.Message)
 }
 
-// admitBind counts a bind under way against the session's bound on
-// endpoints and the edge's quotas, and returns who binds, or the bound
+// admitBind counts a bind under way of name (the zero key when the edge
+// chooses the name) against the session's bound on endpoints and the
+// edge's quotas, and returns who binds, and the name kept for them that
+// the bind takes the place of, if any (see takeEndpoint); or the bound
 // the bind would break. doneBinding uncounts it.
-func (ss *session) admitBind() (identity, previous string, refused *quotaRefusal) {
+func (ss *session) admitBind(name endpointKey) (identity, previous string, kept *keptName, refused *quotaRefusal) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if max := ss.srv.cfg.endpointsPerSession; max > 0 && ss.routes.Len()+ss.binding >= max {
-		return "", "", &quotaRefusal{ReasonEndpointLimit, fmt.Sprintf("too many endpoints on this session (at most %d)", max)}
+		return "", "", nil, &quotaRefusal{ReasonEndpointLimit, fmt.Sprintf("too many endpoints on this session (at most %d)", max)}
 	}
-	if refused := ss.srv.takeEndpoint(ss.owner()); refused != nil {
-		return "", "", refused
+	kept, refused = ss.srv.takeEndpoint(ss.owner(), name)
+	if refused != nil {
+		return "", "", nil, refused
 	}
 	ss.binding++
-	return ss.identity, ss.previous, nil
+	return ss.identity, ss.previous, kept, nil
 }
 
-// doneBinding ends a bind admitBind counted; unless it was granted (the
-// endpoint is in ss.routes, counted until it goes), the edge's quotas get
-// it back.
-func (ss *session) doneBinding(granted bool) {
+// doneBinding ends a bind of name that admitBind counted; unless it was
+// granted (the endpoint is in ss.routes, counted until it goes), the
+// edge's quotas get it back, and the name kept that it took the place of
+// is kept again.
+func (ss *session) doneBinding(granted bool, name endpointKey, kept *keptName) {
 	ss.mu.Lock()
 	ss.binding--
 	ss.mu.Unlock()
-	if !granted {
-		ss.srv.giveEndpoints(ss.owner(), 1)
+	if granted {
+		return
+	}
+	ss.srv.giveEndpoints(ss.owner(), 1)
+	if kept != nil {
+		ss.srv.keepAgain(name, *kept)
 	}
 }
 

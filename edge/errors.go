@@ -76,7 +76,7 @@ const (
 	ReasonAuth          Reason = "auth"           // an agent's token was refused
 	ReasonAuthThrottled Reason = "auth_throttled" // an agent conn closed at accept for its source's failures (Limits.AuthFailures)
 	ReasonSessionLimit  Reason = "session_limit"  // a hello past Limits.SessionsPerIdentity
-	ReasonPendingLimit  Reason = "pending_limit"  // a conn evicted for Limits.PendingSessions
+	ReasonPendingLimit  Reason = "pending_limit"  // a conn evicted for Limits.PendingSessions or PendingSessionsPerSource
 	ReasonEndpointLimit Reason = "endpoint_limit" // a bind past Limits.EndpointsPerSession
 	ReasonNoRoute       Reason = "no_route"       // a TLS or TCP connection for a name or port no agent serves
 	ReasonStalled       Reason = "stalled"        // a stream cut because its client stopped reading and its session held Limits.SessionUnread

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"runtime"
 	"strings"
@@ -17,7 +18,9 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // TestEndpointQuotaPerIdentity: bob binds over two sessions until his
@@ -138,6 +141,202 @@ func TestEndpointQuotaPerEdge(t *testing.T) {
 	}
 }
 
+// TestGraceNamesCountAgainstQuotas (issue #32, item 7): the names that
+// an ended session leaves reserved for its identity (Timeouts.Grace)
+// count against the identity's quota of endpoints, the one of the
+// anonymous agents of its source, and the edge's, until they are free.
+// Rounds of "bind up to the quota, disconnect": while the grace keeps the
+// names, a bind of the next session is refused for the quota, so that
+// the names held, bound or kept, are never more than the quota; once the
+// grace ends, the quota is whole again. An agent that reconnects (the
+// edge has not seen it go; its session ticket says which session it
+// had) gets its names back, each counted once: a bind past them is
+// refused, and one it lets go makes room for one.
+func TestGraceNamesCountAgainstQuotas(t *testing.T) {
+	t.Parallel()
+	const quota = 3
+	for _, c := range []struct {
+		name      string
+		limits    edge.Limits
+		anonymous bool   // no Authenticate: each agent an identity of its own, counted by its source
+		refusal   string // in the message of a bind past the quota
+	}{
+		{"identity", edge.Limits{EndpointsPerIdentity: quota}, false, "this identity"},
+		{"source", edge.Limits{EndpointsPerSource: quota}, true, "anonymous agents from 127.0.0.1"},
+		{"edge", edge.Limits{Endpoints: quota}, false, "every agent's together"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			clock := &fakeClock{t: time.Now()}
+			rt := &router.MemoryRouter{Clock: clock.Now}
+			srv := &edge.Server{Domain: "example.test", Router: rt, Clock: clock.Now, Limits: c.limits, Timeouts: edge.Timeouts{Grace: time.Hour}}
+			token := ""
+			if !c.anonymous {
+				srv.Authenticate, token = tokens, "bob-token"
+			}
+			te := edgeOn(t, srv, listen(t), listen(t))
+			var names []string // every name bound
+			bindOK := func(a *rawAgent, name, ticket string) *wire.BindResp {
+				t.Helper()
+				resp := a.bind(name, ticket)
+				if resp.Error != nil {
+					t.Fatalf("bind %s: %+v", name, resp.Error)
+				}
+				u, err := url.Parse(resp.BindResp.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				names = append(names, u.Hostname())
+				return resp.BindResp
+			}
+			refused := func(a *rawAgent, name, when string) {
+				t.Helper()
+				resp := a.bind(name, "")
+				if e := resp.Error; e == nil || e.Code != wire.CodeUnavailable || !strings.Contains(e.Message, c.refusal) {
+					t.Fatalf("%s: a bind past the quota: %+v, want %s naming the quota (%q)", when, e, wire.CodeUnavailable, c.refusal)
+				}
+			}
+			// held counts the names bound here that someone holds, with
+			// routes or reserved.
+			held := func(reservedOnly bool) int {
+				n := 0
+				for _, name := range names {
+					_, until, ok := rt.Holder(wire.ProtoHTTP, name)
+					if ok && (!reservedOnly || !until.IsZero()) {
+						n++
+					}
+				}
+				return n
+			}
+			for round := range 3 {
+				a, _ := dialRaw(t, te.agentAddr, token, "")
+				for i := range quota {
+					bindOK(a, fmt.Sprintf("r%d-%d", round, i), "")
+				}
+				refused(a, fmt.Sprintf("r%d-more", round), fmt.Sprintf("round %d, the session at its quota", round))
+				a.s.Close()
+				testwait.For(t, func() bool { return held(true) == quota }) // the edge saw the session end
+				b, _ := dialRaw(t, te.agentAddr, token, "")
+				refused(b, fmt.Sprintf("r%d-next", round), fmt.Sprintf("round %d, the names of the session that ended in their grace", round))
+				if n := held(false); n > quota {
+					t.Fatalf("round %d: %d names held, past the quota of %d", round, n, quota)
+				}
+				b.s.Close()
+				clock.Add(time.Hour + time.Second) // the grace ends
+			}
+
+			a, hello := dialRaw(t, te.agentAddr, token, "")
+			var own []*wire.BindResp
+			for i := range quota {
+				own = append(own, bindOK(a, fmt.Sprintf("own%d", i), ""))
+			}
+			b, _ := dialRaw(t, te.agentAddr, token, hello.Ticket) // the edge closes a, keeping its names
+			var back []*wire.BindResp
+			for i, was := range own {
+				got := bindOK(b, fmt.Sprintf("own%d", i), was.Ticket)
+				if got.URL != was.URL {
+					t.Fatalf("reconnected, own%d came back as %s, want %s", i, got.URL, was.URL)
+				}
+				back = append(back, got)
+			}
+			refused(b, "own-more", "reconnected, with its names back")
+			if resp := b.call(wire.Request{Op: wire.OpUnbind, Unbind: &wire.Unbind{TunnelID: back[0].TunnelID}}); resp.Error != nil {
+				t.Fatalf("unbind: %+v", resp.Error)
+			}
+			bindOK(b, "another", "")
+			refused(b, "another-more", "reconnected, one name let go and another bound")
+		})
+	}
+}
+
+// TestGracePoolMemberNotKept: a session of a pool ends while another
+// session of the identity still serves the pool: the name has routes, so
+// nothing is kept, and the ended member's endpoint counts no more at
+// once; once the last member ends, the name is kept, and counts once.
+func TestGracePoolMemberNotKept(t *testing.T) {
+	t.Parallel()
+	rt := &router.MemoryRouter{}
+	te := edgeOn(t, &edge.Server{Domain: "example.test", Router: rt, Authenticate: tokens, Limits: edge.Limits{EndpointsPerIdentity: 2}, Timeouts: edge.Timeouts{Grace: time.Hour}}, listen(t), listen(t))
+	member := func(a *rawAgent) {
+		t.Helper()
+		if resp := a.call(wire.Request{Op: wire.OpBind, Bind: &wire.Bind{Proto: wire.ProtoHTTP, Name: "pool", Pool: true}}); resp.Error != nil {
+			t.Fatalf("joining the pool: %+v", resp.Error)
+		}
+	}
+	a, _ := dialRaw(t, te.agentAddr, "bob-token", "")
+	b, _ := dialRaw(t, te.agentAddr, "bob-token", "")
+	member(a)
+	member(b)
+	if resp := b.bind("solo", ""); resp.Error == nil {
+		t.Fatal("a third endpoint past the quota of 2 was granted")
+	}
+	a.s.Close()
+	testwait.For(t, func() bool {
+		routes, _ := rt.Lookup(context.Background(), wire.ProtoHTTP, "pool.example.test")
+		return len(routes) == 1
+	})
+	if resp := b.bind("solo", ""); resp.Error != nil {
+		t.Fatalf("a bind once a pool member of two ended: %+v; the pool's name, which has routes, is not kept", resp.Error)
+	}
+	b.s.Close()
+	testwait.For(t, func() bool {
+		_, until, ok := rt.Holder(wire.ProtoHTTP, "pool.example.test")
+		return ok && !until.IsZero()
+	})
+	c, _ := dialRaw(t, te.agentAddr, "bob-token", "")
+	if resp := c.bind("other", ""); resp.Error == nil {
+		t.Fatal("a bind while the pool's name and solo are kept, past the quota of 2, was granted")
+	}
+	member(c) // the pool's name taken back: one place
+	if resp := c.bind("other", ""); resp.Error == nil {
+		t.Fatal("a bind while solo is kept and the pool bound, past the quota of 2, was granted")
+	}
+}
+
+// TestRestartKeptNamesCountAgainstQuota: the names a restart keeps for
+// the identity that held them when the edge stopped (Server.StateDir)
+// count against its quota until they are free, as those of a session
+// that ended do: the identity binds no new name past its quota
+// meanwhile, takes its own back each counted once, and has its quota
+// whole again once the restart's grace ended.
+func TestRestartKeptNamesCountAgainstQuota(t *testing.T) {
+	t.Parallel()
+	key, dir := []byte(strings.Repeat("q", 32)), t.TempDir()
+	clock := &fakeClock{t: time.Now()}
+	server := func() *edge.Server {
+		return &edge.Server{TicketKey: key, StateDir: dir, Authenticate: tokens, Domain: "example.test", Clock: clock.Now,
+			Limits: edge.Limits{EndpointsPerIdentity: 2}, Timeouts: edge.Timeouts{Grace: time.Hour}}
+	}
+	te1 := edgeOn(t, server(), listen(t), listen(t))
+	a, _ := dialRaw(t, te1.agentAddr, "bob-token", "")
+	var tickets []string
+	for _, name := range []string{"one", "two"} {
+		resp := a.bind(name, "")
+		if resp.Error != nil {
+			t.Fatalf("bind %s: %+v", name, resp.Error)
+		}
+		tickets = append(tickets, resp.BindResp.Ticket)
+	}
+	te2 := te1.restart(t, server())
+	b, _ := dialRaw(t, te2.agentAddr, "bob-token", "")
+	refused := func(name, when string) {
+		t.Helper()
+		if resp := b.bind(name, ""); resp.Error == nil || !strings.Contains(resp.Error.Message, "this identity") {
+			t.Fatalf("%s: a bind past the quota: %+v, want one refused for the identity's quota", when, resp.Error)
+		}
+	}
+	refused("three", "after the restart, both names kept")
+	if resp := b.bind("one", tickets[0]); resp.Error != nil {
+		t.Fatalf("taking a kept name back: %+v", resp.Error)
+	}
+	refused("three", "one name taken back, the other kept")
+	clock.Add(time.Hour + time.Second) // the restart's grace ends
+	if resp := b.bind("three", ""); resp.Error != nil {
+		t.Fatalf("a bind once the restart's grace ended: %+v", resp.Error)
+	}
+	refused("four", "one name taken back, and one new")
+}
+
 // BenchmarkEndpointsAtQuota binds endpoints by hand (no agent-side
 // state) until the edge's quotas refuse: one identity up to its own
 // (Limits.EndpointsPerIdentity), or identity after identity up to the
@@ -171,6 +370,64 @@ func BenchmarkEndpointsAtQuota(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkGraceRounds measures issue #32's item 7: at the edge's
+// default quotas and grace (but EndpointsPerSession, lifted so that one
+// session binds up to the identity's quota), one identity binds as many
+// random names as it is granted, up to 4096, and disconnects; once the
+// edge saw the session end, it does so again, 16 rounds in all. It
+// reports the most names the identity held at once, bound or kept for
+// it, the names it was granted in all, and the seconds the rounds took.
+// Give it 1x:
+//
+//	go test ./edge -run '^$' -bench GraceRounds -benchtime 1x
+func BenchmarkGraceRounds(b *testing.B) {
+	var most, granted, took float64
+	for range b.N {
+		rt := &router.MemoryRouter{}
+		te := edgeOn(b, &edge.Server{Domain: "example.test", Router: rt, Authenticate: tokens, Limits: edge.Limits{EndpointsPerSession: -1}}, listen(b), listen(b))
+		var names []string
+		held := func(from int, reservedOnly bool) int {
+			n := 0
+			for _, name := range names[from:] {
+				if _, until, ok := rt.Holder(wire.ProtoHTTP, name); ok && (!reservedOnly || !until.IsZero()) {
+					n++
+				}
+			}
+			return n
+		}
+		start := time.Now()
+		peak := 0
+		for range 16 {
+			a, _ := dialRaw(b, te.agentAddr, "bob-token", "")
+			from := len(names)
+			for range edge.DefaultEndpointsPerIdentity {
+				resp := a.bind("", "")
+				if resp.Error != nil {
+					break
+				}
+				u, err := url.Parse(resp.BindResp.URL)
+				if err != nil {
+					b.Fatal(err)
+				}
+				names = append(names, u.Hostname())
+			}
+			peak = max(peak, held(0, false))
+			a.s.Close()
+			bound := len(names) - from
+			testwait.Within(b, time.Minute, "the edge saw the session end", func() bool { return held(from, true) == bound })
+		}
+		took += time.Since(start).Seconds()
+		most += float64(peak)
+		granted += float64(len(names))
+		b.Logf("%d names held at most at once, %d granted in all, in %v", peak, len(names), time.Since(start).Round(time.Millisecond))
+	}
+	n := float64(b.N)
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(most/n, "names-held-at-most")
+	b.ReportMetric(granted/n, "names-granted")
+	b.ReportMetric(took/n, "s")
 }
 
 // bindToQuota binds http endpoints on a new edge, for up to identities

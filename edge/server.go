@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"container/list"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -176,10 +175,14 @@ type Server struct {
 	OIDC func(ctx context.Context, cfg policy.OIDCConfig) (policy.Provider, error)
 
 	// Clock is the edge's clock for what it dates and lets expire: the
-	// tickets it issues, the restart grace of names (StateDir), and
-	// traffic policies (rate limits' refills, webhook timestamps, the
-	// expiry of OIDC logins). Nil: time.Now. It is for tests; deadlines
-	// and timeouts on connections keep the system clock.
+	// tickets it issues, the names it keeps for their holders (the grace
+	// of a session's names, Timeouts.Grace, and the restart grace of
+	// StateDir: the in-memory router's reservations, and their count
+	// against the quotas of Limits; a Router of your own keeps its
+	// reservations by its own clock), and traffic policies (rate limits'
+	// refills, webhook timestamps, the expiry of OIDC logins). Nil:
+	// time.Now. It is for tests; deadlines and timeouts on connections
+	// keep the system clock.
 	Clock func() time.Time
 
 	// StateDir, if set, is a directory where the edge keeps a record of
@@ -307,8 +310,8 @@ type Server struct {
 	stopping    chan struct{} // closed with closed: waiters for a handshake slot give up
 	httpPort    string        // the ports URLs name, from HTTPPort and TLSPort or the listeners
 	tlsPort     string
-	pending     list.List // agent conns waiting for their hello
-	evicted     int       // pending conns closed to make room
+	pending     pendingConns // agent conns waiting for their hello, by source
+	evicted     int          // pending conns closed to make room
 	sessions    map[string]*session
 	perIdentity map[string]int // sessions that said hello, by identity
 	listeners   map[net.Listener]struct{}
@@ -322,12 +325,14 @@ type Server struct {
 func (s *Server) init() {
 	s.initOnce.Do(func() {
 		s.cfg, s.cfgErr = s.resolve()
-		s.mem = new(router.MemoryRouter)
+		s.mem = &router.MemoryRouter{Clock: s.Clock}
 		s.stopping = make(chan struct{})
 		if s.cfgErr == nil && s.StateDir != "" && s.Router == nil {
 			var err error
 			if s.names, err = openRecord(s.StateDir, s.mem, s.cfg.restartGrace, s.log(), s.now); err != nil {
 				s.cfgErr = fmt.Errorf("edge: StateDir: %w", err)
+			} else {
+				s.keepRestored(s.names.held)
 			}
 		}
 		s.proxyLog = slog.NewLogLogger(s.log().Handler(), slog.LevelDebug)
@@ -714,8 +719,8 @@ func (s *Server) closeSessions() {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for e := s.pending.Front(); e != nil; e = e.Next() {
-		e.Value.(net.Conn).Close()
+	for c := range s.pending.all {
+		c.Close()
 	}
 }
 

@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"container/list"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -27,7 +26,7 @@ type session struct {
 	conn net.Conn // the transport, closed to evict a session still waiting for its hello
 
 	done    chan struct{} // closed when the session ends
-	pending *list.Element // in srv.pending until the hello was decided
+	pending *pendingConn  // in srv.pending until the hello was decided
 
 	open atomic.Int64 // streams open now, both ways
 
@@ -283,17 +282,37 @@ func (ss *session) close(reserve time.Duration) {
 		}
 	}
 	s.mu.Unlock()
-	if counted {
-		s.giveEndpoints(ss.owner(), len(routes))
-	}
 	for _, r := range routes {
 		s.obs().Endpoint(r.Proto, -1)
 		s.unbind(*r, reserve)
+		// Each route was counted at its bind (routes come after the
+		// hello): it counts on while its name is kept.
+		s.keepEndpoint(ss.owner(), endpointKey{r.Proto, r.Name}, s.keptUntil(*r, reserve))
 	}
 	ss.mux.Close()
 	if counted {
 		ss.log.Info("session closed", "routes", len(routes))
 	}
+}
+
+// keptUntil returns until when r's name is kept for its identity, now
+// that its route was unbound with reserve; zero if it is not. A name is
+// kept unless reserve is not positive, or the Router says it is not (the
+// in-memory one tells: it does not keep a name that still has routes, a
+// pool's); a Router that does not tell keeps it, as rule 4 of
+// router.Router has it for a name's last route.
+func (s *Server) keptUntil(r router.Route, reserve time.Duration) time.Time {
+	if reserve <= 0 {
+		return time.Time{}
+	}
+	if h, ok := s.router().(interface {
+		Holder(proto, name string) (string, time.Time, bool)
+	}); ok {
+		if identity, until, held := h.Holder(r.Proto, r.Name); !held || identity != r.Identity || until.IsZero() {
+			return time.Time{}
+		}
+	}
+	return s.now().Add(reserve)
 }
 
 // unbind removes r from the router, keeping its name reserved for its

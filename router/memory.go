@@ -15,13 +15,17 @@ import (
 // costs the same however many names it holds (but for the number of
 // labels of the name); lookups take no lock.
 type MemoryRouter struct {
+	// Clock is the router's clock for when reservations lapse. Nil:
+	// time.Now. It is for tests; an edge's own in-memory router takes
+	// the edge's (edge.Server.Clock).
+	Clock func() time.Time
+
 	mu        sync.Mutex
 	endpoints map[endpointKey]*endpoint
 	owners    map[string]*owner         // by namespace and base: "host:abc.example.test"
 	below     map[string]map[string]int // by namespace and base: identity -> bases under it that identity holds
 	lapses    reservationHeap           // reservations by the time they lapse
 	tables    sync.Map                  // proto to *Table[Route]
-	now       func() time.Time          // nil: time.Now
 	watchers  map[*RouteFeed]struct{}
 }
 
@@ -136,8 +140,8 @@ func (m *MemoryRouter) table(proto string) *Table[Route] {
 }
 
 func (m *MemoryRouter) clock() time.Time {
-	if m.now != nil {
-		return m.now()
+	if m.Clock != nil {
+		return m.Clock()
 	}
 	return time.Now()
 }

@@ -16,7 +16,7 @@ import (
 func TestMemoryRouterReserve(t *testing.T) {
 	ctx := context.Background()
 	now := time.Unix(1000, 0)
-	m := &MemoryRouter{now: func() time.Time { return now }}
+	m := &MemoryRouter{Clock: func() time.Time { return now }}
 	alice := Route{Proto: "http", Name: "app.example.test", Identity: "alice", SessionID: "s1", TunnelID: "t1"}
 	if err := m.Reserve(ctx, alice, time.Minute); err != nil {
 		t.Fatal(err)

@@ -86,7 +86,8 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	ticketKey := fs.String("ticket-key", "", "file with the hex key that signs agents' tickets, created with a new random key if missing; keep it across restarts so that anonymous agents keep their identity, and their names (empty: a new key each start)")
 	stateDir := fs.String("state", "", "directory for the record of who holds which name (names.jsonl), so that a restart gives each name back to the identity that held it when the edge stopped; a first start has none (default: -ticket-key's directory; empty and no -ticket-key: no record, names go to whoever asks first after a restart; unused with -etcd, which keeps the names)")
 	allowCatchAll := fs.Bool("allow-catch-all", false, "let agents bind * and *.DOMAIN (every name under the domain: single-tenant edges only)")
-	maxPending := fs.Int("max-pending", 0, "agent connections waiting for their hello at most; the oldest is closed past it (0: 1024, negative: no bound)")
+	maxPending := fs.Int("max-pending", 0, "agent connections waiting for their hello at most; past it, the oldest of the address that has the most is closed (0: 1024, negative: no bound)")
+	maxPendingPerSource := fs.Int("max-pending-per-source", 0, "agent connections waiting for their hello that one address (an IPv6 /64) has at most; past it, its own oldest is closed (0: 64, negative: no bound)")
 	maxEndpoints := fs.Int("max-endpoints", 0, "endpoints per agent session at most (0: 1024, negative: no bound)")
 	maxPerIdentity := fs.Int("max-endpoints-per-identity", 0, "endpoints one identity holds on this edge at most, over all its sessions (0: 4096, negative: no bound)")
 	maxPerSource := fs.Int("max-endpoints-per-source", 0, "endpoints the anonymous agents of one address (an IPv6 /64) hold on this edge at most (0: 1024, negative: no bound)")
@@ -197,15 +198,16 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 		AllowCatchAll:     *allowCatchAll,
 		ProxyProtocolFrom: proxyFrom,
 		Limits: edge.Limits{
-			PendingSessions:      *maxPending,
-			EndpointsPerSession:  *maxEndpoints,
-			EndpointsPerIdentity: *maxPerIdentity,
-			EndpointsPerSource:   *maxPerSource,
-			Endpoints:            *maxTotal,
-			AuthFailures:         *maxAuthFailures,
-			ClientShare:          *clientShare,
-			ConnsPerSource:       *connsPerSource,
-			HandshakesPerSource:  *handshakesPerSource,
+			PendingSessions:          *maxPending,
+			PendingSessionsPerSource: *maxPendingPerSource,
+			EndpointsPerSession:      *maxEndpoints,
+			EndpointsPerIdentity:     *maxPerIdentity,
+			EndpointsPerSource:       *maxPerSource,
+			Endpoints:                *maxTotal,
+			AuthFailures:             *maxAuthFailures,
+			ClientShare:              *clientShare,
+			ConnsPerSource:           *connsPerSource,
+			HandshakesPerSource:      *handshakesPerSource,
 		},
 		Timeouts: edge.Timeouts{Body: *bodyTimeout},
 	}
