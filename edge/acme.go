@@ -62,8 +62,10 @@ import (
 // The owner an order is counted against is the identity that bound the
 // name (see Server.Authenticate). An edge that authenticates no agent
 // makes every agent session an identity of its own, which any client can
-// have as many of as it likes: there, the names of anonymous agents count
-// against the agent's source address (an IPv4 address or an IPv6 /64).
+// have as many of as it likes, from as many addresses as it has: there,
+// the names of every anonymous agent count against one owner, and so
+// share one identity's budget (OrdersPerIdentity, IdentityShare). So do
+// the names of another edge's anonymous agents.
 type ACME struct {
 	// DirectoryURL is the CA's directory. Empty: Let's Encrypt's
 	// production directory.
@@ -308,24 +310,23 @@ func (m *certManager) route(ctx context.Context, name string) (r router.Route, b
 }
 
 // owner returns whose budget the names of r count against: its identity,
-// or, for an anonymous agent of this edge (any client may have as many of
-// those identities as it opens sessions), its source address.
+// or, for an anonymous agent (any client may have as many of those
+// identities as it opens sessions, from as many addresses as it has),
+// anonymousOwner, which every anonymous agent shares. An identity that
+// this edge's Authenticate gave is its own even if it looks anonymous;
+// another edge's anonymous agents (a route of another edge, see Relay)
+// are anonymous here too.
 func (m *certManager) owner(r router.Route) string {
 	s := m.srv
-	if s.Authenticate != nil || !strings.HasPrefix(r.Identity, anonymousPrefix) || r.Edge != s.ID {
-		return r.Identity
-	}
-	s.mu.Lock()
-	ss := s.sessions[r.SessionID]
-	s.mu.Unlock()
-	if ss == nil || ss.src == nil {
-		return r.Identity
-	}
-	if src := sourceOf(addrPort(ss.src).Addr()); src.IsValid() {
-		return "agents at " + src.String()
+	if strings.HasPrefix(r.Identity, anonymousPrefix) && (s.Authenticate == nil || r.Edge != s.ID) {
+		return anonymousOwner
 	}
 	return r.Identity
 }
+
+// anonymousOwner is the owner of every anonymous agent's names, in the
+// ACME order budget: one identity's budget for them all.
+const anonymousOwner = "anonymous agents"
 
 // keep holds c, loaded from the Cache, as name's certificate, unless one
 // newer is held already, and returns the one held.

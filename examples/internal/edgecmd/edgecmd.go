@@ -109,7 +109,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	acmeRenew := fs.Duration("acme-renew-before", 0, "renew ACME certificates this long before they expire (0: the lesser of 30 days and a third of their lifetime)")
 	acmePerHour := fs.Int("acme-orders-per-hour", 0, "ACME orders the edge places per hour, renewals included (0: 100, negative: no bound)")
 	acmePerWeek := fs.Int("acme-orders-per-week", 0, "ACME orders for first certificates the edge places per 7 days (0: 50, Let's Encrypt's certificates per registered domain; negative: no bound)")
-	acmePerIdentity := fs.Int("acme-orders-per-identity", 0, "ACME orders for first certificates the names of one identity may cause per hour (0: 5, negative: no bound)")
+	acmePerIdentity := fs.Int("acme-orders-per-identity", 0, "ACME orders for first certificates the names of one identity (or of every anonymous agent together) may cause per hour (0: 5, negative: no bound)")
 	acmeShare := fs.Float64("acme-identity-share", 0, "part of -acme-orders-per-week the names of one identity may spend (0: 1/5, negative: no bound)")
 	acmeGrace := fs.Duration("acme-grace", 0, "keep and renew the certificate of a name no agent binds any more this long, then drop it from memory and the cache (0: 7 days, negative: none)")
 	redirectHTTPS := fs.Bool("redirect-https", false, "answer plain-HTTP requests for names bound over https only with 308 to https (default: 404 https_only)")
