@@ -59,6 +59,13 @@ import (
 // sharing one CA account (one Cache) share its limits, so divide the
 // counts between them.
 //
+// What the budgets spent is kept in the Cache, written before each order
+// and read at the start, so that a restart does not give it back (see
+// Cache). A record there that cannot be read, or is not one an edge
+// wrote, is logged at the Error level and kept aside (under its key and
+// "+corrupt"); the budgets then start full. Without a Cache, they last as
+// long as the process.
+//
 // The owner an order is counted against is the identity that bound the
 // name (see Server.Authenticate). An edge that authenticates no agent
 // makes every agent session an identity of its own, which any client can
@@ -75,8 +82,11 @@ type ACME struct {
 	Email string
 
 	// Cache keeps the account key and certificates, in autocert's layout
-	// (a cache autocert filled keeps serving). Several edges sharing one
-	// Cache (a shared store implementing the interface) serve the same
+	// (a cache autocert filled keeps serving), and the record of what
+	// the order budgets spent, under "tunnelkit+acme_budget" (and
+	// "+<Server.ID>" after it, for an edge with an ID: give each edge
+	// sharing a Cache an ID of its own). Several edges sharing one Cache
+	// (a shared store implementing the interface) serve the same
 	// certificates and answer each other's challenges. Nil: a directory,
 	// "tunnelkit/acme" under the user's cache directory.
 	Cache autocert.Cache
@@ -188,6 +198,12 @@ type certManager struct {
 	client *acme.Client
 	cache  autocert.Cache // nil: certificates last as long as the process
 	budget *orderBudget
+	// budgetKey is the budgets' record's key in the cache.
+	budgetKey string
+	// saveMu orders the writes of the budgets' record; saved is the
+	// count of orders taken that the last one included.
+	saveMu sync.Mutex
+	saved  uint64
 	ctx    context.Context // done when the server closes: orders stop
 	cancel context.CancelFunc
 	wake   chan struct{} // asks the maintenance loop to look again
@@ -228,22 +244,27 @@ func (e *certEntry) valid(now time.Time) bool {
 	return e.cert != nil && now.Before(e.cert.Leaf.NotAfter)
 }
 
+// newCertManager returns the manager of a's certificates, kept in cache
+// (nil: none), with the budgets' spending read back from it.
 func newCertManager(s *Server, a *ACME, cache autocert.Cache) *certManager {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &certManager{
-		srv:    s,
-		cfg:    s.cfg.acme,
-		email:  a.Email,
-		client: &acme.Client{DirectoryURL: a.DirectoryURL, HTTPClient: a.HTTPClient},
-		cache:  cache,
-		budget: newOrderBudget(s.cfg.acme),
-		ctx:    ctx,
-		cancel: cancel,
-		wake:   make(chan struct{}, 1),
-		names:  map[string]*certEntry{},
-		alpn:   map[string]*tls.Certificate{},
-		http01: map[string]string{},
+	m := &certManager{
+		srv:       s,
+		cfg:       s.cfg.acme,
+		email:     a.Email,
+		client:    &acme.Client{DirectoryURL: a.DirectoryURL, HTTPClient: a.HTTPClient},
+		cache:     cache,
+		budget:    newOrderBudget(s.cfg.acme),
+		budgetKey: budgetKeyOf(s.ID),
+		ctx:       ctx,
+		cancel:    cancel,
+		wake:      make(chan struct{}, 1),
+		names:     map[string]*certEntry{},
+		alpn:      map[string]*tls.Certificate{},
+		http01:    map[string]string{},
 	}
+	m.loadBudget()
+	return m
 }
 
 // certificate returns the certificate for a terminated handshake: the one
@@ -420,6 +441,7 @@ func (m *certManager) startLocked(e *certEntry, renewal bool) (*certOrder, error
 func (m *certManager) fulfil(e *certEntry, o *certOrder, renewal bool) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(m.ctx, orderTimeout)
+	m.saveBudget(ctx)
 	cert, err := m.issue(ctx, e.name)
 	if err == nil {
 		if perr := m.put(ctx, e.name, cert); perr != nil {

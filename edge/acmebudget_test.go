@@ -20,6 +20,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -289,6 +291,26 @@ func startACMEEdgeOn(t *testing.T, pebble *testacme.Pebble, ls edge.Listeners, a
 	return e
 }
 
+// restart closes e and starts another edge in its place: on the same
+// public ports (pebble validates there), with the same pebble and acme's
+// settings (give it e's Cache), and a new agent port.
+func (e *acmeEdge) restart(t *testing.T, acme edge.ACME, configure func(*edge.Server)) *acmeEdge {
+	t.Helper()
+	e.srv.Close()
+	ls := edge.Listeners{Agents: listen(t), HTTP: listenOn(t, e.httpAddr), TLS: listenOn(t, e.tlsAddr)}
+	return startACMEEdgeOn(t, e.pebble, ls, acme, configure)
+}
+
+// listenOn listens on addr again, which a closed listener held.
+func listenOn(t *testing.T, addr string) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
 // agent returns a connected agent client of identity.
 func (e *acmeEdge) agent(t *testing.T, identity string) *agent.Client {
 	c := &agent.Client{Addrs: []string{e.agentAddr}, Token: identity + "-token"}
@@ -483,6 +505,90 @@ func TestACMEAnonymousAgentsShareOneBudget(t *testing.T) {
 	}
 	if n := len(e.logs.find("acme: order budget spent", "budget", "orders_per_identity")); n != 1 {
 		t.Errorf("%d lines for the anonymous agents' budget spent, want 1", n)
+	}
+}
+
+// TestACMEBudgetSurvivesRestart is issue #32's item 3: the budgets' spending
+// is kept in the Cache, so that a restart does not give it back. Before a
+// restart, alice spends her share of the week (2 of 4) and bob 1 of the
+// edge's week; after it, with the same Cache, alice's next name and, once
+// bob spent the edge's last order of the week, carol's get none.
+func TestACMEBudgetSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	acme := edge.ACME{OrdersPerWeek: 4, IdentityShare: 0.5, Cache: autocert.DirCache(t.TempDir())}
+	e := startACMEEdge(t, acme)
+	if got := e.handshakeAll(bindMany(t, e.agent(t, "alice"), "a", 2)); got != 2 {
+		t.Fatalf("alice got %d certificates, want 2", got)
+	}
+	if got := e.handshakeAll(bindMany(t, e.agent(t, "bob"), "b", 1)); got != 1 {
+		t.Fatalf("bob got %d certificates, want 1", got)
+	}
+
+	e = e.restart(t, acme, authenticateByToken)
+	if got := e.handshakeAll(bindMany(t, e.agent(t, "alice"), "a-again", 1)); got != 0 {
+		t.Errorf("alice, her share of the week spent before the restart, got %d certificates after it", got)
+	}
+	if got := e.handshakeAll(bindMany(t, e.agent(t, "bob"), "b-again", 1)); got != 1 {
+		t.Errorf("bob got %d certificates after the restart, want 1 (his share is not spent)", got)
+	}
+	if got := e.handshakeAll(bindMany(t, e.agent(t, "carol"), "c", 1)); got != 0 {
+		t.Errorf("carol got %d certificates after the edge's week was spent, before and after a restart", got)
+	}
+	if n := e.orders.count(nil); n != 1 {
+		t.Errorf("%d orders after the restart (%v), want 1, bob's", n, e.orders.list())
+	}
+	if n := e.obs.get("refused/acme_budget"); n != 2 {
+		t.Errorf("%d handshakes refused as acme_budget after the restart, want 2", n)
+	}
+	for _, want := range [][]string{{"budget", "orders_per_week"}} {
+		if n := len(e.logs.find("acme: order budget spent", want...)); n != 1 {
+			t.Errorf("%d lines for the budget %v spent after the restart, want 1", n, want)
+		}
+	}
+}
+
+// TestACMEBudgetRecordNotValid: a record of the budgets in the Cache that
+// is not one an edge wrote (here, garbage over the one the first edge
+// wrote) neither stops a restarted edge nor crashes it: the edge says so
+// at the Error level, naming the key, keeps the bytes under the key and
+// "+corrupt", starts its budgets full and writes a valid record at its
+// next order.
+func TestACMEBudgetRecordNotValid(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	acme := edge.ACME{Cache: autocert.DirCache(dir)}
+	e := startACMEEdge(t, acme)
+	if got := e.handshakeAll(bindMany(t, e.agent(t, "alice"), "a", 1)); got != 1 {
+		t.Fatalf("alice got %d certificates, want 1", got)
+	}
+	records, _ := filepath.Glob(filepath.Join(dir, "*tunnelkit+acme_budget"))
+	if len(records) != 1 {
+		t.Fatalf("records of the budgets in the cache: %v, want 1", records)
+	}
+	record := records[0]
+	garbage := []byte("{\"version\":1,\"at\":\"2026-12-01T12:00:00Z\",\"orders_per_week\":-50}\x00\xff")
+	if err := os.WriteFile(record, garbage, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	e = e.restart(t, acme, authenticateByToken)
+	if got := e.handshakeAll(bindMany(t, e.agent(t, "alice"), "a-again", 1)); got != 1 {
+		t.Errorf("alice got %d certificates after the restart, want 1", got)
+	}
+	logged := e.logs.find("acme: the record of the order budgets is not valid", "key", filepath.Base(record), "kept_as", filepath.Base(record)+"+corrupt")
+	if len(logged) != 1 || logged[0].level != slog.LevelError {
+		t.Errorf("%d Error lines for the record not valid, want 1", len(logged))
+	}
+	if kept, err := os.ReadFile(record + "+corrupt"); err != nil || !bytes.Equal(kept, garbage) {
+		t.Errorf("the record not valid was not kept as it was: %q, %v", kept, err)
+	}
+	var written struct{ Version int }
+	b, err := os.ReadFile(record)
+	if err == nil {
+		err = json.Unmarshal(b, &written)
+	}
+	if err != nil || written.Version != 1 {
+		t.Errorf("the record after the next order: %q, %v", b, err)
 	}
 }
 
