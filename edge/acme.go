@@ -61,7 +61,8 @@ import (
 //
 // What the budgets spent is kept in the Cache, written before each order
 // and read at the start, so that a restart does not give it back (see
-// Cache). A record there that cannot be read, or is not one an edge
+// Cache; each CA directory has a record of its own, as each CA has limits
+// of its own). A record there that cannot be read, or is not one an edge
 // wrote, is logged at the Error level and kept aside (under its key and
 // "+corrupt"); the budgets then start full. Without a Cache, they last as
 // long as the process.
@@ -89,6 +90,23 @@ type ACME struct {
 	// (a shared store implementing the interface) serve the same
 	// certificates and answer each other's challenges. Nil: a directory,
 	// "tunnelkit/acme" under the user's cache directory.
+	//
+	// Each CA directory has keys of its own, as certmagic keeps its
+	// storage by issuer, so that an edge moved to another CA (from a
+	// staging CA to production) gets its certificates from that CA at
+	// the first handshake: Let's Encrypt's production directory, the
+	// default, has autocert's keys; any other has them after a form of
+	// its URL that is a safe file name and "+": its host (less a default
+	// port) and path, each byte other than an ASCII letter, digit, '.',
+	// '_' or '-' as '-', without '-' or '.' at either end (for
+	// https://acme-staging-v02.api.letsencrypt.org/directory, the key
+	// "acme-staging-v02.api.letsencrypt.org-directory+example.com";
+	// longer than 64 bytes, it is cut and ends with a hash). Before this
+	// layout, every CA's certificates had autocert's keys, which are now
+	// the default directory's: a cache filled from another CA and then
+	// pointed at the default one serves that CA's certificates until
+	// they are renewed; remove them from the cache to get new ones at
+	// once.
 	Cache autocert.Cache
 
 	// HTTPClient talks to the CA. Nil: http.DefaultClient.
@@ -245,7 +263,8 @@ func (e *certEntry) valid(now time.Time) bool {
 }
 
 // newCertManager returns the manager of a's certificates, kept in cache
-// (nil: none), with the budgets' spending read back from it.
+// (nil: none) under the keys of a's directory, with the budgets' spending
+// read back from it.
 func newCertManager(s *Server, a *ACME, cache autocert.Cache) *certManager {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &certManager{
@@ -253,7 +272,7 @@ func newCertManager(s *Server, a *ACME, cache autocert.Cache) *certManager {
 		cfg:       s.cfg.acme,
 		email:     a.Email,
 		client:    &acme.Client{DirectoryURL: a.DirectoryURL, HTTPClient: a.HTTPClient},
-		cache:     cache,
+		cache:     directoryCacheOf(cache, a.DirectoryURL),
 		budget:    newOrderBudget(s.cfg.acme),
 		budgetKey: budgetKeyOf(s.ID),
 		ctx:       ctx,

@@ -561,11 +561,7 @@ func TestACMEBudgetRecordNotValid(t *testing.T) {
 	if got := e.handshakeAll(bindMany(t, e.agent(t, "alice"), "a", 1)); got != 1 {
 		t.Fatalf("alice got %d certificates, want 1", got)
 	}
-	records, _ := filepath.Glob(filepath.Join(dir, "*tunnelkit+acme_budget"))
-	if len(records) != 1 {
-		t.Fatalf("records of the budgets in the cache: %v, want 1", records)
-	}
-	record := records[0]
+	record := filepath.Join(dir, cacheKey(e.pebble, "tunnelkit+acme_budget"))
 	garbage := []byte("{\"version\":1,\"at\":\"2026-12-01T12:00:00Z\",\"orders_per_week\":-50}\x00\xff")
 	if err := os.WriteFile(record, garbage, 0o600); err != nil {
 		t.Fatal(err)
@@ -601,7 +597,7 @@ type deleteWatch struct {
 
 func (c deleteWatch) Delete(ctx context.Context, key string) error {
 	err := c.Cache.Delete(ctx, key)
-	if strings.Contains(key, "+") {
+	if strings.HasSuffix(key, "+token") || strings.HasSuffix(key, "+http-01") {
 		return err
 	}
 	select {
@@ -635,8 +631,8 @@ func TestACMEUnboundNameNotRenewed(t *testing.T) {
 
 	select {
 	case key := <-cache.deleted:
-		if key != gone {
-			t.Fatalf("the cache lost %q, want only %q", key, gone)
+		if key != cacheKey(e.pebble, gone) {
+			t.Fatalf("the cache lost %q, want only %q", key, cacheKey(e.pebble, gone))
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatalf("the certificate of %s, unbound, was not dropped from the cache (orders: %v)", gone, e.orders.list())

@@ -14,6 +14,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -30,9 +31,80 @@ import (
 // and "TOKEN+http-01", for the other edges sharing the Cache. Beside them,
 // the record of the order budgets (budgetRecord, in JSON) under
 // "tunnelkit+acme_budget", and "+ID" after it for an edge with an ID
-// (Server.ID).
+// (Server.ID). Every key is one CA directory's (directoryCache), as
+// certmagic keeps its storage by issuer: the default directory's keys are
+// autocert's own, any other's start with a form of its URL.
 
 const accountKeyName = "acme_account+key"
+
+// directoryCache is a Cache whose keys are those of one CA directory:
+// each key with prefix before it.
+type directoryCache struct {
+	cache  autocert.Cache
+	prefix string
+}
+
+func (c directoryCache) Get(ctx context.Context, key string) ([]byte, error) {
+	return c.cache.Get(ctx, c.prefix+key)
+}
+
+func (c directoryCache) Put(ctx context.Context, key string, data []byte) error {
+	return c.cache.Put(ctx, c.prefix+key, data)
+}
+
+func (c directoryCache) Delete(ctx context.Context, key string) error {
+	return c.cache.Delete(ctx, c.prefix+key)
+}
+
+// storedKey returns the key under which m's cache keeps key, for logs.
+func (m *certManager) storedKey(key string) string {
+	if c, ok := m.cache.(directoryCache); ok {
+		return c.prefix + key
+	}
+	return key
+}
+
+// directoryCacheOf returns the keys of cache (nil: none) that are the CA
+// directory's at url (see directoryPrefix).
+func directoryCacheOf(cache autocert.Cache, url string) autocert.Cache {
+	p := directoryPrefix(url)
+	if cache == nil || p == "" {
+		return cache
+	}
+	return directoryCache{cache, p}
+}
+
+// directoryPrefix returns what starts the Cache keys of the CA directory
+// at dir: nothing for the default directory, Let's Encrypt's production
+// one, whose keys are autocert's own (the edge kept every CA's
+// certificates there before it kept them per directory: they are taken
+// for the default directory's); for any other, a form of its URL that is
+// also a safe file name (see safeKey), its host (less a default port) and
+// path, and "+": "acme-staging-v02.api.letsencrypt.org-directory+".
+func directoryPrefix(dir string) string {
+	form := func(dir string) string {
+		u, err := url.Parse(dir)
+		if err != nil || u.Host == "" {
+			return safeKey(dir)
+		}
+		host := strings.ToLower(u.Host)
+		switch u.Scheme {
+		case "https":
+			host = strings.TrimSuffix(host, ":443")
+		case "http":
+			host = strings.TrimSuffix(host, ":80")
+		}
+		f := host + u.Path
+		if u.RawQuery != "" {
+			f += "?" + u.RawQuery
+		}
+		return safeKey(f)
+	}
+	if dir == "" || form(dir) == form(acme.LetsEncryptURL) {
+		return ""
+	}
+	return form(dir) + "+"
+}
 
 // budgetKeyOf returns the key of the budgets' record of the edge whose ID
 // (Server.ID) is id.
@@ -64,9 +136,9 @@ func safeKey(s string) string {
 	return k
 }
 
-// maxSafeKey bounds the length of safeKey's keys, well within a file
-// name's 255 bytes beside a host name.
-const maxSafeKey = 96
+// maxSafeKey bounds the length of safeKey's keys, so that one and a host
+// name mostly fit in a file name's 255 bytes.
+const maxSafeKey = 64
 
 // loadBudget makes the budgets owe what their record in the Cache says,
 // if there is one. One that cannot be read, or is not valid, is logged
@@ -85,21 +157,21 @@ func (m *certManager) loadBudget() {
 	case errors.Is(err, autocert.ErrCacheMiss):
 		return
 	case err != nil:
-		log.Error("acme: the record of the order budgets could not be read: they start full", "key", m.budgetKey, "err", err)
+		log.Error("acme: the record of the order budgets could not be read: they start full", "key", m.storedKey(m.budgetKey), "err", err)
 		return
 	}
 	r, err := parseBudgetRecord(b)
 	if err != nil {
-		aside := m.budgetKey + "+corrupt"
-		if perr := m.cache.Put(ctx, aside, b); perr != nil {
+		aside := m.storedKey(m.budgetKey + "+corrupt")
+		if perr := m.cache.Put(ctx, m.budgetKey+"+corrupt", b); perr != nil {
 			log.Warn("acme: cache", "op", "put", "key", aside, "err", perr)
 			aside = ""
 		}
-		log.Error("acme: the record of the order budgets is not valid: they start full", "key", m.budgetKey, "kept_as", aside, "err", err)
+		log.Error("acme: the record of the order budgets is not valid: they start full", "key", m.storedKey(m.budgetKey), "kept_as", aside, "err", err)
 		return
 	}
 	m.budget.restore(r, time.Now())
-	log.Info("acme: the order budgets owe what their record says", "key", m.budgetKey, "written", r.At.Format(time.RFC3339),
+	log.Info("acme: the order budgets owe what their record says", "key", m.storedKey(m.budgetKey), "written", r.At.Format(time.RFC3339),
 		"orders_per_hour", r.Hour, "orders_per_week", r.Week, "owners", len(r.Owners))
 }
 
@@ -121,7 +193,7 @@ func (m *certManager) saveBudget(ctx context.Context) {
 	}
 	if err != nil {
 		m.srv.log().Warn("acme: the record of the order budgets not written: a restart would give back what they spent since it last was",
-			"key", m.budgetKey, "err", err)
+			"key", m.storedKey(m.budgetKey), "err", err)
 		return
 	}
 	m.saved = taken

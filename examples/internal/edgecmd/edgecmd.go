@@ -105,7 +105,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	acmeDir := fs.String("acme-directory", "", "ACME directory URL to get certificates for https endpoints from, on demand, for names agents bind (implies accepting the CA's terms)")
 	acmeCA := fs.String("acme-ca", "", "PEM file of the CA that signs the ACME server's own HTTPS certificate (a test CA; default: the system's roots)")
 	acmeEmail := fs.String("acme-email", "", "contact address for the ACME CA")
-	acmeCache := fs.String("acme-cache", "", "directory for the ACME account key, certificates and the record of what the order budgets spent (default: tunnelkit/acme under the user's cache directory)")
+	acmeCache := fs.String("acme-cache", "", "directory for the ACME account key, certificates and the record of what the order budgets spent, each -acme-directory's apart (default: tunnelkit/acme under the user's cache directory)")
 	acmeRenew := fs.Duration("acme-renew-before", 0, "renew ACME certificates this long before they expire (0: the lesser of 30 days and a third of their lifetime)")
 	acmePerHour := fs.Int("acme-orders-per-hour", 0, "ACME orders the edge places per hour, renewals included (0: 100, negative: no bound)")
 	acmePerWeek := fs.Int("acme-orders-per-week", 0, "ACME orders for first certificates the edge places per 7 days (0: 50, Let's Encrypt's certificates per registered domain; negative: no bound)")
