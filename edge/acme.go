@@ -84,9 +84,9 @@ type ACME struct {
 
 	// Cache keeps the account key and certificates, in autocert's layout
 	// (a cache autocert filled keeps serving), and the record of what
-	// the order budgets spent, under "tunnelkit+acme_budget" (and
-	// "+<Server.ID>" after it, for an edge with an ID: give each edge
-	// sharing a Cache an ID of its own). Several edges sharing one Cache
+	// the order budgets spent, under "tunnelkit+acme_budget" (and "+"
+	// and Server.ID, as a safe file name, after it, for an edge with an
+	// ID: give each edge sharing a Cache an ID of its own). Several edges sharing one Cache
 	// (a shared store implementing the interface) serve the same
 	// certificates and answer each other's challenges. Nil: a directory,
 	// "tunnelkit/acme" under the user's cache directory.
