@@ -59,11 +59,21 @@ import (
 // sharing one CA account (one Cache) share its limits, so divide the
 // counts between them.
 //
+// What the budgets spent is kept in the Cache, written before each order
+// and read at the start, so that a restart does not give it back (see
+// Cache; each CA directory has a record of its own, as each CA has limits
+// of its own). A record there that cannot be read, or is not one an edge
+// wrote, is logged at the Error level and kept aside (under its key and
+// "+corrupt"); the budgets then start full. Without a Cache, they last as
+// long as the process.
+//
 // The owner an order is counted against is the identity that bound the
 // name (see Server.Authenticate). An edge that authenticates no agent
 // makes every agent session an identity of its own, which any client can
-// have as many of as it likes: there, the names of anonymous agents count
-// against the agent's source address (an IPv4 address or an IPv6 /64).
+// have as many of as it likes, from as many addresses as it has: there,
+// the names of every anonymous agent count against one owner, and so
+// share one identity's budget (OrdersPerIdentity, IdentityShare). So do
+// the names of another edge's anonymous agents.
 type ACME struct {
 	// DirectoryURL is the CA's directory. Empty: Let's Encrypt's
 	// production directory.
@@ -73,10 +83,30 @@ type ACME struct {
 	Email string
 
 	// Cache keeps the account key and certificates, in autocert's layout
-	// (a cache autocert filled keeps serving). Several edges sharing one
-	// Cache (a shared store implementing the interface) serve the same
+	// (a cache autocert filled keeps serving), and the record of what
+	// the order budgets spent, under "tunnelkit+acme_budget" (and "+"
+	// and Server.ID, as a safe file name, after it, for an edge with an
+	// ID: give each edge sharing a Cache an ID of its own). Several edges sharing one Cache
+	// (a shared store implementing the interface) serve the same
 	// certificates and answer each other's challenges. Nil: a directory,
 	// "tunnelkit/acme" under the user's cache directory.
+	//
+	// Each CA directory has keys of its own, as certmagic keeps its
+	// storage by issuer, so that an edge moved to another CA (from a
+	// staging CA to production) gets its certificates from that CA at
+	// the first handshake: Let's Encrypt's production directory, the
+	// default, has autocert's keys; any other has them after a form of
+	// its URL that is a safe file name and "+": its host (less a default
+	// port) and path, each byte other than an ASCII letter, digit, '.',
+	// '_' or '-' as '-', without '-' or '.' at either end (for
+	// https://acme-staging-v02.api.letsencrypt.org/directory, the key
+	// "acme-staging-v02.api.letsencrypt.org-directory+example.com";
+	// longer than 64 bytes, it is cut and ends with a hash). Before this
+	// layout, every CA's certificates had autocert's keys, which are now
+	// the default directory's: a cache filled from another CA and then
+	// pointed at the default one serves that CA's certificates until
+	// they are renewed; remove them from the cache to get new ones at
+	// once.
 	Cache autocert.Cache
 
 	// HTTPClient talks to the CA. Nil: http.DefaultClient.
@@ -186,6 +216,12 @@ type certManager struct {
 	client *acme.Client
 	cache  autocert.Cache // nil: certificates last as long as the process
 	budget *orderBudget
+	// budgetKey is the budgets' record's key in the cache.
+	budgetKey string
+	// saveMu orders the writes of the budgets' record; saved is the
+	// count of orders taken that the last one included.
+	saveMu sync.Mutex
+	saved  uint64
 	ctx    context.Context // done when the server closes: orders stop
 	cancel context.CancelFunc
 	wake   chan struct{} // asks the maintenance loop to look again
@@ -226,22 +262,28 @@ func (e *certEntry) valid(now time.Time) bool {
 	return e.cert != nil && now.Before(e.cert.Leaf.NotAfter)
 }
 
+// newCertManager returns the manager of a's certificates, kept in cache
+// (nil: none) under the keys of a's directory, with the budgets' spending
+// read back from it.
 func newCertManager(s *Server, a *ACME, cache autocert.Cache) *certManager {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &certManager{
-		srv:    s,
-		cfg:    s.cfg.acme,
-		email:  a.Email,
-		client: &acme.Client{DirectoryURL: a.DirectoryURL, HTTPClient: a.HTTPClient},
-		cache:  cache,
-		budget: newOrderBudget(s.cfg.acme),
-		ctx:    ctx,
-		cancel: cancel,
-		wake:   make(chan struct{}, 1),
-		names:  map[string]*certEntry{},
-		alpn:   map[string]*tls.Certificate{},
-		http01: map[string]string{},
+	m := &certManager{
+		srv:       s,
+		cfg:       s.cfg.acme,
+		email:     a.Email,
+		client:    &acme.Client{DirectoryURL: a.DirectoryURL, HTTPClient: a.HTTPClient},
+		cache:     directoryCacheOf(cache, a.DirectoryURL),
+		budget:    newOrderBudget(s.cfg.acme),
+		budgetKey: budgetKeyOf(s.ID),
+		ctx:       ctx,
+		cancel:    cancel,
+		wake:      make(chan struct{}, 1),
+		names:     map[string]*certEntry{},
+		alpn:      map[string]*tls.Certificate{},
+		http01:    map[string]string{},
 	}
+	m.loadBudget()
+	return m
 }
 
 // certificate returns the certificate for a terminated handshake: the one
@@ -308,24 +350,23 @@ func (m *certManager) route(ctx context.Context, name string) (r router.Route, b
 }
 
 // owner returns whose budget the names of r count against: its identity,
-// or, for an anonymous agent of this edge (any client may have as many of
-// those identities as it opens sessions), its source address.
+// or, for an anonymous agent (any client may have as many of those
+// identities as it opens sessions, from as many addresses as it has),
+// anonymousOwner, which every anonymous agent shares. An identity that
+// this edge's Authenticate gave is its own even if it looks anonymous;
+// another edge's anonymous agents (a route of another edge, see Relay)
+// are anonymous here too.
 func (m *certManager) owner(r router.Route) string {
 	s := m.srv
-	if s.Authenticate != nil || !strings.HasPrefix(r.Identity, anonymousPrefix) || r.Edge != s.ID {
-		return r.Identity
-	}
-	s.mu.Lock()
-	ss := s.sessions[r.SessionID]
-	s.mu.Unlock()
-	if ss == nil || ss.src == nil {
-		return r.Identity
-	}
-	if src := sourceOf(addrPort(ss.src).Addr()); src.IsValid() {
-		return "agents at " + src.String()
+	if strings.HasPrefix(r.Identity, anonymousPrefix) && (s.Authenticate == nil || r.Edge != s.ID) {
+		return anonymousOwner
 	}
 	return r.Identity
 }
+
+// anonymousOwner is the owner of every anonymous agent's names, in the
+// ACME order budget: one identity's budget for them all.
+const anonymousOwner = "anonymous agents"
 
 // keep holds c, loaded from the Cache, as name's certificate, unless one
 // newer is held already, and returns the one held.
@@ -419,6 +460,7 @@ func (m *certManager) startLocked(e *certEntry, renewal bool) (*certOrder, error
 func (m *certManager) fulfil(e *certEntry, o *certOrder, renewal bool) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(m.ctx, orderTimeout)
+	m.saveBudget(ctx)
 	cert, err := m.issue(ctx, e.name)
 	if err == nil {
 		if perr := m.put(ctx, e.name, cert); perr != nil {

@@ -118,7 +118,7 @@ func TestACMECertificateOnDemand(t *testing.T) {
 	if orders != 1 {
 		t.Errorf("%d ACME orders for the first handshake, want 1", orders)
 	}
-	if _, err := os.Stat(filepath.Join(cacheDir, "x.example.test")); err != nil {
+	if _, err := os.Stat(filepath.Join(cacheDir, cacheKey(pebble, "x.example.test"))); err != nil {
 		t.Errorf("certificate not in the cache: %v", err)
 	}
 	second, _ := get()
@@ -140,7 +140,67 @@ func TestACMECertificateOnDemand(t *testing.T) {
 	}
 }
 
+// cacheKey returns the key of the ACME Cache where an edge on pebble
+// keeps key, as ACME.Cache says: after pebble's directory's host and path,
+// each ':' and '/' as '-', and '+'.
+func cacheKey(pebble *testacme.Pebble, key string) string {
+	dir := strings.TrimPrefix(pebble.DirectoryURL, "https://")
+	return strings.NewReplacer(":", "-", "/", "-").Replace(dir) + "+" + key
+}
+
 func portOf(ln net.Listener) string {
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	return port
+}
+
+// TestACMECacheKeyedByDirectory is issue #32's item 4: certificates are
+// kept per CA directory, so that an edge moved to another CA (staging to
+// production) gets its certificates from the new CA at the first
+// handshake, not from the old one's left in the Cache. Two pebbles are two
+// CAs with roots of their own; one Cache serves three edges in turn: on
+// CA1, on CA2, on CA1 again (which still has CA1's certificate).
+func TestACMECacheKeyedByDirectory(t *testing.T) {
+	t.Parallel()
+	acme := edge.ACME{Cache: autocert.DirCache(t.TempDir())}
+	listeners := func() edge.Listeners {
+		return edge.Listeners{Agents: listen(t), HTTP: listen(t), TLS: listen(t)}
+	}
+	ls1 := listeners()
+	ca1 := startPebbleFor(t, ls1)
+	ls2 := listeners()
+	ca2 := startPebbleFor(t, ls2)
+
+	// serve starts an edge on ls with ca, binds https://x, and returns the
+	// certificate of its first handshake (verified against ca's root) and
+	// the orders the edge placed.
+	serve := func(ca *testacme.Pebble, ls edge.Listeners) (*x509.Certificate, int) {
+		t.Helper()
+		e := startACMEEdgeOn(t, ca, ls, acme, authenticateByToken)
+		defer e.srv.Close()
+		name := hostOf(t, bind(t, e.agent(t, "alice"), "https://x").URL())
+		cert, err := e.handshake(name)
+		if err != nil {
+			t.Fatalf("the first handshake with the edge on %s: %v (orders: %v)", ca.DirectoryURL, err, e.orders.list())
+		}
+		return cert, e.orders.count(nil)
+	}
+
+	first, orders := serve(ca1, ls1)
+	if orders != 1 {
+		t.Errorf("%d orders with CA1, want 1", orders)
+	}
+	second, orders := serve(ca2, ls2)
+	if orders != 1 {
+		t.Errorf("%d orders with CA2 after the move from CA1, want 1", orders)
+	}
+	if second.SerialNumber.Cmp(first.SerialNumber) == 0 {
+		t.Error("CA2's certificate is CA1's")
+	}
+	third, orders := serve(ca1, listeners())
+	if orders != 0 {
+		t.Errorf("%d orders with CA1 on the way back to it, want 0: its certificate is in the cache", orders)
+	}
+	if third.SerialNumber.Cmp(first.SerialNumber) != 0 {
+		t.Errorf("back on CA1: certificate %v, want CA1's first one, %v", third.SerialNumber, first.SerialNumber)
+	}
 }

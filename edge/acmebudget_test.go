@@ -20,6 +20,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -199,7 +201,9 @@ next:
 // by name, every log record kept and every count tallied.
 type acmeEdge struct {
 	srv       *edge.Server
+	pebble    *testacme.Pebble
 	agentAddr string
+	httpAddr  string
 	tlsAddr   string
 	roots     *x509.CertPool
 	orders    *orderLog
@@ -207,26 +211,44 @@ type acmeEdge struct {
 	obs       *tally
 }
 
-func startACMEEdge(t *testing.T, acme edge.ACME, opts ...testacme.Option) *acmeEdge {
-	return startACMEEdgeWith(t, acme, func(s *edge.Server) {
-		s.Authenticate = func(_ context.Context, token string) (string, error) {
-			if id, ok := strings.CutSuffix(token, "-token"); ok {
-				return id, nil
-			}
-			return "", errors.New("unknown token")
+// authenticateByToken authenticates agents by "<identity>-token".
+func authenticateByToken(s *edge.Server) {
+	s.Authenticate = func(_ context.Context, token string) (string, error) {
+		if id, ok := strings.CutSuffix(token, "-token"); ok {
+			return id, nil
 		}
-	}, opts...)
+		return "", errors.New("unknown token")
+	}
+}
+
+func startACMEEdge(t *testing.T, acme edge.ACME, opts ...testacme.Option) *acmeEdge {
+	return startACMEEdgeWith(t, acme, authenticateByToken, opts...)
 }
 
 func startACMEEdgeWith(t *testing.T, acme edge.ACME, configure func(*edge.Server), opts ...testacme.Option) *acmeEdge {
 	t.Helper()
-	agents, httpLn, tlsLn := listen(t), listen(t), listen(t)
-	httpPort, _ := strconv.Atoi(portOf(httpLn))
-	tlsPort, _ := strconv.Atoi(portOf(tlsLn))
-	pebble := testacme.Start(t, httpPort, tlsPort, opts...)
+	ls := edge.Listeners{Agents: listen(t), HTTP: listen(t), TLS: listen(t)}
+	return startACMEEdgeOn(t, startPebbleFor(t, ls, opts...), ls, acme, configure)
+}
+
+// startPebbleFor starts a pebble that validates challenges on the ports of
+// ls.HTTP and ls.TLS.
+func startPebbleFor(t *testing.T, ls edge.Listeners, opts ...testacme.Option) *testacme.Pebble {
+	t.Helper()
+	httpPort, _ := strconv.Atoi(portOf(ls.HTTP))
+	tlsPort, _ := strconv.Atoi(portOf(ls.TLS))
+	return testacme.Start(t, httpPort, tlsPort, opts...)
+}
+
+// startACMEEdgeOn starts an edge on ls with ACME from pebble (which must
+// validate on the ports of ls.HTTP and ls.TLS), with acme's other settings.
+func startACMEEdgeOn(t *testing.T, pebble *testacme.Pebble, ls edge.Listeners, acme edge.ACME, configure func(*edge.Server)) *acmeEdge {
+	t.Helper()
 	e := &acmeEdge{
-		agentAddr: agents.Addr().String(),
-		tlsAddr:   tlsLn.Addr().String(),
+		pebble:    pebble,
+		agentAddr: ls.Agents.Addr().String(),
+		httpAddr:  ls.HTTP.Addr().String(),
+		tlsAddr:   ls.TLS.Addr().String(),
 		roots:     pebble.Roots(t),
 		orders:    &orderLog{base: pebble.HTTPClient.Transport},
 		logs:      &logRecords{},
@@ -240,8 +262,8 @@ func startACMEEdgeWith(t *testing.T, acme edge.ACME, configure func(*edge.Server
 	acme.HTTPClient = &http.Client{Transport: e.orders, Timeout: 30 * time.Second}
 	e.srv = &edge.Server{
 		Domain:   "example.test",
-		HTTPPort: portOf(httpLn),
-		TLSPort:  portOf(tlsLn),
+		HTTPPort: portOf(ls.HTTP),
+		TLSPort:  portOf(ls.TLS),
 		ACME:     &acme,
 		Logger:   slog.New(e.logs),
 		Observer: e.obs,
@@ -257,7 +279,7 @@ func startACMEEdgeWith(t *testing.T, acme edge.ACME, configure func(*edge.Server
 	if configure != nil {
 		configure(e.srv)
 	}
-	if err := e.srv.Start(edge.Listeners{Agents: agents, HTTP: httpLn, TLS: tlsLn}); err != nil {
+	if err := e.srv.Start(ls); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -267,6 +289,26 @@ func startACMEEdgeWith(t *testing.T, acme edge.ACME, configure func(*edge.Server
 		}
 	})
 	return e
+}
+
+// restart closes e and starts another edge in its place: on the same
+// public ports (pebble validates there), with the same pebble and acme's
+// settings (give it e's Cache), and a new agent port.
+func (e *acmeEdge) restart(t *testing.T, acme edge.ACME, configure func(*edge.Server)) *acmeEdge {
+	t.Helper()
+	e.srv.Close()
+	ls := edge.Listeners{Agents: listen(t), HTTP: listenOn(t, e.httpAddr), TLS: listenOn(t, e.tlsAddr)}
+	return startACMEEdgeOn(t, e.pebble, ls, acme, configure)
+}
+
+// listenOn listens on addr again, which a closed listener held.
+func listenOn(t *testing.T, addr string) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
 }
 
 // agent returns a connected agent client of identity.
@@ -436,31 +478,111 @@ func TestACMEOrderBudget(t *testing.T) {
 	}
 }
 
-// TestACMEAnonymousAgentsCountBySource: on an edge that authenticates no
-// agent, every session is an identity of its own, which any client can
-// have as many of as it likes: the names of anonymous agents count against
-// their agent's source address instead. Two sessions from one address
-// share one budget; an agent from another address has its own.
-func TestACMEAnonymousAgentsCountBySource(t *testing.T) {
+// TestACMEAnonymousAgentsShareOneBudget is issue #32's item 3: on an edge
+// that authenticates no agent, every session is an identity of its own,
+// which any client can have as many of as it likes, from as many
+// addresses as it has (ten IPv6 /64s are one /60). Anonymous agents from
+// ten addresses, each binding two names, get between them one identity's
+// share: ACME.OrdersPerIdentity orders in the hour (before, each address
+// had its own, and ten made 20 orders here).
+func TestACMEAnonymousAgentsShareOneBudget(t *testing.T) {
 	t.Parallel()
-	const perOwner = 2
-	e := startACMEEdgeWith(t, edge.ACME{OrdersPerIdentity: perOwner}, nil)
-	from := func(ip string) *agent.Client {
+	const sources = 10
+	e := startACMEEdgeWith(t, edge.ACME{}, nil)
+	var names []string
+	for i := range sources {
+		ip := fmt.Sprintf("127.0.0.%d", 11+i)
 		c := &agent.Client{Addrs: []string{e.agentAddr}, DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			return dialSource(ctx, ip, addr)
 		}}
 		t.Cleanup(func() { c.Close() })
-		return c
+		names = append(names, bindMany(t, c, fmt.Sprintf("s%d-", i), 2)...)
 	}
-	got := 0
-	for i := range 3 {
-		got += e.handshakeAll(bindMany(t, from(hostileIP), fmt.Sprintf("s%d-", i), 2))
+	got := e.handshakeAll(names)
+	if want := edge.DefaultACMEOrdersPerIdentity; got != want || e.orders.count(nil) != want {
+		t.Errorf("anonymous agents from %d addresses, %d names: %d certificates, %d orders; want one identity's share, %d",
+			sources, len(names), got, e.orders.count(nil), want)
 	}
-	if got != perOwner || e.orders.count(nil) != perOwner {
-		t.Errorf("three anonymous sessions from one address: %d certificates, %d orders; want %d", got, e.orders.count(nil), perOwner)
+	if n := len(e.logs.find("acme: order budget spent", "budget", "orders_per_identity")); n != 1 {
+		t.Errorf("%d lines for the anonymous agents' budget spent, want 1", n)
 	}
-	if got := e.handshakeAll(bindMany(t, from(goodIP), "g-", 1)); got != 1 {
-		t.Error("an anonymous agent at another address got no certificate")
+}
+
+// TestACMEBudgetSurvivesRestart is issue #32's item 3: the budgets' spending
+// is kept in the Cache, so that a restart does not give it back. Before a
+// restart, alice spends her share of the week (2 of 4) and bob 1 of the
+// edge's week; after it, with the same Cache, alice's next name and, once
+// bob spent the edge's last order of the week, carol's get none.
+func TestACMEBudgetSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	acme := edge.ACME{OrdersPerWeek: 4, IdentityShare: 0.5, Cache: autocert.DirCache(t.TempDir())}
+	e := startACMEEdge(t, acme)
+	if got := e.handshakeAll(bindMany(t, e.agent(t, "alice"), "a", 2)); got != 2 {
+		t.Fatalf("alice got %d certificates, want 2", got)
+	}
+	if got := e.handshakeAll(bindMany(t, e.agent(t, "bob"), "b", 1)); got != 1 {
+		t.Fatalf("bob got %d certificates, want 1", got)
+	}
+
+	e = e.restart(t, acme, authenticateByToken)
+	if got := e.handshakeAll(bindMany(t, e.agent(t, "alice"), "a-again", 1)); got != 0 {
+		t.Errorf("alice, her share of the week spent before the restart, got %d certificates after it", got)
+	}
+	if got := e.handshakeAll(bindMany(t, e.agent(t, "bob"), "b-again", 1)); got != 1 {
+		t.Errorf("bob got %d certificates after the restart, want 1 (his share is not spent)", got)
+	}
+	if got := e.handshakeAll(bindMany(t, e.agent(t, "carol"), "c", 1)); got != 0 {
+		t.Errorf("carol got %d certificates after the edge's week was spent, before and after a restart", got)
+	}
+	if n := e.orders.count(nil); n != 1 {
+		t.Errorf("%d orders after the restart (%v), want 1, bob's", n, e.orders.list())
+	}
+	if n := e.obs.get("refused/acme_budget"); n != 2 {
+		t.Errorf("%d handshakes refused as acme_budget after the restart, want 2", n)
+	}
+	if n := len(e.logs.find("acme: order budget spent", "budget", "orders_per_week")); n != 1 {
+		t.Errorf("%d lines for the week's budget spent after the restart, want 1", n)
+	}
+}
+
+// TestACMEBudgetRecordNotValid: a record of the budgets in the Cache that
+// is not one an edge wrote (here, garbage over the one the first edge
+// wrote) neither stops a restarted edge nor crashes it: the edge says so
+// at the Error level, naming the key, keeps the bytes under the key and
+// "+corrupt", starts its budgets full and writes a valid record at its
+// next order.
+func TestACMEBudgetRecordNotValid(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	acme := edge.ACME{Cache: autocert.DirCache(dir)}
+	e := startACMEEdge(t, acme)
+	if got := e.handshakeAll(bindMany(t, e.agent(t, "alice"), "a", 1)); got != 1 {
+		t.Fatalf("alice got %d certificates, want 1", got)
+	}
+	record := filepath.Join(dir, cacheKey(e.pebble, "tunnelkit+acme_budget"))
+	garbage := []byte("{\"version\":1,\"at\":\"2026-12-01T12:00:00Z\",\"orders_per_week\":-50}\x00\xff")
+	if err := os.WriteFile(record, garbage, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	e = e.restart(t, acme, authenticateByToken)
+	if got := e.handshakeAll(bindMany(t, e.agent(t, "alice"), "a-again", 1)); got != 1 {
+		t.Errorf("alice got %d certificates after the restart, want 1", got)
+	}
+	logged := e.logs.find("acme: the record of the order budgets is not valid", "key", filepath.Base(record), "kept_as", filepath.Base(record)+"+corrupt")
+	if len(logged) != 1 || logged[0].level != slog.LevelError {
+		t.Errorf("%d Error lines for the record not valid, want 1", len(logged))
+	}
+	if kept, err := os.ReadFile(record + "+corrupt"); err != nil || !bytes.Equal(kept, garbage) {
+		t.Errorf("the record not valid was not kept as it was: %q, %v", kept, err)
+	}
+	var written struct{ Version int }
+	b, err := os.ReadFile(record)
+	if err == nil {
+		err = json.Unmarshal(b, &written)
+	}
+	if err != nil || written.Version != 1 {
+		t.Errorf("the record after the next order: %q, %v", b, err)
 	}
 }
 
@@ -473,7 +595,7 @@ type deleteWatch struct {
 
 func (c deleteWatch) Delete(ctx context.Context, key string) error {
 	err := c.Cache.Delete(ctx, key)
-	if strings.Contains(key, "+") {
+	if strings.HasSuffix(key, "+token") || strings.HasSuffix(key, "+http-01") {
 		return err
 	}
 	select {
@@ -507,8 +629,8 @@ func TestACMEUnboundNameNotRenewed(t *testing.T) {
 
 	select {
 	case key := <-cache.deleted:
-		if key != gone {
-			t.Fatalf("the cache lost %q, want only %q", key, gone)
+		if key != cacheKey(e.pebble, gone) {
+			t.Fatalf("the cache lost %q, want only %q", key, cacheKey(e.pebble, gone))
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatalf("the certificate of %s, unbound, was not dropped from the cache (orders: %v)", gone, e.orders.list())

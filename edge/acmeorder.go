@@ -7,11 +7,14 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -25,9 +28,176 @@ import (
 // Cache, in autocert's layout, so that a cache autocert filled keeps
 // serving: the account key under "acme_account+key", a name's key and chain
 // under the name, in PEM; challenge answers under "NAME+token" (TLS-ALPN-01)
-// and "TOKEN+http-01", for the other edges sharing the Cache.
+// and "TOKEN+http-01", for the other edges sharing the Cache. Beside them,
+// the record of the order budgets (budgetRecord, in JSON) under
+// "tunnelkit+acme_budget", and "+ID" after it for an edge with an ID
+// (Server.ID). Every key is one CA directory's (directoryCache), as
+// certmagic keeps its storage by issuer: the default directory's keys are
+// autocert's own, any other's start with a form of its URL.
 
 const accountKeyName = "acme_account+key"
+
+// directoryCache is a Cache whose keys are those of one CA directory:
+// each key with prefix before it.
+type directoryCache struct {
+	cache  autocert.Cache
+	prefix string
+}
+
+func (c directoryCache) Get(ctx context.Context, key string) ([]byte, error) {
+	return c.cache.Get(ctx, c.prefix+key)
+}
+
+func (c directoryCache) Put(ctx context.Context, key string, data []byte) error {
+	return c.cache.Put(ctx, c.prefix+key, data)
+}
+
+func (c directoryCache) Delete(ctx context.Context, key string) error {
+	return c.cache.Delete(ctx, c.prefix+key)
+}
+
+// storedKey returns the key under which m's cache keeps key, for logs.
+func (m *certManager) storedKey(key string) string {
+	if c, ok := m.cache.(directoryCache); ok {
+		return c.prefix + key
+	}
+	return key
+}
+
+// directoryCacheOf returns the keys of cache (nil: none) that are the CA
+// directory's at url (see directoryPrefix).
+func directoryCacheOf(cache autocert.Cache, url string) autocert.Cache {
+	p := directoryPrefix(url)
+	if cache == nil || p == "" {
+		return cache
+	}
+	return directoryCache{cache, p}
+}
+
+// directoryPrefix returns what starts the Cache keys of the CA directory
+// at dir: nothing for the default directory, Let's Encrypt's production
+// one, whose keys are autocert's own (the edge kept every CA's
+// certificates there before it kept them per directory: they are taken
+// for the default directory's); for any other, a form of its URL that is
+// also a safe file name (see safeKey), its host (less a default port) and
+// path, and "+": "acme-staging-v02.api.letsencrypt.org-directory+".
+func directoryPrefix(dir string) string {
+	form := func(dir string) string {
+		u, err := url.Parse(dir)
+		if err != nil || u.Host == "" {
+			return safeKey(dir)
+		}
+		host := strings.ToLower(u.Host)
+		switch u.Scheme {
+		case "https":
+			host = strings.TrimSuffix(host, ":443")
+		case "http":
+			host = strings.TrimSuffix(host, ":80")
+		}
+		f := host + u.Path
+		if u.RawQuery != "" {
+			f += "?" + u.RawQuery
+		}
+		return safeKey(f)
+	}
+	if dir == "" || form(dir) == form(acme.LetsEncryptURL) {
+		return ""
+	}
+	return form(dir) + "+"
+}
+
+// budgetKeyOf returns the key of the budgets' record of the edge whose ID
+// (Server.ID) is id.
+func budgetKeyOf(id string) string {
+	const key = "tunnelkit+acme_budget"
+	if id == "" {
+		return key
+	}
+	return key + "+" + safeKey(id)
+}
+
+// safeKey returns s as a Cache key that is also a safe file name (for
+// autocert.DirCache): its bytes but ASCII letters, digits, '.', '_' and
+// '-' as '-', without '.' or '-' at either end; a longer one than
+// maxSafeKey, or an empty one, is cut and ends with a hash of s.
+func safeKey(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	k := strings.Trim(string(b), ".-")
+	if k == "" || len(k) > maxSafeKey {
+		sum := sha256.Sum256([]byte(s))
+		k = strings.Trim(k[:min(len(k), maxSafeKey-17)], ".-") + "-" + hex.EncodeToString(sum[:8])
+		k = strings.TrimLeft(k, "-")
+	}
+	return k
+}
+
+// maxSafeKey bounds the length of safeKey's keys, so that one and a host
+// name mostly fit in a file name's 255 bytes.
+const maxSafeKey = 64
+
+// loadBudget makes the budgets owe what their record in the Cache says,
+// if there is one. One that cannot be read, or is not valid, is logged
+// (Error) and the budgets start full; one not valid is kept, as it was,
+// under its key and "+corrupt", before the next order writes the record
+// anew.
+func (m *certManager) loadBudget() {
+	if m.cache == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, cacheTimeout)
+	defer cancel()
+	log := m.srv.log()
+	b, err := m.cache.Get(ctx, m.budgetKey)
+	switch {
+	case errors.Is(err, autocert.ErrCacheMiss):
+		return
+	case err != nil:
+		log.Error("acme: the record of the order budgets could not be read: they start full", "key", m.storedKey(m.budgetKey), "err", err)
+		return
+	}
+	r, err := parseBudgetRecord(b)
+	if err != nil {
+		aside := m.storedKey(m.budgetKey + "+corrupt")
+		if perr := m.cache.Put(ctx, m.budgetKey+"+corrupt", b); perr != nil {
+			log.Warn("acme: cache", "op", "put", "key", aside, "err", perr)
+			aside = ""
+		}
+		log.Error("acme: the record of the order budgets is not valid: they start full", "key", m.storedKey(m.budgetKey), "kept_as", aside, "err", err)
+		return
+	}
+	m.budget.restore(r, time.Now())
+	log.Info("acme: the order budgets owe what their record says", "key", m.storedKey(m.budgetKey), "written", r.At.Format(time.RFC3339),
+		"orders_per_hour", r.Hour, "orders_per_week", r.Week, "owners", len(r.Owners))
+}
+
+// saveBudget writes the budgets' record to the Cache, if orders were
+// taken since it was last written: before each order is placed, so that
+// neither a restart nor a crash gives the order back.
+func (m *certManager) saveBudget(ctx context.Context) {
+	if m.cache == nil {
+		return
+	}
+	m.saveMu.Lock()
+	defer m.saveMu.Unlock()
+	b, taken, err := m.budget.record(time.Now())
+	if taken == m.saved {
+		return
+	}
+	if err == nil {
+		err = m.cache.Put(ctx, m.budgetKey, b)
+	}
+	if err != nil {
+		m.srv.log().Warn("acme: the record of the order budgets not written: a restart would give back what they spent since it last was",
+			"key", m.storedKey(m.budgetKey), "err", err)
+		return
+	}
+	m.saved = taken
+}
 
 // cacheTimeout bounds a Cache operation that no handshake or order bounds.
 const cacheTimeout = 10 * time.Second
