@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -641,5 +643,60 @@ func TestAppClosesKeptAliveConnection(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %s", method, want)
+	}
+}
+
+// TestRequestTrailersAsBaseline: a request's trailers reach the app as
+// through the baseline, over HTTP/1.1 and HTTP/2, but for those named like
+// a header the edge reserves or sets (Tunnelkit-*, X-Forwarded-*,
+// Forwarded, however spelled), which the baseline passes on and the edge
+// drops (issue #32, item 6: Tunnelkit-Auth-User as a trailer reached the
+// app in r.Trailer). The baseline's app gets the trailers' names alone,
+// without their values (its clone of the request has a trailer map of its
+// own, which nothing fills: see exchange.rewrite); the tunnel's gets both.
+func TestRequestTrailersAsBaseline(t *testing.T) {
+	t.Parallel()
+	got := make(chan http.Header, 1)
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		got <- r.Trailer
+	})
+	sent := http.Header{
+		"X-Checksum": {"abc"}, "Grpc-Status": {"0"},
+		"Tunnelkit-Auth-User": {"root"}, "Tunnelkit_Auth_User": {"root"},
+		"X-Forwarded-For": {"6.6.6.6"}, "Forwarded": {"for=6.6.6.6"}, "X.Forwarded.Host": {"evil.example"},
+	}
+	reserved := map[string]bool{"Tunnelkit-Auth-User": true, "Tunnelkit_auth_user": true, "X-Forwarded-For": true, "Forwarded": true, "X.forwarded.host": true}
+	for _, h2 := range []bool{false, true} {
+		var want []string
+		for i, h := range hops(t, app, nil) {
+			req, _ := http.NewRequest("POST", h.url+"/upload", io.MultiReader(strings.NewReader("body")))
+			req.Trailer = sent.Clone()
+			resp, err := h.client(t, h2).Do(req)
+			if err != nil {
+				t.Fatalf("%s/%s: %v", h.name, protoName(h2), err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			trailer := <-got
+			names := slices.Sorted(maps.Keys(trailer))
+			if i == 0 {
+				t.Logf("%s: the baseline passes %q", protoName(h2), names)
+				for _, name := range names {
+					if !reserved[name] {
+						want = append(want, name)
+					}
+				}
+				continue
+			}
+			if !slices.Equal(names, want) {
+				t.Errorf("%s/%s: the app got the trailers %q; want %q", h.name, protoName(h2), names, want)
+			}
+			for _, name := range want {
+				if v := sent[name]; !slices.Equal(trailer[name], v) {
+					t.Errorf("%s/%s: the app got %s %q; want %q", h.name, protoName(h2), name, trailer[name], v)
+				}
+			}
+		}
 	}
 }

@@ -27,8 +27,12 @@ import (
 //
 // Before any stream is opened to the agent, the endpoint's traffic policy
 // (the agent's and the operator's, see Server.Policy) checks the request;
-// every request header whose name starts with "Tunnelkit-" is removed,
-// whatever the policy, so that the app can trust those the edge sets.
+// whatever the policy, every request header or trailer named like one the
+// edge reserves or sets, as apps read names ('_' and '.' as '-', any
+// case: Tunnelkit_Auth_User), is removed, so that the app can trust those
+// the edge sets: every Tunnelkit-* header and trailer, and the
+// X-Forwarded-* and Forwarded ones but headers spelled canonically (see
+// policy.Policy.Check).
 //
 // When the edge itself answers, the status says why and the plain-text body
 // and the Tunnelkit-Error header carry the Reason, a short stable code:

@@ -1347,3 +1347,110 @@ func TestPolicyHalfClosed(t *testing.T) {
 		t.Errorf("%d requests refused as policy_unavailable; want none", n)
 	}
 }
+
+// showForged answers with the headers, and after the body the trailers,
+// whose names an app stack that reads '_' and '.' as '-' (CGI, PHP) takes
+// for those the edge reserves or sets (Tunnelkit-*, X-Forwarded-*,
+// Forwarded), and the trailer X-Checksum.
+var showForged = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	fold := strings.NewReplacer("_", "-", ".", "-")
+	list := func(h http.Header) string {
+		var out []string
+		for name, v := range h {
+			read := strings.ToLower(fold.Replace(name))
+			if strings.HasPrefix(read, "tunnelkit-") || strings.HasPrefix(read, "x-forwarded-") || read == "forwarded" || read == "x-checksum" {
+				out = append(out, fmt.Sprintf("%s=%q", name, v))
+			}
+		}
+		sort.Strings(out)
+		return strings.Join(out, " ")
+	}
+	fmt.Fprintf(w, "header: %s | trailer: %s", list(r.Header), list(r.Trailer))
+})
+
+// TestForgedHeaderSpellings: headers named like the edge's under another
+// spelling (Tunnelkit_Auth_User, Tunnelkit.Auth.User, X_Forwarded_For),
+// which app stacks that fold '_' and '.' into '-' take for the edge's, and
+// trailers named like them, announced or not, never reach the app, over
+// HTTP/1.1 (plain and TLS), h2c and HTTP/2, with a policy or none; the
+// canonical X-Forwarded-For is appended to, as before (issue #32, item 6).
+func TestForgedHeaderSpellings(t *testing.T) {
+	t.Parallel()
+	e := startPolicyEdge(t, nil)
+	e.bindApp(t, "", agent.Endpoint{URL: "http://plain"}, showForged)
+	e.bindApp(t, "", agent.Endpoint{URL: "https://login", Policy: &policy.Spec{BasicAuth: &policy.BasicAuth{Credentials: []string{"ann:pw"}}}}, showForged)
+	const from = "203.0.113.5:4000"
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte("ann:pw"))
+	forged := [][2]string{
+		{"Tunnelkit-Auth-User", "root"}, {"Tunnelkit_Auth_User", "root"}, {"Tunnelkit.Auth.User", "root"},
+		{"tunnelkit_auth_email", "boss@example.com"}, {"Tunnelkit-Client-Cert_Subject", "CN=root"},
+		{"X_Forwarded_For", "6.6.6.6"}, {"X.Forwarded.Proto", "http"}, {"X-Forwarded_Host", "evil.example"},
+		{"X_Forwarded_Port", "1"}, {"X-Forwarded-For", "198.51.100.1"},
+	}
+	// Announced, and not: over HTTP/1.1 net/http takes both.
+	announced := []string{"X-Checksum", "Tunnelkit_Auth_User", "Forwarded"}
+	trailers := [][2]string{{"X-Checksum", "abc"}, {"Tunnelkit_Auth_User", "root"}, {"Forwarded", "for=6.6.6.6"}, {"Tunnelkit-Auth-User", "root"}, {"X.Forwarded.For", "6.6.6.6"}}
+	raw := func(host, auth string) string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "POST / HTTP/1.1\r\nHost: %s.example.test\r\nTransfer-Encoding: chunked\r\nTrailer: %s\r\n", host, strings.Join(announced, ", "))
+		if auth != "" {
+			fmt.Fprintf(&b, "Authorization: %s\r\n", auth)
+		}
+		for _, h := range forged {
+			fmt.Fprintf(&b, "%s: %s\r\n", h[0], h[1])
+		}
+		b.WriteString("\r\n4\r\nbody\r\n0\r\n")
+		for _, h := range trailers {
+			fmt.Fprintf(&b, "%s: %s\r\n", h[0], h[1])
+		}
+		b.WriteString("\r\n")
+		return b.String()
+	}
+	viaClient := func(c *http.Client, url, auth string) (*http.Response, string) {
+		req, err := http.NewRequest("POST", url, io.MultiReader(strings.NewReader("body")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range forged {
+			req.Header[h[0]] = []string{h[1]}
+		}
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		req.Trailer = http.Header{}
+		for _, h := range trailers {
+			req.Trailer[h[0]] = []string{h[1]}
+		}
+		return do(t, c, req)
+	}
+	want := func(host, proto, user string) string {
+		s := "header: "
+		if user != "" {
+			s += `Tunnelkit-Auth-User=["` + user + `"] `
+		}
+		return s + `X-Forwarded-For=["198.51.100.1, 203.0.113.5"] X-Forwarded-Host=["` + host + `.example.test"] X-Forwarded-Proto=["` + proto + `"] | trailer: X-Checksum=["abc"]`
+	}
+	tlsLogin := &tls.Config{ServerName: "login.example.test", RootCAs: e.pki.Pool}
+	for _, tc := range []struct {
+		name string
+		send func() (*http.Response, string)
+		want string
+	}{
+		{"http/1.1", func() (*http.Response, string) { return sendRaw(t, e.httpAddr, from, nil, raw("plain", ""), false) }, want("plain", "http", "")},
+		{"http/1.1 over TLS, basic_auth", func() (*http.Response, string) {
+			return sendRaw(t, e.tlsAddr, from, tlsLogin, raw("login", basic), false)
+		}, want("login", "https", "ann")},
+		{"h2c", func() (*http.Response, string) {
+			return viaClient(e.plainAs(from, true), "http://plain.example.test/", "")
+		}, want("plain", "http", "")},
+		{"h2, basic_auth", func() (*http.Response, string) {
+			return viaClient(e.tlsClient(t, from, true, nil), "https://login.example.test/", basic)
+		}, want("login", "https", "ann")},
+	} {
+		resp, body := tc.send()
+		if resp.StatusCode != 200 || body != tc.want {
+			t.Errorf("%s: %d, the app got\n%s\nwant\n%s", tc.name, resp.StatusCode, body, tc.want)
+		}
+	}
+}
