@@ -151,7 +151,7 @@ func stripReservedTrailers(t http.Header) {
 // HTTP/2) as it ends.
 func holdTrailers(r *http.Request) {
 	stripReservedTrailers(r.Trailer)
-	if r.Body == nil || r.Body == http.NoBody || r.Trailer == nil && r.ContentLength >= 0 {
+	if r.Body == nil || r.Body == http.NoBody || r.Trailer == nil && (r.ContentLength >= 0 || r.ProtoMajor >= 2) {
 		return // no trailer to come: none announced, and not chunked
 	}
 	r.Body = &trailerGuard{ReadCloser: r.Body, r: r}
