@@ -21,12 +21,13 @@ import (
 // whose stream header names the request's client (see upstream.go), so
 // the app behind the agent sees the right client as each connection's
 // RemoteAddr. The request and response stream through (no whole-body
-// buffering); Upgrade requests such as WebSocket are passed through, but
-// for an upgrade to h2c, which the request is served without, as HTTP/1.1
-// (see dropH2CUpgrade), and "Expect: 100-continue" reaches the app, which
-// may refuse the body before it is sent. X-Forwarded-For, -Proto and -Host get exactly one hop, the
-// client's, and the Host header is kept. A client that leaves cancels the
-// app's request (see exchange.go for how every exchange ends).
+// buffering). Upgrade requests such as WebSocket are passed through, but
+// an upgrade to h2c is not: the request is served as HTTP/1.1 without it
+// (see dropH2CUpgrade). "Expect: 100-continue" reaches the app, which may
+// refuse the body before it is sent. X-Forwarded-For, -Proto and -Host get
+// exactly one hop, the client's, and the Host header is kept. A client
+// that leaves cancels the app's request (see exchange.go for how every
+// exchange ends).
 //
 // Before any stream is opened to the agent, the endpoint's traffic policy
 // (the agent's and the operator's, see Server.Policy) checks the request;
