@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -641,5 +644,156 @@ func TestAppClosesKeptAliveConnection(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %s", method, want)
+	}
+}
+
+// TestRequestTrailersAsBaseline: a request's trailers reach the app as
+// through the baseline, over HTTP/1.1 and HTTP/2, but for those named like
+// a header the edge reserves or sets (Tunnelkit-*, X-Forwarded-*,
+// Forwarded, however spelled), which the baseline passes on and the edge
+// drops (issue #32, item 6: Tunnelkit-Auth-User as a trailer reached the
+// app in r.Trailer). The baseline's app gets the trailers' names alone,
+// without their values (its clone of the request has a trailer map of its
+// own, which nothing fills: see exchange.rewrite); the tunnel's gets both.
+func TestRequestTrailersAsBaseline(t *testing.T) {
+	t.Parallel()
+	got := make(chan http.Header, 1)
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		got <- r.Trailer
+	})
+	sent := http.Header{
+		"X-Checksum": {"abc"}, "Grpc-Status": {"0"},
+		"Tunnelkit-Auth-User": {"root"}, "Tunnelkit_Auth_User": {"root"},
+		"X-Forwarded-For": {"6.6.6.6"}, "Forwarded": {"for=6.6.6.6"}, "X.Forwarded.Host": {"evil.example"},
+	}
+	reserved := map[string]bool{"Tunnelkit-Auth-User": true, "Tunnelkit_auth_user": true, "X-Forwarded-For": true, "Forwarded": true, "X.forwarded.host": true}
+	for _, h2 := range []bool{false, true} {
+		var want []string
+		for i, h := range hops(t, app, nil) {
+			req, _ := http.NewRequest("POST", h.url+"/upload", io.MultiReader(strings.NewReader("body")))
+			req.Trailer = sent.Clone()
+			resp, err := h.client(t, h2).Do(req)
+			if err != nil {
+				t.Fatalf("%s/%s: %v", h.name, protoName(h2), err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			trailer := <-got
+			names := slices.Sorted(maps.Keys(trailer))
+			if i == 0 {
+				t.Logf("%s: the baseline passes %q", protoName(h2), names)
+				for _, name := range names {
+					if !reserved[name] {
+						want = append(want, name)
+					}
+				}
+				continue
+			}
+			if !slices.Equal(names, want) {
+				t.Errorf("%s/%s: the app got the trailers %q; want %q", h.name, protoName(h2), names, want)
+			}
+			for _, name := range want {
+				if v := sent[name]; !slices.Equal(trailer[name], v) {
+					t.Errorf("%s/%s: the app got %s %q; want %q", h.name, protoName(h2), name, trailer[name], v)
+				}
+			}
+		}
+	}
+}
+
+// laxUpgrades is an app that switches to whatever protocol a request asks
+// for in Upgrade (as a lax h2c server does, to speak HTTP/2 on the
+// connection from then on), and answers others with their protocol;
+// seen gets what it saw of each request.
+func laxUpgrades(seen chan<- string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		up := r.Header.Get("Upgrade")
+		seen <- fmt.Sprintf("Upgrade %q Connection %q HTTP2-Settings %q", r.Header.Values("Upgrade"), r.Header.Values("Connection"), r.Header.Values("Http2-Settings"))
+		if up == "" {
+			io.WriteString(w, r.Proto)
+			return
+		}
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		proto, _, _ := strings.Cut(up, ",")
+		fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n", strings.TrimSpace(proto))
+		brw.Flush()
+	})
+}
+
+// TestH2CUpgradeServedAsHTTP11: a request that asks to upgrade to h2c
+// reaches the app as plain HTTP/1.1, without Upgrade: h2c or
+// HTTP2-Settings (nor Connection tokens naming them), so that no app opens
+// HTTP/2 on a connection whose later requests the edge's per-request
+// policy would no longer see (issue #32, item 8); a WebSocket upgrade
+// reaches the app as through the baseline. The baseline, Go's
+// ReverseProxy, passes Upgrade: h2c on (dropping HTTP2-Settings), and a
+// lax app switches: there the edge differs from it, on purpose.
+func TestH2CUpgradeServedAsHTTP11(t *testing.T) {
+	t.Parallel()
+	seen := make(chan string, 1)
+	const settings = "AAMAAABkAARAAAAAAAIAAAAA"
+	type answer struct{ app, status string }
+	for _, tc := range []struct {
+		name, upgrade string
+		tunnel        answer // nil: the baseline's
+	}{
+		{"h2c", "h2c", answer{`Upgrade [] Connection [] HTTP2-Settings []`, "200 OK HTTP/1.1"}},
+		{"websocket", "websocket", answer{}},
+	} {
+		var baseline answer
+		for i, h := range hops(t, laxUpgrades(seen), nil) {
+			req, _ := http.NewRequest("GET", h.url+"/", nil)
+			req.Header.Set("Connection", "Upgrade, HTTP2-Settings")
+			req.Header.Set("Upgrade", tc.upgrade)
+			req.Header.Set("HTTP2-Settings", settings)
+			resp, err := h.client(t, false).Do(req)
+			if err != nil {
+				t.Fatalf("%s: %s: %v", tc.name, h.name, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			got := answer{<-seen, resp.Status + " " + string(body)}
+			if i == 0 {
+				baseline = got
+				t.Logf("%s: the baseline: %+v", tc.name, got)
+				continue
+			}
+			want := tc.tunnel
+			if want == (answer{}) {
+				want = baseline
+			}
+			if got != want {
+				t.Errorf("%s: %s: the app saw %s and answered %q; want %s, %q", tc.name, h.name, got.app, got.status, want.app, want.status)
+			}
+		}
+	}
+}
+
+// TestH2CUpgradeSpellings: on the plain HTTP port, an upgrade to h2c in
+// any case, alone or beside another protocol, with its Connection tokens
+// or without, never reaches the app; the other protocol does.
+func TestH2CUpgradeSpellings(t *testing.T) {
+	t.Parallel()
+	seen := make(chan string, 1)
+	e := startPolicyEdge(t, nil)
+	e.bindApp(t, "", agent.Endpoint{URL: "http://app"}, laxUpgrades(seen))
+	const from = "203.0.113.5:4000"
+	for _, tc := range []struct{ hdr, app, status string }{
+		{"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n", `Upgrade [] Connection [] HTTP2-Settings []`, "200"},
+		{"Connection: upgrade\r\nUpgrade: H2C\r\n", `Upgrade [] Connection [] HTTP2-Settings []`, "200"},
+		{"Connection: HTTP2-Settings, Upgrade, X-Hop\r\nX-Hop: 1\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n", `Upgrade [] Connection [] HTTP2-Settings []`, "200"},
+		{"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n", `Upgrade [] Connection [] HTTP2-Settings []`, "200"},
+		{"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c, websocket\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n", `Upgrade ["websocket"] Connection ["Upgrade"] HTTP2-Settings []`, "101"},
+		{"Connection: Upgrade\r\nUpgrade: websocket\r\n", `Upgrade ["websocket"] Connection ["Upgrade"] HTTP2-Settings []`, "101"},
+	} {
+		resp, _ := sendRaw(t, e.httpAddr, from, nil, "GET / HTTP/1.1\r\nHost: app.example.test\r\n"+tc.hdr+"\r\n", false)
+		if app := <-seen; app != tc.app || strconv.Itoa(resp.StatusCode) != tc.status {
+			t.Errorf("%q: the app saw %s and answered %d; want %s, %s", tc.hdr, app, resp.StatusCode, tc.app, tc.status)
+		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"net/textproto"
+	"slices"
 	"strings"
 
 	"github.com/tunnelkit/tunnelkit/internal/wire"
@@ -19,16 +21,22 @@ import (
 // whose stream header names the request's client (see upstream.go), so
 // the app behind the agent sees the right client as each connection's
 // RemoteAddr. The request and response stream through (no whole-body
-// buffering); Upgrade requests such as WebSocket are passed through, and
-// "Expect: 100-continue" reaches the app, which may refuse the body before
-// it is sent. X-Forwarded-For, -Proto and -Host get exactly one hop, the
-// client's, and the Host header is kept. A client that leaves cancels the
-// app's request (see exchange.go for how every exchange ends).
+// buffering). Upgrade requests such as WebSocket are passed through, but
+// an upgrade to h2c is not: the request is served as HTTP/1.1 without it
+// (see dropH2CUpgrade). "Expect: 100-continue" reaches the app, which may
+// refuse the body before it is sent. X-Forwarded-For, -Proto and -Host get
+// exactly one hop, the client's, and the Host header is kept. A client
+// that leaves cancels the app's request (see exchange.go for how every
+// exchange ends).
 //
 // Before any stream is opened to the agent, the endpoint's traffic policy
 // (the agent's and the operator's, see Server.Policy) checks the request;
-// every request header whose name starts with "Tunnelkit-" is removed,
-// whatever the policy, so that the app can trust those the edge sets.
+// whatever the policy, every request header or trailer named like one the
+// edge reserves or sets, as apps read names ('_' and '.' as '-', any
+// case: Tunnelkit_Auth_User), is removed, so that the app can trust those
+// the edge sets: every Tunnelkit-* header and trailer, and the
+// X-Forwarded-* and Forwarded ones but headers spelled canonically (see
+// policy.Policy.Check).
 //
 // When the edge itself answers, the status says why and the plain-text body
 // and the Tunnelkit-Error header carry the Reason, a short stable code:
@@ -77,6 +85,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, terminated bo
 	if !ok {
 		return
 	}
+	dropH2CUpgrade(r.Header)
 	client := clientAddr(r.RemoteAddr)
 	pol, ok := s.checkPolicy(w, r, routes, client.Addr())
 	if !ok {
@@ -89,6 +98,57 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, terminated bo
 	}
 	defer release()
 	s.serveExchange(w, r, routes, ConnInfo{Client: client, Host: r.Host}, aw, pol)
+}
+
+// dropH2CUpgrade takes an HTTP/1.1 request's ask to switch to h2c off
+// its header h: the h2c token of Upgrade (Upgrade itself when no other
+// protocol is left), HTTP2-Settings, and the tokens of Connection that
+// name what went, so that the request is served as HTTP/1.1. An app that
+// switched would speak HTTP/2 on its connection from then on, whose
+// requests the edge no longer sees one by one (their policy: rate limits,
+// header rules, logins). Other upgrades, such as WebSocket's, stay as they
+// came. (An HTTP/2 request carries none of these headers.)
+func dropH2CUpgrade(h http.Header) {
+	ups, ok := h["Upgrade"]
+	if !ok {
+		return
+	}
+	var keep []string
+	h2c := false
+	for _, v := range ups {
+		for p := range strings.SplitSeq(v, ",") {
+			switch p = textproto.TrimString(p); {
+			case strings.EqualFold(p, "h2c"):
+				h2c = true
+			case p != "":
+				keep = append(keep, p)
+			}
+		}
+	}
+	if !h2c {
+		return
+	}
+	delete(h, "Http2-Settings")
+	gone := []string{"http2-settings"}
+	if len(keep) == 0 {
+		delete(h, "Upgrade")
+		gone = append(gone, "upgrade")
+	} else {
+		h["Upgrade"] = []string{strings.Join(keep, ", ")}
+	}
+	var conn []string
+	for _, v := range h["Connection"] {
+		for p := range strings.SplitSeq(v, ",") {
+			if p = textproto.TrimString(p); p != "" && !slices.ContainsFunc(gone, func(g string) bool { return strings.EqualFold(p, g) }) {
+				conn = append(conn, p)
+			}
+		}
+	}
+	if len(conn) == 0 {
+		delete(h, "Connection")
+	} else {
+		h["Connection"] = []string{strings.Join(conn, ", ")}
+	}
 }
 
 // routeRequest returns the routes of a request: https routes when the edge

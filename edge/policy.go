@@ -312,9 +312,10 @@ func (cp *compiledPolicy) done() bool {
 }
 
 // routePolicy returns the compiled policy of r's endpoint: nil for none;
-// the one kept, or else one compiled now (other requests for it wait for
-// that, within ctx). A policy that could not be compiled is refused for
-// policyRetry, then tried again.
+// the one kept, whatever ctx, or else one compiled now (other requests
+// for it wait for that, within ctx; the compiling is bounded by
+// policyCompileTimeout alone). A policy that could not be compiled is
+// refused for policyRetry, then tried again.
 func (s *Server) routePolicy(ctx context.Context, r router.Route) (*compiledPolicy, error) {
 	if !s.hasPolicy(r) {
 		return nil, nil
@@ -334,10 +335,12 @@ func (s *Server) routePolicy(ctx context.Context, r router.Route) (*compiledPoli
 		ps.mu.Unlock()
 		select {
 		case <-cp.ready:
-			return cp, cp.err
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			if !cp.done() { // else both were: the policy is had
+				return nil, ctx.Err()
+			}
 		}
+		return cp, cp.err
 	}
 	cp = &compiledPolicy{key: k, ready: make(chan struct{})}
 	ps.putLocked(cp)
@@ -374,7 +377,11 @@ func (s *Server) routePolicy(ctx context.Context, r router.Route) (*compiledPoli
 // a step of a login. A policy that reads the request body (a webhook's)
 // has Timeouts.Body for all of it.
 func (s *Server) checkPolicy(w http.ResponseWriter, r *http.Request, routes []router.Route, client netip.Addr) (*policy.Policy, bool) {
-	cp, err := s.routePolicy(r.Context(), routes[0])
+	// net/http cancels a request's context when its HTTP/1.1 client
+	// half-closes, which a client still waiting for its answer does too
+	// (see exchange): a policy compiled on first use is waited for as long
+	// as its compiling takes (policyCompileTimeout), whatever the client.
+	cp, err := s.routePolicy(context.WithoutCancel(r.Context()), routes[0])
 	if err != nil {
 		s.refuse(w, r, ReasonPolicyUnavailable, "the traffic policy of this tunnel cannot be enforced now", err)
 		return nil, false

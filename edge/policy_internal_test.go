@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"testing"
+	"testing/synctest"
 
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/policy"
@@ -206,4 +209,80 @@ func TestPolicyReasons(t *testing.T) {
 	if bytes.Equal(c.cookieKey, d.cookieKey) {
 		t.Error("edges without a ticket key share a cookie key")
 	}
+}
+
+// loginOnly is an OIDC provider whose logins never come back.
+type loginOnly struct{}
+
+func (loginOnly) AuthCodeURL(state, nonce, verifier, redirectURL string) string {
+	return "https://id.example.test/authorize?state=" + state
+}
+
+func (loginOnly) Exchange(context.Context, string, string, string) (policy.Identity, error) {
+	return policy.Identity{}, errors.New("no login comes back")
+}
+
+// A request that waits for the policy another request compiles on first
+// use (of an endpoint another edge bound) gets it, though net/http
+// cancelled its context meanwhile, as it does when an HTTP/1.1 client
+// half-closes after its request (issue #32); and a policy compiled
+// already is had, whatever the context.
+func TestPolicyWaitOutlivesHalfClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		compiling, release := make(chan struct{}), make(chan struct{})
+		s := &Server{Domain: "example.test", OIDC: func(context.Context, policy.OIDCConfig) (policy.Provider, error) {
+			close(compiling)
+			<-release // a provider's discovery that takes a while
+			return loginOnly{}, nil
+		}}
+		s.init()
+		routes := []router.Route{{Proto: "https", Name: "sso.example.test", Identity: "alice", Edge: "other",
+			Policy: `{"oidc":{"issuer":"https://id.example.test","client_id":"c","allow_emails":["ann@example.com"]}}`}}
+		serve := func(ctx context.Context) <-chan int {
+			status := make(chan int, 1)
+			go func() {
+				r := httptest.NewRequestWithContext(ctx, "GET", "https://sso.example.test/", nil)
+				w := httptest.NewRecorder()
+				if _, ok := s.checkPolicy(w, r, routes, netip.MustParseAddr("203.0.113.5")); ok {
+					w.Code = 0 // let through
+				}
+				status <- w.Code
+			}()
+			return status
+		}
+		first := serve(context.Background())
+		<-compiling
+		halfClosed, cancel := context.WithCancel(context.Background())
+		cancel()
+		var waiters []<-chan int
+		for range 8 {
+			waiters = append(waiters, serve(halfClosed))
+		}
+		synctest.Wait()
+		codes := make([]int, len(waiters))
+		for i, w := range waiters {
+			select {
+			case codes[i] = <-w:
+				t.Errorf("waiter %d, whose client half-closed, answered %d while the policy was still compiling; want it to wait", i, codes[i])
+			default:
+			}
+		}
+		close(release)
+		if code := <-first; code != http.StatusFound {
+			t.Fatalf("the request that compiled the policy: %d; want 302 to the login", code)
+		}
+		for i, w := range waiters {
+			if codes[i] == 0 {
+				codes[i] = <-w
+			}
+			if codes[i] != http.StatusFound {
+				t.Errorf("waiter %d, whose client half-closed: %d; want 302 to the login, as the first got", i, codes[i])
+			}
+		}
+		for i := range 64 {
+			if cp, err := s.routePolicy(halfClosed, routes[0]); err != nil || cp.policy() == nil {
+				t.Fatalf("try %d: the policy compiled already, with a context that ended: %v; want the policy", i, err)
+			}
+		}
+	})
 }

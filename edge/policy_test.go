@@ -22,6 +22,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -1091,5 +1092,365 @@ func TestPolicyWebhookHugeBody(t *testing.T) {
 	}
 	if hits.Load() != 0 {
 		t.Errorf("the app got %d requests", hits.Load())
+	}
+}
+
+// testIdP is the OpenID provider of the edge's oidc kind in these tests:
+// a login at it completes at once, and its code exchange fails once its
+// context ended, as one over the network does.
+type testIdP struct {
+	mu     sync.Mutex
+	nonces map[string]string // by code
+	next   int
+}
+
+func (p *testIdP) AuthCodeURL(state, nonce, verifier, redirectURL string) string {
+	q := url.Values{"state": {state}, "nonce": {nonce}, "redirect_uri": {redirectURL}}
+	return "https://idp.example.test/authorize?" + q.Encode()
+}
+
+// login is ann logging in at the provider: it returns the path and query
+// of the callback the provider sends her browser back to.
+func (p *testIdP) login(t testing.TB, authURL string) string {
+	t.Helper()
+	u, err := url.Parse(authURL)
+	if err != nil || u.Host != "idp.example.test" {
+		t.Fatalf("a login at %q; want one at the provider", authURL)
+	}
+	q := u.Query()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.next++
+	code := fmt.Sprintf("code-%d", p.next)
+	if p.nonces == nil {
+		p.nonces = map[string]string{}
+	}
+	p.nonces[code] = q.Get("nonce")
+	back, err := url.Parse(q.Get("redirect_uri"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return back.Path + "?" + url.Values{"code": {code}, "state": {q.Get("state")}}.Encode()
+}
+
+func (p *testIdP) Exchange(ctx context.Context, code, verifier, redirectURL string) (policy.Identity, error) {
+	if err := ctx.Err(); err != nil {
+		return policy.Identity{}, err
+	}
+	p.mu.Lock()
+	nonce, ok := p.nonces[code]
+	delete(p.nonces, code)
+	p.mu.Unlock()
+	if !ok {
+		return policy.Identity{}, errors.New("invalid_grant")
+	}
+	return policy.Identity{Subject: "ann-1", Email: "ann@example.com", EmailVerified: true, Nonce: nonce}, nil
+}
+
+// sendRaw sends req to addr as the client from, over TLS when cfg is not
+// nil, and returns the answer. When halfClose, the client shuts its side
+// once the request is sent (close_notify, then FIN, over TLS), as
+// "nc -N" and some HTTP/1.0-style clients do, and waits for the answer.
+func sendRaw(t testing.TB, addr, from string, cfg *tls.Config, req string, halfClose bool) (*http.Response, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tcp, err := dialAs(ctx, addr, from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	tcp.SetDeadline(time.Now().Add(20 * time.Second))
+	c := tcp
+	if cfg != nil {
+		tc := tls.Client(tcp, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			t.Fatalf("%q: handshake: %v", req, err)
+		}
+		c = tc
+	}
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatalf("%q: %v", req, err)
+	}
+	if halfClose {
+		if tc, ok := c.(*tls.Conn); ok {
+			tc.CloseWrite()
+		}
+		tcp.(*net.TCPConn).CloseWrite()
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("%q (half-closed %v): no answer: %v", req, halfClose, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%q (half-closed %v): body: %v", req, halfClose, err)
+	}
+	return resp, string(body)
+}
+
+// answerOf is what a client learns from an answer: its status, the
+// edge's code, its body (not a redirect's), where it redirects to (less
+// the query, a login's state being new each time), and the cookies it
+// sets.
+func answerOf(resp *http.Response, body string) string {
+	loc, _, _ := strings.Cut(resp.Header.Get("Location"), "?")
+	if resp.StatusCode/100 == 3 {
+		body = ""
+	}
+	var cookies []string
+	for _, c := range resp.Cookies() {
+		cookies = append(cookies, c.Name)
+	}
+	return fmt.Sprintf("%d %q %q Location=%q cookies=%v", resp.StatusCode, resp.Header.Get("Tunnelkit-Error"), body, loc, cookies)
+}
+
+// cookieOf returns the value of the cookie name that resp sets.
+func cookieOf(t testing.TB, resp *http.Response, name string) string {
+	t.Helper()
+	for _, c := range resp.Cookies() {
+		if c.Name == name && c.Value != "" {
+			return c.Value
+		}
+	}
+	t.Fatalf("%d: no cookie %s set (%q)", resp.StatusCode, name, resp.Header.Values("Set-Cookie"))
+	return ""
+}
+
+// lookupsAfterHalfClose is a MemoryRouter whose lookups for an HTTP
+// request wait, while hold is set, until net/http cancelled the request's
+// context, as it does when the request's client half-closes: as a Router
+// that asks a store (etcd) may take as long as a client takes to
+// half-close. The race of issue #32 is then certain: the edge comes to
+// the request's policy after its client half-closed.
+type lookupsAfterHalfClose struct {
+	*router.MemoryRouter
+	hold atomic.Bool
+}
+
+func (r *lookupsAfterHalfClose) Lookup(ctx context.Context, proto, host string) ([]router.Route, error) {
+	if r.hold.Load() && ctx.Value(http.ServerContextKey) != nil {
+		<-ctx.Done()
+	}
+	return r.MemoryRouter.Lookup(ctx, proto, host)
+}
+
+// TestPolicyHalfClosed: a client that half-closes its connection once its
+// request is sent, which net/http tells its handler by cancelling the
+// request's context, gets exactly the answer of one that does not, on
+// every policy kind, refused or let through (issue #32: 4-6 of 40 such
+// requests to a basic_auth endpoint got 503 policy_unavailable). Each
+// case runs 40 times, its half-close landing before the edge looks at the
+// policy (lookupsAfterHalfClose) for all but the first 8, which race, and
+// but for a request with a body.
+func TestPolicyHalfClosed(t *testing.T) {
+	t.Parallel()
+	idp := &testIdP{}
+	rt := &lookupsAfterHalfClose{MemoryRouter: &router.MemoryRouter{}}
+	e := startPolicyEdge(t, func(s *edge.Server) {
+		s.Router = rt
+		s.OIDC = func(context.Context, policy.OIDCConfig) (policy.Provider, error) { return idp, nil }
+	})
+	clientCA := testpki.New(t)
+	const secret = "whsec-half-close"
+	for _, ep := range []agent.Endpoint{
+		{URL: "http://cidr", Policy: &policy.Spec{CIDRAllow: prefixes("203.0.113.0/24")}},
+		{URL: "http://basic", Policy: &policy.Spec{BasicAuth: &policy.BasicAuth{Credentials: []string{"ann:pw"}}}},
+		{URL: "http://rate", Policy: &policy.Spec{RateLimit: &policy.RateLimit{Requests: 1, Seconds: 3600}}},
+		{URL: "http://headers", Policy: &policy.Spec{RequestHeaders: &policy.Headers{Add: []string{"X-Env: prod"}}}},
+		{URL: "http://hook", Policy: &policy.Spec{Webhook: &policy.Webhook{Provider: policy.WebhookGitHub, Secret: secret}}},
+		{URL: "https://sso", Policy: &policy.Spec{OIDC: &policy.OIDC{Issuer: "https://idp.example.test", ClientID: "c", AllowEmails: []string{"ann@example.com"}}}},
+		{URL: "https://mtls", Policy: &policy.Spec{MutualTLS: &policy.MutualTLS{CAs: string(clientCA.PEM)}}},
+	} {
+		e.bindApp(t, "", ep, showHeaders)
+	}
+	const in = "203.0.113.5:4000"
+	tlsTo := func(name string, certs ...tls.Certificate) *tls.Config {
+		return &tls.Config{ServerName: name, RootCAs: e.pki.Pool, Certificates: certs}
+	}
+	get := func(host, target string, hdr ...string) string {
+		return "GET " + target + " HTTP/1.1\r\nHost: " + host + ".example.test\r\n" + strings.Join(hdr, "") + "\r\n"
+	}
+	basic := "Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("ann:pw")) + "\r\n"
+	const event = `{"action":"opened"}`
+	signed := fmt.Sprintf("POST /?h=X-Hub-Signature-256 HTTP/1.1\r\nHost: hook.example.test\r\nContent-Length: %d\r\nX-Hub-Signature-256: sha256=%s\r\n\r\n%s", len(event), hmacHex(secret, event), event)
+
+	// A fresh address for each request to the rate limited endpoint, and
+	// one whose token is spent.
+	var fresh atomic.Int32
+	freshAddr := func() string {
+		n := fresh.Add(1)
+		return fmt.Sprintf("10.77.%d.%d:4000", n/250, n%250+1)
+	}
+	const spent = "10.78.0.1:4000"
+	if resp, body := sendRaw(t, e.httpAddr, spent, nil, get("rate", "/"), false); resp.StatusCode != 200 {
+		t.Fatalf("the rate limit's first request: %d %q", resp.StatusCode, body)
+	}
+
+	// An oidc session, and a login under way for each callback.
+	sso := tlsTo("sso.example.test")
+	startLogin := func() (callback, cookie string) {
+		resp, _ := sendRaw(t, e.tlsAddr, in, sso, get("sso", "/"), false)
+		return idp.login(t, resp.Header.Get("Location")), "Cookie: " + policy.LoginCookie + "=" + cookieOf(t, resp, policy.LoginCookie) + "\r\n"
+	}
+	callback, cookie := startLogin()
+	resp, _ := sendRaw(t, e.tlsAddr, in, sso, get("sso", callback, cookie), false)
+	session := "Cookie: " + policy.SessionCookie + "=" + cookieOf(t, resp, policy.SessionCookie) + "\r\n"
+
+	for _, tc := range []struct {
+		name string
+		addr string
+		from func() string
+		cfg  *tls.Config
+		req  func() string // a new request for each try
+	}{
+		{"cidr, allowed", e.httpAddr, func() string { return in }, nil, func() string { return get("cidr", "/") }},
+		{"cidr, denied", e.httpAddr, func() string { return "198.51.100.7:4000" }, nil, func() string { return get("cidr", "/") }},
+		{"basic_auth, no credentials", e.httpAddr, func() string { return in }, nil, func() string { return get("basic", "/") }},
+		{"basic_auth, credentials", e.httpAddr, func() string { return in }, nil, func() string { return get("basic", "/", basic) }},
+		{"rate_limit, a token left", e.httpAddr, freshAddr, nil, func() string { return get("rate", "/") }},
+		{"rate_limit, spent", e.httpAddr, func() string { return spent }, nil, func() string { return get("rate", "/") }},
+		{"request_headers", e.httpAddr, func() string { return in }, nil, func() string { return get("headers", "/?h=X-Env") }},
+		{"webhook, signed", e.httpAddr, func() string { return in }, nil, func() string { return signed }},
+		{"webhook, unsigned", e.httpAddr, func() string { return in }, nil, func() string { return get("hook", "/") }},
+		{"oidc, no session", e.tlsAddr, func() string { return in }, sso, func() string { return get("sso", "/") }},
+		{"oidc, a session", e.tlsAddr, func() string { return in }, sso, func() string { return get("sso", "/", session) }},
+		{"oidc, the login's callback", e.tlsAddr, func() string { return in }, sso, func() string {
+			callback, cookie := startLogin()
+			return get("sso", callback, cookie)
+		}},
+		{"mutual_tls, a certificate", e.tlsAddr, func() string { return in }, tlsTo("mtls.example.test", clientCA.Issue(t, "alice-laptop")), func() string { return get("mtls", "/") }},
+		{"mutual_tls, none", e.tlsAddr, func() string { return in }, tlsTo("mtls.example.test"), func() string { return get("mtls", "/") }},
+	} {
+		want := answerOf(sendRaw(t, tc.addr, tc.from(), tc.cfg, tc.req(), false))
+		const tries = 40
+		var differ []string
+		for i := range tries {
+			from, req := tc.from(), tc.req()
+			// net/http learns of a half-close past a request's body only
+			// once the body is read, after the policy's check.
+			rt.hold.Store(i >= 8 && strings.HasPrefix(req, "GET "))
+			got := answerOf(sendRaw(t, tc.addr, from, tc.cfg, req, true))
+			rt.hold.Store(false)
+			if got != want {
+				differ = append(differ, got)
+			}
+		}
+		if len(differ) > 0 {
+			t.Errorf("%s: %d of %d half-closed requests were answered otherwise than a whole one; first: %s; want %s", tc.name, len(differ), tries, differ[0], want)
+		} else {
+			t.Logf("%s: %s", tc.name, want)
+		}
+	}
+	if n := e.obs.get("refused/" + string(edge.ReasonPolicyUnavailable)); n != 0 {
+		t.Errorf("%d requests refused as policy_unavailable; want none", n)
+	}
+}
+
+// showForged answers with the headers, and after the body the trailers,
+// whose names an app stack that reads '_' and '.' as '-' (CGI, PHP) takes
+// for those the edge reserves or sets (Tunnelkit-*, X-Forwarded-*,
+// Forwarded), and the trailer X-Checksum.
+var showForged = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	fold := strings.NewReplacer("_", "-", ".", "-")
+	list := func(h http.Header) string {
+		var out []string
+		for name, v := range h {
+			read := strings.ToLower(fold.Replace(name))
+			if strings.HasPrefix(read, "tunnelkit-") || strings.HasPrefix(read, "x-forwarded-") || read == "forwarded" || read == "x-checksum" {
+				out = append(out, fmt.Sprintf("%s=%q", name, v))
+			}
+		}
+		sort.Strings(out)
+		return strings.Join(out, " ")
+	}
+	fmt.Fprintf(w, "header: %s | trailer: %s", list(r.Header), list(r.Trailer))
+})
+
+// TestForgedHeaderSpellings: headers named like the edge's under another
+// spelling (Tunnelkit_Auth_User, Tunnelkit.Auth.User, X_Forwarded_For),
+// which app stacks that fold '_' and '.' into '-' take for the edge's, and
+// trailers named like them, announced or not, never reach the app, over
+// HTTP/1.1 (plain and TLS), h2c and HTTP/2, with a policy or none; the
+// canonical X-Forwarded-For is appended to, as before (issue #32, item 6).
+func TestForgedHeaderSpellings(t *testing.T) {
+	t.Parallel()
+	e := startPolicyEdge(t, nil)
+	e.bindApp(t, "", agent.Endpoint{URL: "http://plain"}, showForged)
+	e.bindApp(t, "", agent.Endpoint{URL: "https://login", Policy: &policy.Spec{BasicAuth: &policy.BasicAuth{Credentials: []string{"ann:pw"}}}}, showForged)
+	const from = "203.0.113.5:4000"
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte("ann:pw"))
+	forged := [][2]string{
+		{"Tunnelkit-Auth-User", "root"}, {"Tunnelkit_Auth_User", "root"}, {"Tunnelkit.Auth.User", "root"},
+		{"tunnelkit_auth_email", "boss@example.com"}, {"Tunnelkit-Client-Cert_Subject", "CN=root"},
+		{"X_Forwarded_For", "6.6.6.6"}, {"X.Forwarded.Proto", "http"}, {"X-Forwarded_Host", "evil.example"},
+		{"X_Forwarded_Port", "1"}, {"X-Forwarded-For", "198.51.100.1"},
+	}
+	// Announced, and not: over HTTP/1.1 net/http takes both.
+	announced := []string{"X-Checksum", "Tunnelkit_Auth_User", "Forwarded"}
+	trailers := [][2]string{{"X-Checksum", "abc"}, {"Tunnelkit_Auth_User", "root"}, {"Forwarded", "for=6.6.6.6"}, {"Tunnelkit-Auth-User", "root"}, {"X.Forwarded.For", "6.6.6.6"}}
+	raw := func(host, auth string) string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "POST / HTTP/1.1\r\nHost: %s.example.test\r\nTransfer-Encoding: chunked\r\nTrailer: %s\r\n", host, strings.Join(announced, ", "))
+		if auth != "" {
+			fmt.Fprintf(&b, "Authorization: %s\r\n", auth)
+		}
+		for _, h := range forged {
+			fmt.Fprintf(&b, "%s: %s\r\n", h[0], h[1])
+		}
+		b.WriteString("\r\n4\r\nbody\r\n0\r\n")
+		for _, h := range trailers {
+			fmt.Fprintf(&b, "%s: %s\r\n", h[0], h[1])
+		}
+		b.WriteString("\r\n")
+		return b.String()
+	}
+	viaClient := func(c *http.Client, url, auth string) (*http.Response, string) {
+		req, err := http.NewRequest("POST", url, io.MultiReader(strings.NewReader("body")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range forged {
+			req.Header[h[0]] = []string{h[1]}
+		}
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		req.Trailer = http.Header{}
+		for _, h := range trailers {
+			req.Trailer[h[0]] = []string{h[1]}
+		}
+		return do(t, c, req)
+	}
+	want := func(host, proto, user string) string {
+		s := "header: "
+		if user != "" {
+			s += `Tunnelkit-Auth-User=["` + user + `"] `
+		}
+		return s + `X-Forwarded-For=["198.51.100.1, 203.0.113.5"] X-Forwarded-Host=["` + host + `.example.test"] X-Forwarded-Proto=["` + proto + `"] | trailer: X-Checksum=["abc"]`
+	}
+	tlsLogin := &tls.Config{ServerName: "login.example.test", RootCAs: e.pki.Pool}
+	for _, tc := range []struct {
+		name string
+		send func() (*http.Response, string)
+		want string
+	}{
+		{"http/1.1", func() (*http.Response, string) { return sendRaw(t, e.httpAddr, from, nil, raw("plain", ""), false) }, want("plain", "http", "")},
+		{"http/1.1 over TLS, basic_auth", func() (*http.Response, string) {
+			return sendRaw(t, e.tlsAddr, from, tlsLogin, raw("login", basic), false)
+		}, want("login", "https", "ann")},
+		{"h2c", func() (*http.Response, string) {
+			return viaClient(e.plainAs(from, true), "http://plain.example.test/", "")
+		}, want("plain", "http", "")},
+		{"h2, basic_auth", func() (*http.Response, string) {
+			return viaClient(e.tlsClient(t, from, true, nil), "https://login.example.test/", basic)
+		}, want("login", "https", "ann")},
+	} {
+		resp, body := tc.send()
+		if resp.StatusCode != 200 || body != tc.want {
+			t.Errorf("%s: %d, the app got\n%s\nwant\n%s", tc.name, resp.StatusCode, body, tc.want)
+		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
+	"io"
+	"maps"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -120,6 +122,83 @@ func TestReservedHeadersStripped(t *testing.T) {
 		}
 		if r.Header.Get("X-Keep") != "y" {
 			t.Errorf("%s: X-Keep removed", name)
+		}
+	}
+}
+
+// trailingBody is a request body at whose end net/http adds the trailers
+// that came (fill) to the request's Trailer map, as it does for HTTP/1.1
+// chunks (any trailer) and HTTP/2 (the announced ones).
+type trailingBody struct {
+	io.Reader
+	trailer, fill http.Header
+}
+
+func (b *trailingBody) Read(p []byte) (int, error) {
+	n, err := b.Reader.Read(p)
+	if err == io.EOF {
+		maps.Copy(b.trailer, b.fill)
+	}
+	return n, err
+}
+
+func (b *trailingBody) Close() error { return nil }
+
+// Names that app stacks fold into the edge's own (CGI and PHP read
+// Tunnelkit_Auth_User and Tunnelkit.Auth.User, as Tunnelkit-Auth-User, as
+// HTTP_TUNNELKIT_AUTH_USER) are dropped: every spelling of a Tunnelkit-*
+// name, and every spelling of an X-Forwarded-* or Forwarded name but the
+// canonical one, which the edge appends to. A trailer named like any of
+// them is dropped, however spelled, announced or not (issue #32, item 6).
+func TestReservedHeaderSpellings(t *testing.T) {
+	forged := func() *http.Request {
+		r := newRequest("POST", "/")
+		r.Header = http.Header{
+			"Tunnelkit_Auth_User": {"root"}, "Tunnelkit.Auth.User": {"root"}, "Tunnelkit-Auth_user": {"root"},
+			"tunnelkit_auth_email": {"boss@example.com"}, "TUNNELKIT.CLIENT-CERT_SUBJECT": {"CN=root"},
+			"X_Forwarded_For": {"6.6.6.6"}, "X.Forwarded.Proto": {"http"}, "x-forwarded-host": {"evil.example"},
+			"X-Forwarded_Host": {"evil.example"}, "FORWARDED": {"for=6.6.6.6"}, "X_Forwarded_Port": {"1"},
+			"X-Forwarded-For": {"198.51.100.1"}, "X-Forwarded-Proto": {"https"}, "X-Forwarded-Host": {"app.example.test"},
+			"Forwarded": {"for=198.51.100.1"}, "X-Forwarded-Port": {"443"},
+			"X-Tunnelkit-Auth-User": {"kept"}, "Tunnelkit": {"kept"}, "X_Real_Ip": {"kept"},
+			"Authorization": {basicHeader("ann", "pw")},
+		}
+		r.Trailer = http.Header{"Tunnelkit-Auth-User": nil, "Tunnelkit_Auth_User": nil, "X-Forwarded-For": nil, "X-Checksum": nil}
+		r.Body = &trailingBody{Reader: strings.NewReader("body"), trailer: r.Trailer, fill: http.Header{
+			"Tunnelkit-Auth-User": {"root"}, "Tunnelkit_Auth_User": {"root"}, "X-Forwarded-For": {"6.6.6.6"},
+			"Forwarded": {"for=6.6.6.6"}, "Tunnelkit.Auth.Email": {"boss@example.com"}, "X-Checksum": {"abc"},
+		}}
+		return r
+	}
+	want := http.Header{
+		"X-Forwarded-For": {"198.51.100.1"}, "X-Forwarded-Proto": {"https"}, "X-Forwarded-Host": {"app.example.test"},
+		"Forwarded": {"for=198.51.100.1"}, "X-Forwarded-Port": {"443"},
+		"X-Tunnelkit-Auth-User": {"kept"}, "Tunnelkit": {"kept"}, "X_Real_Ip": {"kept"},
+	}
+	var none *Policy
+	basic := mustCompile(t, ProtoHTTP, Spec{BasicAuth: &BasicAuth{Credentials: []string{"ann:pw"}}}, Options{})
+	for name, p := range map[string]*Policy{"nil": none, "basic": basic} {
+		r := forged()
+		if served, w := check(p, r, "192.0.2.1"); served {
+			t.Fatalf("%s: refused: %d %s", name, w.Code, w.Body)
+		}
+		want := maps.Clone(want)
+		if p != nil {
+			want[HeaderAuthUser] = []string{"ann"}
+		} else {
+			want["Authorization"] = []string{basicHeader("ann", "pw")}
+		}
+		if !maps.EqualFunc(r.Header, want, slices.Equal) {
+			t.Errorf("%s: the app gets the headers\n%v\nwant\n%v", name, r.Header, want)
+		}
+		if got := slices.Sorted(maps.Keys(r.Trailer)); !slices.Equal(got, []string{"X-Checksum"}) {
+			t.Errorf("%s: trailers announced to the app: %q; want X-Checksum alone", name, got)
+		}
+		if b, err := io.ReadAll(r.Body); err != nil || string(b) != "body" {
+			t.Fatalf("%s: body %q, %v", name, b, err)
+		}
+		if want := (http.Header{"X-Checksum": {"abc"}}); !maps.EqualFunc(r.Trailer, want, slices.Equal) {
+			t.Errorf("%s: trailers the app gets: %v; want %v", name, r.Trailer, want)
 		}
 	}
 }

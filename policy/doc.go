@@ -58,8 +58,13 @@
 //
 // Check answers, in this order, and stops at the first refusal:
 //
-//  1. Reserved headers: every request header whose name starts with
-//     "Tunnelkit-" is removed, whatever the policy, even a nil one. The
+//  1. Reserved headers: every request header whose name reads as one
+//     that starts with "Tunnelkit-", with '_' and '.' read as '-' and the
+//     case folded, as app stacks read names (CGI and PHP take
+//     Tunnelkit_Auth_User for Tunnelkit-Auth-User), is removed, whatever
+//     the policy, even a nil one; so is every X-Forwarded-* and Forwarded
+//     header not spelled canonically (the edge appends to the canonical
+//     ones), and every request trailer named like any of them. The
 //     identity headers below are the edge's alone.
 //  2. Address (cidr_allow, cidr_deny): is the client's address allowed?
 //     Deny wins over allow; an empty allow list is no list. First, because
@@ -189,6 +194,8 @@
 // A policy may not touch: Host (routing), hop-by-hop headers and
 // Content-Length (message framing: changing them breaks or smuggles
 // requests), X-Forwarded-For, -Proto, -Host and Forwarded on requests (the
-// edge writes exactly one hop after the policy), and any Tunnelkit-* name
-// (the edge's). Validate refuses them (ErrInvalid) rather than ignore them.
+// edge writes exactly one hop after the policy), nor an X-Forwarded-* name
+// spelled with '_' or '.' on requests, and any name that reads as a
+// Tunnelkit-* one (the edge's), with '_' and '.' as '-'. Validate refuses
+// them (ErrInvalid) rather than ignore them.
 package policy

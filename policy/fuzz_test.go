@@ -3,13 +3,17 @@ package policy
 import (
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // The fuzz targets of this package cover the parsers of what agents and
-// clients send: a spec's JSON (from a bind) and a request's Authorization
-// header. Their seeds run in every plain go test; the fuzzer runs with,
+// clients send: a spec's JSON (from a bind), a request's Authorization
+// header, and the names of a request's headers and trailers. Their seeds run in every plain go test; the fuzzer runs with,
 // for example,
 //
 //	go test -run XXX -fuzz '^FuzzParse$' -fuzztime 2m -parallel 1 ./policy/
@@ -110,6 +114,83 @@ func FuzzBasicAuth(f *testing.F) {
 		}
 		if !served && r.Header.Get(HeaderAuthUser) != "ann" {
 			t.Fatalf("user header %q", r.Header.Get(HeaderAuthUser))
+		}
+	})
+}
+
+// FuzzHeaderName checks the rule by which Check drops a request header or
+// trailer named like one the edge reserves or sets, as app stacks read
+// names (CGI and PHP fold '_' and '.' into '-', and case): a header whose
+// name reads as Tunnelkit-* is dropped, as is one that reads as
+// X-Forwarded-* or Forwarded unless it is spelled canonically (the edge
+// appends to those); a trailer that reads as any of them is dropped; every
+// other name keeps its values; and every spelling of a name is read alike.
+func FuzzHeaderName(f *testing.F) {
+	for _, seed := range []string{
+		"Tunnelkit-Auth-User", "Tunnelkit_Auth_User", "Tunnelkit.Auth.User", "tunnelkit-auth-user", "TUNNELKIT_AUTH_EMAIL",
+		"Tunnelkit-", "Tunnelkit", "Tunnelkit_", "X-Tunnelkit-Auth-User", "Tunnelkit-Error", "Tunnelkit\u212aAuth",
+		"X-Forwarded-For", "X_Forwarded_For", "x-forwarded-for", "X.Forwarded.Proto", "X-Forwarded_Host", "X-Forwarded-Port",
+		"X_Forwarded_Port", "X-Forwarded", "Forwarded", "forwarded", "FORWARDED", "Forwarded_", "Forwarded-For",
+		"X-Real-Ip", "X_Real_IP", "Authorization", "", "-", "_", "X Forwarded For", "x-forwarded-for\n",
+	} {
+		f.Add(seed)
+	}
+	fold := strings.NewReplacer("_", "-", ".", "-")
+	lower := func(r rune) rune {
+		if 'A' <= r && r <= 'Z' {
+			return r - 'A' + 'a'
+		}
+		return r
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		read := strings.Map(lower, fold.Replace(name)) // as an app reads it
+		own := strings.HasPrefix(read, "tunnelkit-")
+		forwarding := strings.HasPrefix(read, "x-forwarded-") || read == "forwarded"
+		canonical := httpguts.ValidHeaderFieldName(name) && !strings.ContainsAny(name, "_.") && http.CanonicalHeaderKey(name) == name
+		if k := kindOfName(name); (k == nameOwn) != own || (k == nameForwarding) != forwarding {
+			t.Fatalf("%q, read as %q: kind %d; want Tunnelkit-* %v, forwarding %v", name, read, k, own, forwarding)
+		}
+		if len(name) >= len("tunnelkit-") && strings.EqualFold(name[:len("tunnelkit-")], "tunnelkit-") && !own {
+			t.Fatalf("%q: kept, which the rule before issue #32 dropped", name)
+		}
+		// Every spelling alike: '-' for '_' and '.' and back, the case
+		// swapped.
+		alike := strings.Map(func(r rune) rune {
+			switch {
+			case r == '_' || r == '.':
+				return '-'
+			case r == '-':
+				return '_'
+			case 'a' <= r && r <= 'z':
+				return r - 'a' + 'A'
+			case 'A' <= r && r <= 'Z':
+				return r - 'A' + 'a'
+			}
+			return r
+		}, name)
+		if kindOfName(alike) != kindOfName(name) {
+			t.Fatalf("%q is of kind %d, %q of kind %d", name, kindOfName(name), alike, kindOfName(alike))
+		}
+
+		r := newRequest("POST", "/")
+		r.Header[name] = []string{"v"}
+		r.Trailer = http.Header{name: nil}
+		r.Body = &trailingBody{Reader: strings.NewReader("x"), trailer: r.Trailer, fill: http.Header{name: {"t"}}}
+		var none *Policy
+		if none.Check(discard{}, r, mustAddr("192.0.2.1")) {
+			t.Fatal("a nil policy answered")
+		}
+		kept := !own && !(forwarding && !canonical)
+		if got := r.Header[name]; kept != (len(got) == 1 && got[0] == "v") || len(r.Header) > 1 {
+			t.Fatalf("header %q: the app gets %v; want it kept %v", name, r.Header, kept)
+		}
+		kept = !own && !forwarding
+		if _, ok := r.Trailer[name]; ok != kept {
+			t.Fatalf("trailer %q announced %v; want %v", name, ok, kept)
+		}
+		io.Copy(io.Discard, r.Body)
+		if got := r.Trailer[name]; kept != (len(got) == 1 && got[0] == "t") || len(r.Trailer) > 1 {
+			t.Fatalf("trailer %q: the app gets %v; want it kept %v", name, r.Trailer, kept)
 		}
 	})
 }

@@ -256,7 +256,10 @@ func (l *oidcLogin) callback(p *Policy, w http.ResponseWriter, r *http.Request) 
 		fail("the provider sent no code", nil)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), exchangeTimeout)
+	// Bounded by its own timeout, not by the client: net/http cancels
+	// r's context when an HTTP/1.1 client half-closes after its request,
+	// still waiting for the answer, and a code is redeemed once.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), exchangeTimeout)
 	id, err := l.provider.Exchange(ctx, code, lg.verifier, redirectURL(r))
 	cancel()
 	switch {

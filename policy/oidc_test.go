@@ -54,6 +54,9 @@ func (f *fakeIdP) login(authURL string, id Identity) string {
 }
 
 func (f *fakeIdP) Exchange(ctx context.Context, code, verifier, redirectURL string) (Identity, error) {
+	if err := ctx.Err(); err != nil {
+		return Identity{}, err // as an exchange over the network fails
+	}
 	f.mu.Lock()
 	l, ok := f.logins[code]
 	delete(f.logins, code)
@@ -82,6 +85,7 @@ type browser struct {
 	host    string
 	cookies map[string]*http.Cookie
 	clk     *clock
+	ctx     context.Context // of its requests; nil: context.Background
 }
 
 func newBrowser(t *testing.T, p *Policy, clk *clock) *browser {
@@ -99,7 +103,11 @@ func (b *browser) get(method, target string, header ...string) (*httptest.Respon
 		}
 		target = u.RequestURI()
 	}
-	r := httptest.NewRequest(method, "https://"+b.host+target, nil)
+	ctx := b.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	r := httptest.NewRequestWithContext(ctx, method, "https://"+b.host+target, nil)
 	for i := 0; i+1 < len(header); i += 2 {
 		r.Header.Add(header[i], header[i+1])
 	}
@@ -194,6 +202,28 @@ func TestOIDCLogin(t *testing.T) {
 	}
 	if w, _ := b.get("GET", "/"); w.Code != http.StatusFound {
 		t.Errorf("after logout: %d; want a new login", w.Code)
+	}
+}
+
+// A callback whose request's context ended, as net/http ends it when an
+// HTTP/1.1 client half-closes after its request, completes the login as
+// a whole request does: the code exchange is bounded by its own timeout,
+// not by the client (issue #32).
+func TestOIDCCallbackHalfClosed(t *testing.T) {
+	clk := newClock()
+	idp := new(fakeIdP)
+	p := compileOIDC(t, idp, clk, nil)
+	b := newBrowser(t, p, clk)
+	w, _ := b.get("GET", "/page")
+	cb := idp.login(w.Header().Get("Location"), ann)
+	halfClosed, cancel := context.WithCancel(context.Background())
+	cancel()
+	b.ctx = halfClosed
+	if w, _ := b.get("GET", cb); w.Code != http.StatusFound || w.Header().Get("Location") != "/page" {
+		t.Fatalf("callback, its client half-closed: %d %q to %q; want a redirect to /page", w.Code, w.Body, w.Header().Get("Location"))
+	}
+	if _, r := b.get("GET", "/page"); r == nil || r.Header.Get(HeaderAuthEmail) != "ann@example.com" {
+		t.Fatalf("after the login: %v; want ann's session", r)
 	}
 }
 

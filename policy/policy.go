@@ -13,9 +13,9 @@ import (
 	"time"
 )
 
-// Headers the edge sets on requests to the app. Every request header whose
-// name starts with ReservedPrefix is removed first, whatever the policy, so
-// the app can trust these.
+// Headers the edge sets on requests to the app. Every request header and
+// trailer whose name reads as one starting with ReservedPrefix is removed
+// first, whatever the policy, so the app can trust these (see Check).
 const (
 	// HeaderAuthUser is the basic_auth user a request logged in as.
 	HeaderAuthUser = "Tunnelkit-Auth-User"
@@ -226,9 +226,20 @@ var (
 // same bytes, with their length (no longer chunked, unless it has
 // trailers). Call Check on every request, on a nil *Policy too: that
 // removes the reserved headers a client sent.
+//
+// Reserved headers are those named like one the edge reserves or sets,
+// as app stacks read names, with '_' and '.' as '-' and the case folded
+// (CGI and PHP read Tunnelkit_Auth_User as Tunnelkit-Auth-User): every
+// spelling of a Tunnelkit-* name, and every spelling of an X-Forwarded-*
+// or Forwarded name but the canonical one (X-Forwarded-For), which the
+// edge appends to. A request trailer named like any of them, however
+// spelled, is removed too: those the request announces at once, those
+// that come as its body ends (r.Body is wrapped for that, when trailers
+// may come).
 func (p *Policy) Check(w http.ResponseWriter, r *http.Request, client netip.Addr) (served bool) {
 	stripReserved(r.Header)
 	if p == nil {
+		holdTrailers(r)
 		return false
 	}
 	if !p.AllowAddr(client) {
@@ -270,6 +281,7 @@ func (p *Policy) Check(w http.ResponseWriter, r *http.Request, client netip.Addr
 		return true
 	}
 	p.reqHeaders.apply(r.Header)
+	holdTrailers(r)
 	return false
 }
 
@@ -294,6 +306,7 @@ func (p *Policy) checkWebhook(w http.ResponseWriter, r *http.Request) (served bo
 			p.refuse(w, r, Refusal{http.StatusBadRequest, CodeBadRequest, "the request body could not be read"})
 			return true
 		}
+		stripReservedTrailers(r.Trailer) // come with the body's end
 	}
 	if !p.webhook.verify(r.Header, body, p.clock()) {
 		p.refuse(w, r, Refusal{http.StatusForbidden, CodeWebhookInvalid, "no valid " + p.webhook.provider + " webhook signature"})

@@ -286,8 +286,9 @@ var (
 )
 
 // ReservedPrefix starts the names of the headers the edge owns: a policy may
-// not set or remove them, and every incoming request header with this prefix
-// is removed before the request goes on to the app (see Policy.Check).
+// not set or remove them, and every incoming request header and trailer
+// whose name reads as one with this prefix (however spelled: see
+// Policy.Check) is removed before the request goes on to the app.
 const ReservedPrefix = "Tunnelkit-"
 
 func (h *Headers) validate(kind string, reserved map[string]bool) error {
@@ -327,7 +328,12 @@ func allowedHeader(kind, name string, reserved map[string]bool) error {
 		return fmt.Errorf("%w: %s: %s is not a header name", ErrInvalid, kind, quote(name))
 	}
 	c := http.CanonicalHeaderKey(name)
-	if reserved[c] || strings.HasPrefix(c, ReservedPrefix) {
+	// Apps read '_' and '.' as '-' (see Check): a request may not get
+	// another spelling of a forwarding header, nor any message another
+	// spelling of a Tunnelkit-* name.
+	k := kindOfName(c)
+	lookalike := k == nameForwarding && kind == KindRequestHeaders && !canonicalName(c)
+	if reserved[c] || k == nameOwn || lookalike {
 		return fmt.Errorf("%w: %s: %s may not be changed (the edge owns it)", ErrInvalid, kind, c)
 	}
 	return nil
