@@ -35,7 +35,7 @@ import (
 //     moves: it is cut when nothing of it came for halfCloseGrace, before
 //     its header as in a silent stream (an event stream between events),
 //     unless a write waits on the client, which only one still there holds
-//     up.
+//     up. A write to the client that fails cuts the exchange at once.
 //   - An app that answers before it read the request body gets its answer
 //     to the client; the rest of the body is not read (an HTTP/1.1
 //     client's connection is closed after the response), and the stream is
@@ -412,7 +412,10 @@ func (x *exchange) awaitingAnswer() bool {
 }
 
 // clientWriter is the ResponseWriter the proxy answers the client with:
-// it counts the writes under way (see checkGone).
+// it counts the writes under way (see checkGone), and a write or a flush
+// that fails cuts the exchange at once: the client is gone. ReverseProxy
+// would notice two writes later (it ignores a flush's error, and net/http's
+// buffers pass the error on to its next writes only then).
 type clientWriter struct {
 	http.ResponseWriter
 	x *exchange
@@ -422,6 +425,9 @@ func (w *clientWriter) Write(p []byte) (int, error) {
 	w.x.writing.Add(1)
 	n, err := w.ResponseWriter.Write(p)
 	w.x.writing.Add(-1)
+	if err != nil {
+		w.x.writeFailed(err)
+	}
 	return n, err
 }
 
@@ -431,12 +437,32 @@ func (w *clientWriter) FlushError() error {
 	w.x.writing.Add(1)
 	err := http.NewResponseController(w.ResponseWriter).Flush()
 	w.x.writing.Add(-1)
+	if err != nil {
+		w.x.writeFailed(err)
+	}
 	return err
 }
 
 // Unwrap lets http.ResponseController reach the connection (deadlines,
 // hijacking).
 func (w *clientWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// writeFailed cuts the exchange whose write to the client failed with
+// err, unless err is net/http's word on the handler's own doing (a
+// ResponseWriter that cannot flush, as a middleware's may be; a body where
+// none goes), not on the client.
+func (x *exchange) writeFailed(err error) {
+	for _, own := range []error{http.ErrNotSupported, http.ErrBodyNotAllowed, http.ErrContentLength, http.ErrHijacked} {
+		if errors.Is(err, own) {
+			return
+		}
+	}
+	if x.over() {
+		return
+	}
+	x.srv.log().Debug("http exchange: a write to the client failed; cutting it", "host", x.in.Host, "client", x.in.RemoteAddr, "err", err)
+	x.abort()
+}
 
 // responseBody is a response body of an exchange: reading it is activity.
 type responseBody struct {
