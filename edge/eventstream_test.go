@@ -41,11 +41,14 @@ const leaveBound = 6 * time.Second
 
 // sseApp is an app of event streams. /events?id=ID sends three events at
 // once, then nothing until its request's context ends (or the test's),
-// and reports when the context ended to whoever watches ID. /page?id=ID is
+// and reports when the context ended to whoever watches ID; a request that
+// resumes a stream (Last-Event-ID) is reported on resumed. /page?id=ID is
 // an HTML page whose EventSource reads /events?id=ID and closes after
-// three events, noting when in window.closedAt.
+// three events, noting when in window.closedAt (with &keep, it stays
+// open).
 type sseApp struct {
-	addr string
+	addr    string
+	resumed chan string // "ID LAST-EVENT-ID" of each request that resumes a stream
 
 	mu      sync.Mutex
 	watched map[string]chan time.Time
@@ -54,7 +57,7 @@ type sseApp struct {
 
 func newSSEApp(t *testing.T) *sseApp {
 	t.Helper()
-	a := &sseApp{watched: map[string]chan time.Time{}, done: make(chan struct{})}
+	a := &sseApp{watched: map[string]chan time.Time{}, done: make(chan struct{}), resumed: make(chan string, 16)}
 	ln := listen(t)
 	a.addr = ln.Addr().String()
 	srv := &http.Server{Handler: a}
@@ -82,17 +85,23 @@ func (a *sseApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 const es = new EventSource('/events?id=' + %s);
 let n = 0;
 es.onmessage = () => {
-	if (++n < 3) return;
+	if (++n < 3 || %t) return;
 	es.close();
 	window.closedAt = Date.now();
 	document.getElementById('state').textContent = 'closed';
 };
-</script>`, strconv.Quote(url.QueryEscape(id)))
+</script>`, strconv.Quote(url.QueryEscape(id)), r.URL.Query().Has("keep"))
 		return
 	case "/events":
 	default:
 		http.NotFound(w, r)
 		return
+	}
+	if last := r.Header.Get("Last-Event-ID"); last != "" {
+		select {
+		case a.resumed <- id + " " + last:
+		default:
+		}
 	}
 	a.mu.Lock()
 	ch := a.watched[id]
@@ -349,12 +358,16 @@ func TestEventStreamClientsThatGoOverHTTP1(t *testing.T) {
 
 // TestEventSourceCloseCancelsTheApp: a page over HTTP/1.1 (plain http, as
 // Chromium speaks it) in headless Chromium reads three events with an
-// EventSource and closes it: the app's request is cancelled.
+// EventSource and closes it: the app's request is cancelled. And what
+// Timeouts.HTTPIdle does to a stream that stays silent while its page
+// keeps it open, as the README says: the edge ends it, and the
+// EventSource connects again, resuming after the last event it got.
 func TestEventSourceCloseCancelsTheApp(t *testing.T) {
 	testtools.Need(t, "chromium")
 	t.Parallel()
 	app := newSSEApp(t)
 	ways := streamWays(t, app.addr, nil)
+	idle := streamWays(t, app.addr, func(s *edge.Server) { s.Timeouts.HTTPIdle = 2 * time.Second })
 	page := testchrome.Start(t, "about:blank", "--host-resolver-rules=MAP *.example.test 127.0.0.1")
 	for _, w := range ways {
 		if !strings.HasSuffix(w.name, "/h1") {
@@ -370,6 +383,30 @@ func TestEventSourceCloseCancelsTheApp(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitCancelled(t, cancelled, time.UnixMilli(ms))
+		})
+	}
+	for _, w := range idle {
+		if w.held == nil || !strings.HasSuffix(w.name, "/h1") {
+			continue
+		}
+		t.Run(w.name+"/silent past HTTPIdle", func(t *testing.T) {
+			id := w.name + "/idle"
+			page.Navigate(t, w.url+"/page?keep&id="+url.QueryEscape(id))
+			deadline := time.After(30 * time.Second)
+			for {
+				select {
+				case got := <-app.resumed:
+					if !strings.HasPrefix(got, id+" ") {
+						continue // the stream of a page before, ended again
+					}
+					if want := id + " 2"; got != want {
+						t.Fatalf("the app saw the stream resumed as %q, want %q", got, want)
+					}
+					return
+				case <-deadline:
+					t.Fatal("the EventSource did not connect again within 30 s of its page's load")
+				}
+			}
 		})
 	}
 }
