@@ -166,7 +166,14 @@ type Timeouts struct {
 	// long while they were due: a request body the agent stopped reading,
 	// a response body or an upgraded connection (a WebSocket) that went
 	// silent, a client that stopped reading its response. Waiting for the
-	// app's answer is ResponseHeader's business. Zero: 2 minutes.
+	// app's answer is ResponseHeader's business. An app that hung in the
+	// middle of its answer looks like a long-lived stream between two
+	// messages: an event stream (text/event-stream), a streamed long poll
+	// or a WebSocket that sends nothing for HTTPIdle is ended too, however
+	// alive its client (a browser's EventSource then connects again). Such
+	// apps send something more often (an event stream a comment line,
+	// ":\n"), or the bound is raised or lifted; a client that leaves ends
+	// its exchange without it. Zero: 2 minutes.
 	HTTPIdle time.Duration
 
 	// ResponseHeader bounds how long the edge waits for an agent's app to

@@ -29,9 +29,13 @@ import (
 //     and the agent cancels the request it forwards. HTTP/2 says when a
 //     client leaves (RST_STREAM, or the connection goes); HTTP/1.1 says only
 //     that the client's side ended, which a client that half-closes after
-//     its request also does, still waiting for the answer: that client
-//     gets the answer if its header comes within halfCloseGrace, and
-//     afterwards as long as writing it succeeds.
+//     its request also does, still waiting for the answer. Nothing tells
+//     the two apart until a byte is sent (to a client that left, the next
+//     write fails), so once the side ended the answer is held only while it
+//     moves: it is cut when nothing of it came for halfCloseGrace, before
+//     its header as in a silent stream (an event stream between events),
+//     unless a write waits on the client, which only one still there holds
+//     up. A write to the client that fails cuts the exchange at once.
 //   - An app that answers before it read the request body gets its answer
 //     to the client; the rest of the body is not read (an HTTP/1.1
 //     client's connection is closed after the response), and the stream is
@@ -66,16 +70,19 @@ type exchange struct {
 	header   atomic.Bool // the app's response header came
 	idle     *time.Timer
 
-	mu    sync.Mutex // orders abort and the end: no abort after the handler
-	ended bool       // the proxy returned
-	cut   bool       // the edge cut the exchange short
+	writing atomic.Int32 // writes to the client under way (clientWriter)
+
+	mu    sync.Mutex  // orders abort and the end: no abort after the handler
+	ended bool        // the proxy returned
+	cut   bool        // the edge cut the exchange short
+	gone  *time.Timer // an HTTP/1.1 client's side ended: checkGone's timer; nil before
 
 	rp httputil.ReverseProxy
 }
 
-// halfCloseGrace is how long after an HTTP/1.1 client's side ended
-// (it left, or it half-closed after its request) the app's answer is
-// waited for before its request is cancelled.
+// halfCloseGrace is how long, once an HTTP/1.1 client's side ended (it
+// left, or it half-closed after its request), the app's answer may send
+// nothing before its request is cancelled.
 const halfCloseGrace = time.Second
 
 // serveExchange proxies r, which pol let through, to the first reachable
@@ -135,13 +142,16 @@ func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, routes []
 		x.mu.Lock()
 		x.ended = true
 		cut := x.cut
+		if x.gone != nil {
+			x.gone.Stop()
+		}
 		x.mu.Unlock()
 		if x.body != nil {
 			x.body.end()
 		}
 		s.doneUpstream(x.up, cut || !x.completed())
 	}()
-	x.rp.ServeHTTP(w, out)
+	x.rp.ServeHTTP(&clientWriter{ResponseWriter: w, x: x}, out)
 }
 
 // completed reports whether the exchange ended cleanly for its upstream:
@@ -302,21 +312,43 @@ func (s *Server) holdsSession(r router.Route) bool {
 // clientDone runs when the public request's context ends: its client
 // left, or (HTTP/1.1) half-closed, or the handler returned.
 func (x *exchange) clientDone() {
-	if x.over() {
-		return
-	}
 	if x.in.ProtoMajor >= 2 {
 		x.abort() // RST_STREAM, or the connection went
 		return
 	}
-	if x.header.Load() {
-		return // the answer is under way: a client that left fails its writes
+	end := time.Now()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.ended || x.cut {
+		return
 	}
-	time.AfterFunc(halfCloseGrace, func() {
-		if !x.header.Load() {
-			x.abort()
-		}
-	})
+	x.gone = time.AfterFunc(halfCloseGrace, func() { x.checkGone(end) })
+}
+
+// checkGone cuts the exchange of an HTTP/1.1 client whose side ended at
+// end, once the app's answer sent nothing for halfCloseGrace since then
+// and no write to the client is under way; else it looks again when that
+// may be so.
+func (x *exchange) checkGone(end time.Time) {
+	last := x.activity.load()
+	if last.Before(end) {
+		last = end
+	}
+	quiet := time.Since(last)
+	if quiet >= halfCloseGrace && x.writing.Load() == 0 {
+		x.srv.log().Debug("http exchange: the client's side ended, and its answer stopped; cutting it", "host", x.in.Host, "client", x.in.RemoteAddr, "header", x.header.Load())
+		x.abort()
+		return
+	}
+	next := halfCloseGrace - quiet
+	if next <= 0 {
+		next = halfCloseGrace // a write waits on the client: still there
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !x.ended && !x.cut {
+		x.gone.Reset(next)
+	}
 }
 
 // abort cuts the exchange short: the app's request is cancelled (the
@@ -377,6 +409,59 @@ func (x *exchange) stopIdle() {
 // bounds.
 func (x *exchange) awaitingAnswer() bool {
 	return !x.header.Load() && (x.body == nil || x.body.done())
+}
+
+// clientWriter is the ResponseWriter the proxy answers the client with:
+// it counts the writes under way (see checkGone), and a write or a flush
+// that fails cuts the exchange at once: the client is gone. ReverseProxy
+// would notice two writes later (it ignores a flush's error, and net/http's
+// buffers pass the error on to its next writes only then).
+type clientWriter struct {
+	http.ResponseWriter
+	x *exchange
+}
+
+func (w *clientWriter) Write(p []byte) (int, error) {
+	w.x.writing.Add(1)
+	n, err := w.ResponseWriter.Write(p)
+	w.x.writing.Add(-1)
+	if err != nil {
+		w.x.writeFailed(err)
+	}
+	return n, err
+}
+
+// FlushError flushes what was written to the client (see
+// http.ResponseController.Flush).
+func (w *clientWriter) FlushError() error {
+	w.x.writing.Add(1)
+	err := http.NewResponseController(w.ResponseWriter).Flush()
+	w.x.writing.Add(-1)
+	if err != nil {
+		w.x.writeFailed(err)
+	}
+	return err
+}
+
+// Unwrap lets http.ResponseController reach the connection (deadlines,
+// hijacking).
+func (w *clientWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// writeFailed cuts the exchange whose write to the client failed with
+// err, unless err is net/http's word on the handler's own doing (a
+// ResponseWriter that cannot flush, as a middleware's may be; a body where
+// none goes), not on the client.
+func (x *exchange) writeFailed(err error) {
+	for _, own := range []error{http.ErrNotSupported, http.ErrBodyNotAllowed, http.ErrContentLength, http.ErrHijacked} {
+		if errors.Is(err, own) {
+			return
+		}
+	}
+	if x.over() {
+		return
+	}
+	x.srv.log().Debug("http exchange: a write to the client failed; cutting it", "host", x.in.Host, "client", x.in.RemoteAddr, "err", err)
+	x.abort()
 }
 
 // responseBody is a response body of an exchange: reading it is activity.

@@ -341,6 +341,35 @@ func TestHalfClosedClientGetsTheAnswer(t *testing.T) {
 	}
 }
 
+// TestHalfClosedClientGetsALongAnswer: an HTTP/1.1 client half-closes
+// after its request and reads a long answer: it gets it whole, since the
+// answer keeps moving (the edge cuts a half-closed client's answer only
+// once it stops: see TestEventStreamClientsThatGoOverHTTP1).
+func TestHalfClosedClientGetsALongAnswer(t *testing.T) {
+	t.Parallel()
+	te := startEdge(t)
+	const size = 64 << 20
+	te.serveApp(t, "long", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(w, io.LimitReader(pattern(size), size))
+	}))
+	conn, err := net.Dial("tcp", te.httpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GET / HTTP/1.1\r\nHost: long.example.test\r\n\r\n")
+	conn.(*net.TCPConn).CloseWrite()
+	conn.SetReadDeadline(time.Now().Add(60 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err != nil || n != size {
+		t.Fatalf("the half-closed client read %d bytes of %d: %v", n, size, err)
+	}
+}
+
 // TestStalledExchangesEnd: whatever side stops moving bytes it owes, the
 // exchange ends after Timeouts.HTTPIdle: the client hears of it, the
 // edge's streams are released, and the agent drops its connection to the

@@ -97,6 +97,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	connsPerSource := fs.Int("conns-per-source", 0, "connections one client address (an IPv6 /64) may hold at once on -http, and on -tls (0: 1024, negative: no bound)")
 	handshakesPerSource := fs.Int("handshakes-per-source", 0, "TLS handshakes for https endpoints one client address (an IPv6 /64) may have under way at once (0: 64, negative: no bound)")
 	bodyTimeout := fs.Duration("body-timeout", 0, "cut off an HTTP request body that stops moving this long (0: 60s, negative: never)")
+	httpIdle := fs.Duration("http-idle", 0, "end an HTTP exchange whose bytes stop moving this long, a silent response too: an event stream, a streamed long poll or a WebSocket that sends nothing for as long is cut, however alive its client; and close keep-alive connections idle as long (0: 2m, negative: never)")
 	var proxyFrom prefixList
 	fs.Var(&proxyFrom, "proxy-protocol-from", "the load balancers' addresses, as `CIDR,...` (prefixes or single addresses; the flag repeats): their connections to -http, -tls and TCP endpoints must start with a PROXY protocol header (v1 or v2) naming the client; other peers are clients at their own address, never read for a header (empty: no PROXY protocol)")
 	agentCert := fs.String("agent-cert", "", "PEM certificate for TLS on -agents (with -agent-key; empty: plaintext)")
@@ -209,7 +210,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 			ConnsPerSource:           *connsPerSource,
 			HandshakesPerSource:      *handshakesPerSource,
 		},
-		Timeouts: edge.Timeouts{Body: *bodyTimeout},
+		Timeouts: edge.Timeouts{Body: *bodyTimeout, HTTPIdle: *httpIdle},
 	}
 	ids := identities{}
 	if *token != "" {

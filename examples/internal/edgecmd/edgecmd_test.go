@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/policy"
@@ -94,6 +95,18 @@ func TestEndpointQuotaFlags(t *testing.T) {
 	want := edge.Limits{EndpointsPerIdentity: 7, EndpointsPerSource: -1, Endpoints: 9}
 	if srv.Limits != want {
 		t.Fatalf("Limits %+v, want %+v", srv.Limits, want)
+	}
+}
+
+// -body-timeout and -http-idle set the Timeouts of the same names.
+func TestTimeoutFlags(t *testing.T) {
+	if srv := configured(t); srv.Timeouts != (edge.Timeouts{}) {
+		t.Errorf("Timeouts %+v without flags, want the defaults (zero)", srv.Timeouts)
+	}
+	srv := configured(t, "-body-timeout", "30s", "-http-idle", "-1s")
+	want := edge.Timeouts{Body: 30 * time.Second, HTTPIdle: -time.Second}
+	if srv.Timeouts != want {
+		t.Fatalf("Timeouts %+v, want %+v", srv.Timeouts, want)
 	}
 }
 
