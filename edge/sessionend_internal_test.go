@@ -206,13 +206,14 @@ func (a *rawAgent) rst(id uint32) {
 // held is what an edge holds for its agent sessions.
 type held struct {
 	sessions, pending, identities, endpoints int
+	kept                                     int // names kept in a grace, which count against the quotas too
 	streams, observed                        int64
 	goroutines                               int
 }
 
 func (h held) String() string {
-	return fmt.Sprintf("%d sessions (%d observed), %d pending, %d identities, %d endpoints, %d streams, %d goroutines",
-		h.sessions, h.observed, h.pending, h.identities, h.endpoints, h.streams, h.goroutines)
+	return fmt.Sprintf("%d sessions (%d observed), %d pending, %d identities, %d endpoints (and %d kept), %d streams, %d goroutines",
+		h.sessions, h.observed, h.pending, h.identities, h.endpoints, h.kept, h.streams, h.goroutines)
 }
 
 // within reports whether h holds no more than base.
@@ -277,11 +278,12 @@ func (e *endEdge) held() held {
 	var h held
 	s.mu.Lock()
 	h.sessions = len(s.sessions)
-	h.pending = s.pending.Len()
+	h.pending = s.pending.total
 	h.identities = len(s.perIdentity)
 	s.mu.Unlock()
 	s.endpointCounts.mu.Lock()
-	h.endpoints = s.endpointCounts.total
+	h.kept = len(s.endpointCounts.kept)
+	h.endpoints = s.endpointCounts.total - h.kept
 	s.endpointCounts.mu.Unlock()
 	h.streams = e.obs.streams.Load()
 	h.observed = e.obs.sessions.Load()
@@ -492,6 +494,9 @@ func TestSessionEndsWithItsTransport(t *testing.T) {
 			}
 			e.backToBase(t, base, c.name)
 			e.afterEnd(t, reqs, names)
+			if kept := e.held().kept - base.kept; kept != len(names) {
+				t.Fatalf("%d names kept in the grace count against the quotas, want %d", kept, len(names))
+			}
 			for _, name := range names {
 				if _, until, ok := e.rt.Holder(wire.ProtoHTTP, name+".example.test"); !ok || until.IsZero() {
 					t.Fatalf("%s is not kept in the grace (held %v, until %v)", name, ok, until)
