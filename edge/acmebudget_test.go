@@ -34,6 +34,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/edge/acme"
 	"github.com/tunnelkit/tunnelkit/internal/testacme"
 )
 
@@ -394,15 +395,15 @@ func TestACMEOrderBudget(t *testing.T) {
 	e := startACMEEdge(t, edge.ACME{OrdersPerHour: perHour})
 	mallory := e.agent(t, "mallory")
 	names := bindMany(t, mallory, "m", 300)
-	if ok := e.handshakeAll(names); ok != edge.DefaultACMEOrdersPerIdentity {
-		t.Errorf("%d of mallory's 300 names got a certificate, want %d", ok, edge.DefaultACMEOrdersPerIdentity)
+	if ok := e.handshakeAll(names); ok != acme.DefaultOrdersPerIdentity {
+		t.Errorf("%d of mallory's 300 names got a certificate, want %d", ok, acme.DefaultOrdersPerIdentity)
 	}
 	isMallory := func(n string) bool { return strings.HasPrefix(n, "m") }
-	if n := e.orders.count(nil); n != edge.DefaultACMEOrdersPerIdentity || e.orders.count(isMallory) != n {
-		t.Errorf("%d ACME orders (%d of them mallory's) for mallory's 300 names, want %d", n, e.orders.count(isMallory), edge.DefaultACMEOrdersPerIdentity)
+	if n := e.orders.count(nil); n != acme.DefaultOrdersPerIdentity || e.orders.count(isMallory) != n {
+		t.Errorf("%d ACME orders (%d of them mallory's) for mallory's 300 names, want %d", n, e.orders.count(isMallory), acme.DefaultOrdersPerIdentity)
 	}
-	if n := e.obs.get("refused/acme_budget"); n != 300-edge.DefaultACMEOrdersPerIdentity {
-		t.Errorf("%d handshakes refused as acme_budget, want %d", n, 300-edge.DefaultACMEOrdersPerIdentity)
+	if n := e.obs.get("refused/acme_budget"); n != 300-acme.DefaultOrdersPerIdentity {
+		t.Errorf("%d handshakes refused as acme_budget, want %d", n, 300-acme.DefaultOrdersPerIdentity)
 	}
 
 	// One at a time: bind, handshake, unbind.
@@ -413,8 +414,8 @@ func TestACMEOrderBudget(t *testing.T) {
 		}
 		l.Close()
 	}
-	if n := e.orders.count(nil); n != edge.DefaultACMEOrdersPerIdentity {
-		t.Errorf("%d ACME orders after 30 more names bound and unbound, want still %d", n, edge.DefaultACMEOrdersPerIdentity)
+	if n := e.orders.count(nil); n != acme.DefaultOrdersPerIdentity {
+		t.Errorf("%d ACME orders after 30 more names bound and unbound, want still %d", n, acme.DefaultOrdersPerIdentity)
 	}
 
 	// The well-behaved tenant.
@@ -473,7 +474,7 @@ func TestACMEOrderBudget(t *testing.T) {
 	// Close waits for the certificates' upkeep and every order.
 	e.srv.Close()
 	buf := make([]byte, 1<<20)
-	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "edge.(*certManager)") {
+	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "acme.(*certManager)") {
 		t.Errorf("the ACME manager's goroutines outlive Close:\n%s", stacks)
 	}
 }
@@ -499,7 +500,7 @@ func TestACMEAnonymousAgentsShareOneBudget(t *testing.T) {
 		names = append(names, bindMany(t, c, fmt.Sprintf("s%d-", i), 2)...)
 	}
 	got := e.handshakeAll(names)
-	if want := edge.DefaultACMEOrdersPerIdentity; got != want || e.orders.count(nil) != want {
+	if want := acme.DefaultOrdersPerIdentity; got != want || e.orders.count(nil) != want {
 		t.Errorf("anonymous agents from %d addresses, %d names: %d certificates, %d orders; want one identity's share, %d",
 			sources, len(names), got, e.orders.count(nil), want)
 	}

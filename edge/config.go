@@ -269,8 +269,6 @@ type config struct {
 	ticketLifetime    time.Duration
 
 	proxyFrom []netip.Prefix // the load balancers' addresses, IPv4 unmapped
-
-	acme acmeConfig // ACME's budgets, when Server.ACME is set
 }
 
 // limit resolves a limit: def for zero, none (0) for negative.
@@ -359,9 +357,6 @@ func (s *Server) resolve() (config, error) {
 			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96) // peers are matched unmapped
 		}
 		c.proxyFrom = append(c.proxyFrom, p.Masked())
-	}
-	if s.ACME != nil {
-		c.acme = s.ACME.resolve()
 	}
 	if c.handshake == 0 {
 		errs.add(errors.New("Timeouts.Handshake cannot be disabled: a peer that never speaks would hold its goroutine for good"))

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tunnelkit/tunnelkit/edge/acme"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
 )
@@ -296,8 +297,8 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request, host string, te
 // httpsOnly answers a plain-HTTP request for a name bound over https only.
 func (s *Server) httpsOnly(w http.ResponseWriter, r *http.Request, host string) {
 	t := s.tlsTerm()
-	if t.acmeHTTP != nil && strings.HasPrefix(r.URL.Path, "/.well-known/acme-challenge/") {
-		t.acmeHTTP.ServeHTTP(w, r)
+	if t.acme != nil && strings.HasPrefix(r.URL.Path, acme.ChallengePath) {
+		t.acme.ServeHTTP(w, r)
 		return
 	}
 	s.mu.Lock()

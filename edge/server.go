@@ -70,7 +70,7 @@ type Server struct {
 	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 
 	// ACME, if set, gets certificates for https endpoints from an ACME CA
-	// on demand (see ACME).
+	// on demand (see package github.com/tunnelkit/tunnelkit/edge/acme).
 	//
 	// Agents may bind https endpoints only when the edge has a source of
 	// certificates: Certificates, GetCertificate or ACME. They are served
@@ -620,6 +620,7 @@ func (s *Server) Close() error {
 	s.wg.Wait()
 	s.auth.flush()
 	s.names.stop()
+	s.stopACME()
 	return nil
 }
 

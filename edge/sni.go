@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"golang.org/x/crypto/acme"
+	"github.com/tunnelkit/tunnelkit/edge/acme"
 
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"

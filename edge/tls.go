@@ -8,23 +8,20 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/crypto/acme"
-	"golang.org/x/crypto/acme/autocert"
-
+	"github.com/tunnelkit/tunnelkit/edge/acme"
 	"github.com/tunnelkit/tunnelkit/internal/pipe"
+	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
 	"github.com/tunnelkit/tunnelkit/sni"
 )
 
 // TLS the edge terminates: for https:// endpoints (with the operator's
-// certificates or ones from ACME, see acme.go, serving HTTP/2 or HTTP/1.1
+// certificates or ones from ACME, see package acme, serving HTTP/2 or HTTP/1.1
 // by ALPN on the connection, through the same reverse proxy as plain
 // HTTP), and for the public names of its ECH keys (retry configurations).
 // Each client source has at most Limits.HandshakesPerSource handshakes
@@ -33,14 +30,13 @@ import (
 // terminating is the TLS the edge terminates for https endpoints: its
 // configuration and the HTTP server its connections go to.
 type terminating struct {
-	once     sync.Once
-	config   *tls.Config
-	agents   *tls.Config  // of agent sessions on the public TLS port (tlsagents.go)
-	acme     *certManager // nil without ACME
-	acmeHTTP http.Handler // its HTTP-01 challenges
-	leaves   []*tls.Certificate
-	queue    *pipe.Queue
-	hs       *http.Server
+	once   sync.Once
+	config *tls.Config
+	agents *tls.Config   // of agent sessions on the public TLS port (tlsagents.go)
+	acme   *acme.Manager // nil without ACME
+	leaves []*tls.Certificate
+	queue  *pipe.Queue
+	hs     *http.Server
 	// handshakes bounds the handshakes under way per client source.
 	handshakes sourceCount
 	serve      sync.Once
@@ -65,16 +61,13 @@ func (s *Server) tlsTerm() *terminating {
 		}
 		protos := []string{"h2", "http/1.1"}
 		if a := s.ACME; a != nil {
-			cache := a.Cache
-			if cache == nil {
-				if dir, err := os.UserCacheDir(); err == nil {
-					cache = autocert.DirCache(filepath.Join(dir, "tunnelkit", "acme"))
-				} else {
-					s.log().Warn("acme: no cache directory; certificates last as long as the process", "err", err)
-				}
-			}
-			t.acme = newCertManager(s, a, cache)
-			t.acmeHTTP = http.HandlerFunc(t.acme.serveHTTP01)
+			t.acme = acme.New(a, acme.Options{
+				Names:        acmeNames{s},
+				Logger:       s.log(),
+				ID:           s.ID,
+				Refused:      func() { s.obs().Refused(ReasonACMEBudget) },
+				CheckTimeout: s.cfg.handshake,
+			})
 			protos = append(protos, acme.ALPNProto)
 		}
 		t.config = &tls.Config{
@@ -110,7 +103,7 @@ func (s *Server) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, erro
 		if t.acme == nil {
 			return nil, errors.New("edge: an ACME challenge, and this edge uses no ACME")
 		}
-		return t.acme.challengeCert(hello)
+		return t.acme.GetCertificate(hello)
 	}
 	if s.GetCertificate != nil {
 		c, err := s.GetCertificate(hello)
@@ -124,7 +117,7 @@ func (s *Server) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, erro
 		}
 	}
 	if t.acme != nil {
-		return t.acme.certificate(hello)
+		return t.acme.GetCertificate(hello)
 	}
 	return nil, fmt.Errorf("edge: no certificate for %q", hello.ServerName)
 }
@@ -173,9 +166,6 @@ func (s *Server) serveTerminated() {
 		defer s.mu.Unlock()
 		if s.closed {
 			t.queue.Close()
-			if t.acme != nil {
-				t.acme.cancel()
-			}
 			return
 		}
 		if s.servers == nil {
@@ -185,11 +175,53 @@ func (s *Server) serveTerminated() {
 		s.wg.Go(func() { t.hs.Serve(t.queue) })
 		if t.acme != nil {
 			// Closing the server closes the queue (t.hs serves it),
-			// which stops the certificates' upkeep and every order.
-			s.wg.Go(func() { t.acme.maintain(t.queue.Done()) })
+			// which stops the certificates' upkeep (Close stops the
+			// orders).
+			s.wg.Go(func() { t.acme.Run(t.queue.Done()) })
 		}
 	})
 }
+
+// ACME is how an edge gets certificates from an ACME CA (see Server.ACME):
+// package acme's Config.
+type ACME = acme.Config
+
+// stopACME stops the orders of the ACME manager, if it was made, and
+// waits for them.
+func (s *Server) stopACME() {
+	if t := &s.term; t.acme != nil {
+		t.acme.Close()
+	}
+}
+
+// acmeNames tells the ACME manager who holds a name: the identity of the
+// https route bound to it exactly. The names of anonymous agents (see
+// anonymousPrefix), which any client can have as many of as it likes,
+// have one owner between them, and so one identity's budget of orders; an
+// identity that this edge's Authenticate gave is its own even if it looks
+// anonymous, and another edge's anonymous agents (a route of another
+// edge, see Relay) are anonymous here too.
+type acmeNames struct{ s *Server }
+
+func (n acmeNames) Holder(ctx context.Context, name string) (acme.Holder, bool, error) {
+	s := n.s
+	routes, err := s.router().Lookup(ctx, wire.ProtoHTTPS, name)
+	for _, r := range routes {
+		if r.Name != name {
+			continue
+		}
+		owner := r.Identity
+		if strings.HasPrefix(r.Identity, anonymousPrefix) && (s.Authenticate == nil || r.Edge != s.ID) {
+			owner = anonymousOwner
+		}
+		return acme.Holder{Identity: r.Identity, Owner: owner}, true, nil
+	}
+	return acme.Holder{}, false, err
+}
+
+// anonymousOwner is the owner of every anonymous agent's names, in the
+// ACME order budget: one identity's budget for them all.
+const anonymousOwner = "anonymous agents"
 
 // queueAddr is the address of the queue of TLS conns terminated here.
 type queueAddr struct{}

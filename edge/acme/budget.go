@@ -1,4 +1,4 @@
-package edge
+package acme
 
 import (
 	"encoding/json"

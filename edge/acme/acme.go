@@ -1,35 +1,56 @@
-package edge
+// Package acme gets certificates for an edge's https endpoints from an ACME
+// CA (Let's Encrypt, or any RFC 8555 server), on demand, within budgets
+// that keep one tenant from spending the CA's limits for every other.
+//
+// An edge.Server makes its Manager from its Server.ACME (a Config) and uses
+// it through its certificate hook: GetCertificate for terminated
+// handshakes (and TLS-ALPN-01 challenges), ServeHTTP for HTTP-01
+// challenges on its HTTP port. What the Manager needs of the edge is one
+// question, Names: who holds a name bound over https.
+//
+// Typical use, outside an edge (a server of one's own whose names come
+// from elsewhere):
+//
+//	m := acme.New(&acme.Config{Cache: autocert.DirCache("certs")}, acme.Options{Names: myNames})
+//	defer m.Close()
+//	go m.Run(done)
+//	srv := &http.Server{TLSConfig: &tls.Config{GetCertificate: m.GetCertificate, NextProtos: []string{"h2", "http/1.1", acme.ALPNProto}}}
+package acme
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/crypto/acme"
+	xacme "golang.org/x/crypto/acme"
 	"golang.org/x/crypto/acme/autocert"
 
-	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // Certificates from an ACME CA, on demand, for https endpoints, kept by a
-// small manager of the edge's own on golang.org/x/crypto/acme. It orders
+// small manager of tunnelkit's own on golang.org/x/crypto/acme. It orders
 // a certificate for a name an agent bound over https (exactly) at the
 // first handshake for it, within a budget of orders, per owner and for
 // the edge, that mirrors what a CA allows; it renews certificates of names
-// still bound (or bound within ACME.Grace) and forgets the others, from
+// still bound (or bound within Config.Grace) and forgets the others, from
 // memory and from the Cache. (autocert, which the edge used before, renews
 // every name it ever got a certificate for without asking its HostPolicy
 // again, and keeps every one in memory for the process's lifetime.)
 
-// ACME gets certificates for https endpoints from an ACME CA (Let's
+// Config is how a Manager gets certificates for https endpoints from an ACME CA (Let's
 // Encrypt, or any RFC 8555 server) on demand: the first handshake for a
 // name gets a certificate by a TLS-ALPN-01 challenge on the TLS port (or
 // HTTP-01 on the HTTP port, for a CA that offers no TLS-ALPN-01), later
@@ -52,7 +73,8 @@ import (
 // only against OrdersPerHour (Let's Encrypt exempts renewals from its
 // weekly limit). A handshake for a name that has no certificate yet and
 // that the budget refuses an order fails, as a handshake for a name nobody
-// bound does, counted as ReasonACMEBudget and logged at the Debug level
+// bound does, counted (Options.Refused; an edge counts it as
+// edge.ReasonACMEBudget) and logged at the Debug level
 // (a stranger chooses how often it handshakes); a budget running out is
 // logged once at the Warn level, and every issuance (Info) and failed order
 // (Warn, with the CA's error) once. The budgets are each edge's: edges
@@ -67,14 +89,15 @@ import (
 // "+corrupt"); the budgets then start full. Without a Cache, they last as
 // long as the process.
 //
-// The owner an order is counted against is the identity that bound the
-// name (see Server.Authenticate). An edge that authenticates no agent
-// makes every agent session an identity of its own, which any client can
-// have as many of as it likes, from as many addresses as it has: there,
-// the names of every anonymous agent count against one owner, and so
-// share one identity's budget (OrdersPerIdentity, IdentityShare). So do
-// the names of another edge's anonymous agents.
-type ACME struct {
+// The owner an order is counted against is the one Names gives, the
+// identity that bound the name (see edge.Server.Authenticate). An edge
+// that authenticates no agent makes every agent session an identity of
+// its own, which any client can have as many of as it likes, from as many
+// addresses as it has: there, the edge gives the names of every anonymous
+// agent one owner, so that they share one identity's budget
+// (OrdersPerIdentity, IdentityShare). So do the names of another edge's
+// anonymous agents.
+type Config struct {
 	// DirectoryURL is the CA's directory. Empty: Let's Encrypt's
 	// production directory.
 	DirectoryURL string
@@ -85,7 +108,7 @@ type ACME struct {
 	// Cache keeps the account key and certificates, in autocert's layout
 	// (a cache autocert filled keeps serving), and the record of what
 	// the order budgets spent, under "tunnelkit+acme_budget" (and "+"
-	// and Server.ID, as a safe file name, after it, for an edge with an
+	// and Options.ID (the edge's Server.ID), as a safe file name, after it, for an edge with an
 	// ID: give each edge sharing a Cache an ID of its own). Several edges sharing one Cache
 	// (a shared store implementing the interface) serve the same
 	// certificates and answer each other's challenges. Nil: a directory,
@@ -153,14 +176,70 @@ type ACME struct {
 	Grace time.Duration
 }
 
-// Defaults of ACME's budgets.
+// Defaults of Config's budgets.
 const (
-	DefaultACMEOrdersPerHour     = 100
-	DefaultACMEOrdersPerWeek     = 50
-	DefaultACMEOrdersPerIdentity = 5
-	DefaultACMEIdentityShare     = 1.0 / 5
-	DefaultACMEGrace             = 7 * 24 * time.Hour
+	DefaultOrdersPerHour     = 100
+	DefaultOrdersPerWeek     = 50
+	DefaultOrdersPerIdentity = 5
+	DefaultIdentityShare     = 1.0 / 5
+	DefaultGrace             = 7 * 24 * time.Hour
 )
+
+// ALPNProto is the ALPN protocol of TLS-ALPN-01 challenges: a TLS
+// configuration whose GetCertificate is a Manager's must offer it.
+const ALPNProto = xacme.ALPNProto
+
+// Holder is who holds a name bound over https: the identity that bound
+// it, and the owner whose budget its orders count against.
+type Holder struct {
+	Identity string
+	Owner    string
+}
+
+// Names tells a Manager which names may get certificates, and whose they
+// are.
+type Names interface {
+	// Holder returns who holds name (normalised: lower case, no trailing
+	// dot), bound over https exactly (not through a wildcard: see
+	// Config); ok is false when nobody does. An error is a Names that
+	// cannot tell now: no certificate is ordered, and none is dropped.
+	Holder(ctx context.Context, name string) (h Holder, ok bool, err error)
+}
+
+// Options are what a Manager is given besides its Config.
+type Options struct {
+	// Names tells which names may get certificates. Required.
+	Names Names
+
+	// Logger receives the Manager's log. Nil: none.
+	Logger *slog.Logger
+
+	// ID names the edge among those sharing a Cache: the budgets' record
+	// is kept under a key of its own (see Config.Cache). Empty: a lone
+	// edge.
+	ID string
+
+	// Refused, if set, is called when a handshake gets no certificate
+	// because the budget refused the order. It must not block.
+	Refused func()
+
+	// CheckTimeout bounds each question the upkeep asks Names. Zero: 10 s.
+	CheckTimeout time.Duration
+}
+
+// defaultCheckTimeout is Options.CheckTimeout's default.
+const defaultCheckTimeout = 10 * time.Second
+
+// limit resolves a bound of Config: zero is def, negative is no bound (0).
+func limit(v, def int) int {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
+}
 
 // acmeConfig is ACME's settings resolved: every budget a number, zero for
 // no bound.
@@ -173,17 +252,20 @@ type acmeConfig struct {
 	renewBefore       time.Duration // 0: a third of the lifetime, at most 30 days
 }
 
-func (a *ACME) resolve() acmeConfig {
+func (a *Config) resolve() acmeConfig {
 	c := acmeConfig{
-		ordersPerHour:     limit(a.OrdersPerHour, DefaultACMEOrdersPerHour),
-		ordersPerWeek:     limit(a.OrdersPerWeek, DefaultACMEOrdersPerWeek),
-		ordersPerIdentity: limit(a.OrdersPerIdentity, DefaultACMEOrdersPerIdentity),
-		grace:             timeout(a.Grace, DefaultACMEGrace),
+		ordersPerHour:     limit(a.OrdersPerHour, DefaultOrdersPerHour),
+		ordersPerWeek:     limit(a.OrdersPerWeek, DefaultOrdersPerWeek),
+		ordersPerIdentity: limit(a.OrdersPerIdentity, DefaultOrdersPerIdentity),
+		grace:             max(a.Grace, 0),
 		renewBefore:       max(a.RenewBefore, 0),
+	}
+	if a.Grace == 0 {
+		c.grace = DefaultGrace
 	}
 	share := a.IdentityShare
 	if share == 0 {
-		share = DefaultACMEIdentityShare
+		share = DefaultIdentityShare
 	}
 	if share > 0 && share < 1 && c.ordersPerWeek > 0 {
 		c.identityWeek = max(1, int(share*float64(c.ordersPerWeek)))
@@ -208,14 +290,23 @@ const (
 	orderRetryLatest = time.Hour
 )
 
-// certManager gets, keeps and renews the certificates of https names.
+// Manager gets, keeps and renews the certificates of https names (see
+// Config). Make one with New.
+type Manager = certManager
+
+// certManager is Manager.
 type certManager struct {
-	srv    *Server
-	cfg    acmeConfig
-	email  string
-	client *acme.Client
-	cache  autocert.Cache // nil: certificates last as long as the process
-	budget *orderBudget
+	holders      Names
+	log          *slog.Logger
+	refused      func()
+	checkTimeout time.Duration // Options.CheckTimeout
+	wg           sync.WaitGroup
+	closed       bool // guarded by mu: no order starts
+	cfg          acmeConfig
+	email        string
+	client       *xacme.Client
+	cache        autocert.Cache // nil: certificates last as long as the process
+	budget       *orderBudget
 	// budgetKey is the budgets' record's key in the cache.
 	budgetKey string
 	// saveMu orders the writes of the budgets' record; saved is the
@@ -262,38 +353,59 @@ func (e *certEntry) valid(now time.Time) bool {
 	return e.cert != nil && now.Before(e.cert.Leaf.NotAfter)
 }
 
-// newCertManager returns the manager of a's certificates, kept in cache
-// (nil: none) under the keys of a's directory, with the budgets' spending
-// read back from it.
-func newCertManager(s *Server, a *ACME, cache autocert.Cache) *certManager {
+// New returns the Manager of a's certificates, kept in a.Cache (nil: a
+// directory, "tunnelkit/acme" under the user's cache directory, or none if
+// there is no such directory) under the keys of a's directory, with the
+// budgets' spending read back from it. Close it when done.
+func New(a *Config, o Options) *Manager {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cache := a.Cache
+	if cache == nil {
+		if dir, err := os.UserCacheDir(); err == nil {
+			cache = autocert.DirCache(filepath.Join(dir, "tunnelkit", "acme"))
+		} else {
+			log.Warn("acme: no cache directory; certificates last as long as the process", "err", err)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
+	cfg := a.resolve()
 	m := &certManager{
-		srv:       s,
-		cfg:       s.cfg.acme,
-		email:     a.Email,
-		client:    &acme.Client{DirectoryURL: a.DirectoryURL, HTTPClient: a.HTTPClient},
-		cache:     directoryCacheOf(cache, a.DirectoryURL),
-		budget:    newOrderBudget(s.cfg.acme),
-		budgetKey: budgetKeyOf(s.ID),
-		ctx:       ctx,
-		cancel:    cancel,
-		wake:      make(chan struct{}, 1),
-		names:     map[string]*certEntry{},
-		alpn:      map[string]*tls.Certificate{},
-		http01:    map[string]string{},
+		holders:      o.Names,
+		log:          log,
+		refused:      o.Refused,
+		checkTimeout: cmp.Or(o.CheckTimeout, defaultCheckTimeout),
+		cfg:          cfg,
+		email:        a.Email,
+		client:       &xacme.Client{DirectoryURL: a.DirectoryURL, HTTPClient: a.HTTPClient},
+		cache:        directoryCacheOf(cache, a.DirectoryURL),
+		budget:       newOrderBudget(cfg),
+		budgetKey:    budgetKeyOf(o.ID),
+		ctx:          ctx,
+		cancel:       cancel,
+		wake:         make(chan struct{}, 1),
+		names:        map[string]*certEntry{},
+		alpn:         map[string]*tls.Certificate{},
+		http01:       map[string]string{},
 	}
 	m.loadBudget()
 	return m
 }
 
-// certificate returns the certificate for a terminated handshake: the one
-// held for its name, or one from the Cache, or a new one, ordered within
-// the budget if an agent bound the name over https exactly. The
+// GetCertificate returns the certificate for a handshake: for a
+// TLS-ALPN-01 challenge (hello offers only ALPNProto), its challenge
+// certificate; else the one held for its name, or one from the Cache, or
+// a new one, ordered within the budget if Names says the name is held. The
 // handshake's context bounds the wait for an order, not the order.
-func (m *certManager) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+func (m *certManager) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	if slices.Contains(hello.SupportedProtos, ALPNProto) {
+		return m.challengeCert(hello)
+	}
 	name, ok := router.Normalise(hello.ServerName)
 	if !ok {
-		return nil, fmt.Errorf("edge: no certificate for %q: not a host name", hello.ServerName)
+		return nil, fmt.Errorf("acme: no certificate for %q: not a host name", hello.ServerName)
 	}
 	ctx := hello.Context()
 	m.mu.Lock()
@@ -310,18 +422,18 @@ func (m *certManager) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate,
 	}
 	m.mu.Unlock()
 
-	r, bound, err := m.route(ctx, name)
+	h, bound, err := m.holders.Holder(ctx, name)
 	if err != nil {
-		return nil, fmt.Errorf("edge: no certificate for %q: %w", name, err)
+		return nil, fmt.Errorf("acme: no certificate for %q: %w", name, err)
 	}
 	if !bound {
-		return nil, fmt.Errorf("edge: no certificate for %q: no https endpoint has that name", name)
+		return nil, fmt.Errorf("acme: no certificate for %q: no https endpoint has that name", name)
 	}
 	cached, had := m.load(ctx, name)
 	if cached != nil {
-		return m.keep(name, r, cached), nil
+		return m.keep(name, h, cached), nil
 	}
-	o, err := m.orderFirst(name, r, had)
+	o, err := m.orderFirst(name, h, had)
 	if err != nil {
 		return nil, err
 	}
@@ -334,52 +446,22 @@ func (m *certManager) await(ctx context.Context, name string, o *certOrder) (*tl
 	case <-o.done:
 		return o.cert, o.err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("edge: the certificate for %q is still being issued", name)
+		return nil, fmt.Errorf("acme: the certificate for %q is still being issued", name)
 	}
 }
-
-// route returns the https route bound to name exactly, if there is one.
-func (m *certManager) route(ctx context.Context, name string) (r router.Route, bound bool, err error) {
-	routes, err := m.srv.router().Lookup(ctx, wire.ProtoHTTPS, name)
-	for _, r := range routes {
-		if r.Name == name {
-			return r, true, nil
-		}
-	}
-	return router.Route{}, false, err
-}
-
-// owner returns whose budget the names of r count against: its identity,
-// or, for an anonymous agent (any client may have as many of those
-// identities as it opens sessions, from as many addresses as it has),
-// anonymousOwner, which every anonymous agent shares. An identity that
-// this edge's Authenticate gave is its own even if it looks anonymous;
-// another edge's anonymous agents (a route of another edge, see Relay)
-// are anonymous here too.
-func (m *certManager) owner(r router.Route) string {
-	s := m.srv
-	if strings.HasPrefix(r.Identity, anonymousPrefix) && (s.Authenticate == nil || r.Edge != s.ID) {
-		return anonymousOwner
-	}
-	return r.Identity
-}
-
-// anonymousOwner is the owner of every anonymous agent's names, in the
-// ACME order budget: one identity's budget for them all.
-const anonymousOwner = "anonymous agents"
 
 // keep holds c, loaded from the Cache, as name's certificate, unless one
 // newer is held already, and returns the one held.
-func (m *certManager) keep(name string, r router.Route, c *tls.Certificate) *tls.Certificate {
+func (m *certManager) keep(name string, h Holder, c *tls.Certificate) *tls.Certificate {
 	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e := m.names[name]
 	if e == nil {
-		e = &certEntry{name: name, owner: m.owner(r)}
+		e = &certEntry{name: name, owner: h.Owner}
 		m.names[name] = e
 	}
-	e.identity, e.seen, e.checked = r.Identity, now, now
+	e.identity, e.seen, e.checked = h.Identity, now, now
 	if e.cert == nil || c.Leaf.NotAfter.After(e.cert.Leaf.NotAfter) {
 		e.cert, e.renewAt = c, m.renewAt(c.Leaf)
 		m.poke()
@@ -387,11 +469,11 @@ func (m *certManager) keep(name string, r router.Route, c *tls.Certificate) *tls
 	return e.cert
 }
 
-// orderFirst starts an order for name, bound by r, which has no valid
+// orderFirst starts an order for name, held by h, which has no valid
 // certificate (had: it had one once), unless one is under way (then it
 // returns that one), the last one failed too recently, or the budget
 // refuses.
-func (m *certManager) orderFirst(name string, r router.Route, had bool) (*certOrder, error) {
+func (m *certManager) orderFirst(name string, h Holder, had bool) (*certOrder, error) {
 	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -404,19 +486,21 @@ func (m *certManager) orderFirst(name string, r router.Route, had bool) (*certOr
 		close(o.done)
 		return o, nil
 	case e != nil && now.Before(e.retryAt):
-		return nil, fmt.Errorf("edge: no certificate for %q: no new order before %s", name, e.retryAt.Format(time.RFC3339))
+		return nil, fmt.Errorf("acme: no certificate for %q: no new order before %s", name, e.retryAt.Format(time.RFC3339))
 	}
-	owner := m.owner(r)
+	owner := h.Owner
 	first := !had && (e == nil || e.cert == nil)
-	if !m.spend(name, r.Identity, owner, first, now) {
-		m.srv.obs().Refused(ReasonACMEBudget)
-		return nil, fmt.Errorf("edge: no certificate for %q: over the ACME order budget", name)
+	if !m.spend(name, h.Identity, owner, first, now) {
+		if m.refused != nil {
+			m.refused()
+		}
+		return nil, fmt.Errorf("acme: no certificate for %q: over the ACME order budget", name)
 	}
 	if e == nil {
 		e = &certEntry{name: name}
 		m.names[name] = e
 	}
-	e.identity, e.owner, e.seen, e.checked = r.Identity, owner, now, now
+	e.identity, e.owner, e.seen, e.checked = h.Identity, owner, now, now
 	return m.startLocked(e, !first)
 }
 
@@ -425,7 +509,7 @@ func (m *certManager) orderFirst(name string, r router.Route, had bool) (*certOr
 // (at the Warn level: orders, which the budget bounds, cause it).
 func (m *certManager) spend(name, identity, owner string, first bool, now time.Time) bool {
 	refused, spent := m.budget.take(owner, first, now)
-	log := m.srv.log()
+	log := m.log
 	if refused != nil {
 		log.Debug("acme: no order: over budget", "name", name, "identity", identity, "owner", owner,
 			"renewal", !first, "budget", refused.budget, "retry_in", refused.wait.Round(time.Second))
@@ -443,15 +527,15 @@ func (m *certManager) spend(name, identity, owner string, first bool, now time.T
 
 // startLocked starts an order for e, which the caller has budgeted.
 func (m *certManager) startLocked(e *certEntry, renewal bool) (*certOrder, error) {
-	o := &certOrder{done: make(chan struct{})}
-	e.order = o
-	if !m.srv.goTracked(func() { m.fulfil(e, o, renewal) }) {
-		e.order = nil
+	if m.closed {
 		if e.cert == nil {
 			delete(m.names, e.name)
 		}
-		return nil, ErrServerClosed
+		return nil, ErrClosed
 	}
+	o := &certOrder{done: make(chan struct{})}
+	e.order = o
+	m.wg.Go(func() { m.fulfil(e, o, renewal) })
 	return o, nil
 }
 
@@ -464,7 +548,7 @@ func (m *certManager) fulfil(e *certEntry, o *certOrder, renewal bool) {
 	cert, err := m.issue(ctx, e.name)
 	if err == nil {
 		if perr := m.put(ctx, e.name, cert); perr != nil {
-			m.srv.log().Warn("acme: certificate not cached", "name", e.name, "err", perr)
+			m.log.Warn("acme: certificate not cached", "name", e.name, "err", perr)
 		}
 	}
 	cancel()
@@ -472,7 +556,7 @@ func (m *certManager) fulfil(e *certEntry, o *certOrder, renewal bool) {
 	closed := m.ctx.Err() != nil
 	cause := err
 	if err != nil {
-		err = fmt.Errorf("edge: no certificate for %q: %w", e.name, err)
+		err = fmt.Errorf("acme: no certificate for %q: %w", e.name, err)
 	}
 	m.mu.Lock()
 	e.order, o.cert, o.err = nil, cert, err
@@ -488,7 +572,7 @@ func (m *certManager) fulfil(e *certEntry, o *certOrder, renewal bool) {
 	close(o.done)
 	m.mu.Unlock()
 	m.poke()
-	log := m.srv.log()
+	log := m.log
 	if err != nil {
 		if !closed {
 			log.Warn("acme: order failed", "name", e.name, "identity", identity, "renewal", renewal,
@@ -524,15 +608,17 @@ func (m *certManager) poke() {
 	}
 }
 
-// maintain renews and drops certificates until done is closed (the
-// server closed), then stops every order under way.
-func (m *certManager) maintain(done <-chan struct{}) {
+// Run renews and drops certificates until done is closed or the Manager
+// is closed, then stops every order under way.
+func (m *certManager) Run(done <-chan struct{}) {
 	defer m.cancel()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		select {
 		case <-done:
+			return
+		case <-m.ctx.Done():
 			return
 		case <-t.C:
 		case <-m.wake:
@@ -582,19 +668,19 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// check asks the Router whether e's name is still bound: a name unbound
+// check asks Names whether e's name is still bound: a name unbound
 // for longer than Grace is dropped; one bound, or unbound within Grace,
 // whose certificate is due gets renewed. It returns when e is due next.
 func (m *certManager) check(e *certEntry, now time.Time) time.Time {
-	ctx, cancel := context.WithTimeout(m.ctx, m.srv.cfg.handshake)
-	r, bound, err := m.route(ctx, e.name)
+	ctx, cancel := context.WithTimeout(m.ctx, m.checkTimeout)
+	h, bound, err := m.holders.Holder(ctx, e.name)
 	cancel()
 	m.mu.Lock()
 	e.checked = now
-	if bound || err != nil { // a failing Router drops nothing
+	if bound || err != nil { // a failing Names drops nothing
 		e.seen = now
 		if bound {
-			e.identity = r.Identity
+			e.identity = h.Identity
 		}
 	}
 	unbound := now.Sub(e.seen)
@@ -607,7 +693,7 @@ func (m *certManager) check(e *certEntry, now time.Time) time.Time {
 	m.mu.Unlock()
 	if drop {
 		m.delete(e.name)
-		m.srv.log().Info("acme: certificate dropped: no agent binds the name", "name", e.name, "identity", identity,
+		m.log.Info("acme: certificate dropped: no agent binds the name", "name", e.name, "identity", identity,
 			"unbound_for", unbound.Round(time.Second))
 		return now.Add(m.cfg.checkEvery())
 	}
@@ -634,13 +720,13 @@ func (m *certManager) renew(e *certEntry, identity, owner string, now time.Time)
 	}
 	refused, spent := m.budget.take(owner, false, now)
 	for _, b := range spent {
-		m.srv.log().Warn("acme: order budget spent; names without a certificate get none until it refills", "budget", b, "last_name", e.name)
+		m.log.Warn("acme: order budget spent; names without a certificate get none until it refills", "budget", b, "last_name", e.name)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if refused != nil {
 		e.retryAt = now.Add(max(refused.wait, time.Second))
-		m.srv.log().Debug("acme: renewal deferred: over budget", "name", e.name, "identity", identity,
+		m.log.Debug("acme: renewal deferred: over budget", "name", e.name, "identity", identity,
 			"budget", refused.budget, "retry_in", refused.wait.Round(time.Second))
 		return e.retryAt
 	}
@@ -655,7 +741,7 @@ func (m *certManager) renew(e *certEntry, identity, owner string, now time.Time)
 func (m *certManager) challengeCert(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 	name, ok := router.Normalise(hello.ServerName)
 	if !ok {
-		return nil, fmt.Errorf("edge: no ACME challenge for %q", hello.ServerName)
+		return nil, fmt.Errorf("acme: no challenge for %q", hello.ServerName)
 	}
 	m.mu.Lock()
 	c := m.alpn[name]
@@ -666,16 +752,21 @@ func (m *certManager) challengeCert(hello *tls.ClientHelloInfo) (*tls.Certificat
 	if c, err := m.loadChallenge(hello.Context(), name); err == nil {
 		return c, nil
 	}
-	return nil, fmt.Errorf("edge: no ACME challenge for %q", name)
+	return nil, fmt.Errorf("acme: no challenge for %q", name)
 }
 
-// serveHTTP01 answers a CA's HTTP-01 challenge request.
-func (m *certManager) serveHTTP01(w http.ResponseWriter, r *http.Request) {
+// ChallengePath is the path under which CAs ask for HTTP-01 challenges:
+// requests for it go to the Manager's ServeHTTP.
+const ChallengePath = "/.well-known/acme-challenge/"
+
+// ServeHTTP answers a CA's HTTP-01 challenge request (a path under
+// ChallengePath).
+func (m *certManager) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.mu.Lock()
 	v, ok := m.http01[r.URL.Path]
 	m.mu.Unlock()
 	if !ok && m.cache != nil {
-		token := strings.TrimPrefix(r.URL.Path, "/.well-known/acme-challenge/")
+		token := strings.TrimPrefix(r.URL.Path, ChallengePath)
 		if b, err := m.cache.Get(r.Context(), token+"+http-01"); err == nil {
 			v, ok = string(b), true
 		}
@@ -690,3 +781,18 @@ func (m *certManager) serveHTTP01(w http.ResponseWriter, r *http.Request) {
 
 // errNoChallenge: the CA offered no challenge the edge can answer.
 var errNoChallenge = errors.New("the CA offered neither tls-alpn-01 nor http-01")
+
+// ErrClosed is the error of a handshake that needs an order from a Manager
+// that was closed.
+var ErrClosed = errors.New("acme: the manager is closed")
+
+// Close stops every order under way and the upkeep, and waits for them.
+// Certificates held are still served. Calling it again does nothing.
+func (m *certManager) Close() error {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	m.cancel()
+	m.wg.Wait()
+	return nil
+}

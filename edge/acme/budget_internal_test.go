@@ -1,4 +1,4 @@
-package edge
+package acme
 
 import (
 	"encoding/json"
@@ -46,7 +46,7 @@ func owedOf(b *orderBudget, now time.Time) map[string]float64 {
 func TestBudgetRecordRoundTrip(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	b := newOrderBudget(budgetTestConfig)
-	for i, owner := range []string{"alice", "alice", "bob", anonymousOwner} {
+	for i, owner := range []string{"alice", "alice", "bob", "anonymous agents"} {
 		if refused, _ := b.take(owner, true, t0.Add(time.Duration(i)*time.Minute)); refused != nil {
 			t.Fatalf("order %d refused: %v", i, refused.budget)
 		}
@@ -76,7 +76,7 @@ func TestBudgetRecordRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	for _, owner := range []string{"alice", "bob", "carol", anonymousOwner} {
+	for _, owner := range []string{"alice", "bob", "carol", "anonymous agents"} {
 		r1, _ := b.take(owner, true, later)
 		r2, _ := restored.take(owner, true, later)
 		if (r1 == nil) != (r2 == nil) || r1 != nil && r1.budget != r2.budget {
@@ -180,7 +180,7 @@ func FuzzBudgetRecord(f *testing.F) {
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	b := newOrderBudget(budgetTestConfig)
 	b.take("alice", true, t0)
-	b.take(anonymousOwner, true, t0)
+	b.take("anonymous agents", true, t0)
 	b.take("alice", false, t0)
 	valid, _, err := b.record(t0)
 	if err != nil {

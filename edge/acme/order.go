@@ -1,4 +1,4 @@
-package edge
+package acme
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/crypto/acme"
+	xacme "golang.org/x/crypto/acme"
 	"golang.org/x/crypto/acme/autocert"
 )
 
@@ -100,7 +100,7 @@ func directoryPrefix(dir string) string {
 		}
 		return safeKey(f)
 	}
-	if dir == "" || form(dir) == form(acme.LetsEncryptURL) {
+	if dir == "" || form(dir) == form(xacme.LetsEncryptURL) {
 		return ""
 	}
 	return form(dir) + "+"
@@ -151,7 +151,7 @@ func (m *certManager) loadBudget() {
 	}
 	ctx, cancel := context.WithTimeout(m.ctx, cacheTimeout)
 	defer cancel()
-	log := m.srv.log()
+	log := m.log
 	b, err := m.cache.Get(ctx, m.budgetKey)
 	switch {
 	case errors.Is(err, autocert.ErrCacheMiss):
@@ -192,7 +192,7 @@ func (m *certManager) saveBudget(ctx context.Context) {
 		err = m.cache.Put(ctx, m.budgetKey, b)
 	}
 	if err != nil {
-		m.srv.log().Warn("acme: the record of the order budgets not written: a restart would give back what they spent since it last was",
+		m.log.Warn("acme: the record of the order budgets not written: a restart would give back what they spent since it last was",
 			"key", m.storedKey(m.budgetKey), "err", err)
 		return
 	}
@@ -217,11 +217,11 @@ func (m *certManager) register(ctx context.Context) error {
 		}
 		m.client.Key = key
 	}
-	a := &acme.Account{}
+	a := &xacme.Account{}
 	if m.email != "" {
 		a.Contact = []string{"mailto:" + m.email}
 	}
-	if _, err := m.client.Register(ctx, a, acme.AcceptTOS); err != nil && !errors.Is(err, acme.ErrAccountAlreadyExists) {
+	if _, err := m.client.Register(ctx, a, xacme.AcceptTOS); err != nil && !errors.Is(err, xacme.ErrAccountAlreadyExists) {
 		return err
 	}
 	m.registered = true
@@ -265,7 +265,7 @@ func (m *certManager) issue(ctx context.Context, name string) (*tls.Certificate,
 	if err := m.register(ctx); err != nil {
 		return nil, fmt.Errorf("ACME account: %w", err)
 	}
-	o, err := m.client.AuthorizeOrder(ctx, acme.DomainIDs(name))
+	o, err := m.client.AuthorizeOrder(ctx, xacme.DomainIDs(name))
 	if err != nil {
 		return nil, err
 	}
@@ -307,13 +307,13 @@ func (m *certManager) authorize(ctx context.Context, name, url string) error {
 		return err
 	}
 	switch z.Status {
-	case acme.StatusValid:
+	case xacme.StatusValid:
 		return nil
-	case acme.StatusPending:
+	case xacme.StatusPending:
 	default:
 		return fmt.Errorf("the authorization for %s is %s", name, z.Status)
 	}
-	var chal *acme.Challenge
+	var chal *xacme.Challenge
 	for _, typ := range []string{"tls-alpn-01", "http-01"} {
 		for _, c := range z.Challenges {
 			if c.Type == typ && chal == nil {
@@ -336,7 +336,7 @@ func (m *certManager) authorize(ctx context.Context, name, url string) error {
 		return err
 	}
 	if _, err := m.client.WaitAuthorization(ctx, z.URI); err != nil {
-		var invalid *acme.AuthorizationError
+		var invalid *xacme.AuthorizationError
 		if !errors.As(err, &invalid) {
 			m.abandon(z.URI) // still pending: the CA counts pending ones
 		}
@@ -354,7 +354,7 @@ func (m *certManager) abandon(url string) {
 
 // answer readies the answer to chal for name, and returns a func that
 // withdraws it.
-func (m *certManager) answer(ctx context.Context, name string, chal *acme.Challenge) (done func(), err error) {
+func (m *certManager) answer(ctx context.Context, name string, chal *xacme.Challenge) (done func(), err error) {
 	var key string
 	var value []byte
 	switch chal.Type {
@@ -439,7 +439,7 @@ func (m *certManager) load(ctx context.Context, name string) (c *tls.Certificate
 	if err != nil {
 		if !errors.Is(err, autocert.ErrCacheMiss) {
 			// Debug: a stranger's handshakes can repeat it.
-			m.srv.log().Debug("acme: cache", "op", "get", "name", name, "err", err)
+			m.log.Debug("acme: cache", "op", "get", "name", name, "err", err)
 		}
 		return nil, false
 	}
@@ -476,7 +476,7 @@ func (m *certManager) delete(name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), cacheTimeout)
 	defer cancel()
 	if err := m.cache.Delete(ctx, name); err != nil {
-		m.srv.log().Warn("acme: cache", "op", "delete", "name", name, "err", err)
+		m.log.Warn("acme: cache", "op", "delete", "name", name, "err", err)
 	}
 }
 
