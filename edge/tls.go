@@ -61,13 +61,16 @@ func (s *Server) tlsTerm() *terminating {
 		}
 		protos := []string{"h2", "http/1.1"}
 		if a := s.ACME; a != nil {
-			t.acme = acme.New(a, acme.Options{
+			m := acme.New(a, acme.Options{
 				Names:        acmeNames{s},
 				Logger:       s.log(),
 				ID:           s.ID,
 				Refused:      func() { s.obs().Refused(ReasonACMEBudget) },
 				CheckTimeout: s.cfg.handshake,
 			})
+			s.mu.Lock() // for stopACME, which may run meanwhile
+			t.acme = m
+			s.mu.Unlock()
 			protos = append(protos, acme.ALPNProto)
 		}
 		t.config = &tls.Config{
@@ -189,8 +192,11 @@ type ACME = acme.Config
 // stopACME stops the orders of the ACME manager, if it was made, and
 // waits for them.
 func (s *Server) stopACME() {
-	if t := &s.term; t.acme != nil {
-		t.acme.Close()
+	s.mu.Lock()
+	m := s.term.acme
+	s.mu.Unlock()
+	if m != nil {
+		m.Close()
 	}
 }
 
