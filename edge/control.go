@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/edge/internal/limits"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
 )
@@ -138,7 +139,7 @@ func (ss *session) serveUnbind(tunnelID string) wire.Response {
 	if !ok {
 		return fail(wire.CodeNotFound, "no such tunnel")
 	}
-	ss.srv.giveEndpoints(ss.owner(), 1)
+	ss.srv.quotas.Give(ss.owner(), 1)
 	ss.srv.obs().Endpoint(r.Proto, -1)
 	ss.srv.unbind(*r, 0)
 	ss.log.Info("unbound", "url", ss.srv.publicURL(*r))
@@ -245,7 +246,7 @@ func (ss *session) decideHello(ctx context.Context, h *wire.Hello) (wire.Respons
 	if auth := s.Authenticate; auth != nil {
 		id, err := auth(ctx, h.Token)
 		if err != nil {
-			s.auth.failed(ss.src, err)
+			s.auth.Failed(ss.src.String(), limits.SourceOf(ss.src), err)
 			s.obs().Refused(ReasonAuth)
 			ss.log.Debug("agent refused", "err", err)
 			if h.Token == "" {
@@ -372,7 +373,7 @@ func (ss *session) bindRefused(b *wire.Bind, e *wire.Error) {
 		name = "(any)"
 	}
 	level := slog.LevelDebug
-	if ss.srv.bindLog.allow(sourceOf(addrPort(ss.src).Addr())) {
+	if ss.srv.bindLog.Allow(limits.SourceOf(ss.src)) {
 		level = slog.LevelInfo
 	}
 	ss.log.Log(context.Background(), level, "bind refused", "identity", wire.Printable(ss.identity, 64), "proto", wire.Printable(b.Proto, 16), "name", name, "code", e.Code, "reason", e.Message)
@@ -383,7 +384,7 @@ func (ss *session) bindRefused(b *wire.Bind, e *wire.Error) {
 // edge's quotas, and returns who binds, and the name kept for them that
 // the bind takes the place of, if any (see takeEndpoint); or the bound
 // the bind would break. doneBinding uncounts it.
-func (ss *session) admitBind(name endpointKey) (identity, previous string, kept *keptName, refused *quotaRefusal) {
+func (ss *session) admitBind(name endpointKey) (identity, previous string, kept *limits.Kept, refused *quotaRefusal) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if max := ss.srv.cfg.endpointsPerSession; max > 0 && ss.routes.Len()+ss.binding >= max {
@@ -401,26 +402,26 @@ func (ss *session) admitBind(name endpointKey) (identity, previous string, kept 
 // granted (the endpoint is in ss.routes, counted until it goes), the
 // edge's quotas get it back, and the name kept that it took the place of
 // is kept again.
-func (ss *session) doneBinding(granted bool, name endpointKey, kept *keptName) {
+func (ss *session) doneBinding(granted bool, name endpointKey, kept *limits.Kept) {
 	ss.mu.Lock()
 	ss.binding--
 	ss.mu.Unlock()
 	if granted {
 		return
 	}
-	ss.srv.giveEndpoints(ss.owner(), 1)
+	ss.srv.quotas.Give(ss.owner(), 1)
 	if kept != nil {
-		ss.srv.keepAgain(name, *kept)
+		ss.srv.quotas.KeepAgain(name, *kept, ss.srv.now())
 	}
 }
 
 // owner is whom the session's endpoints count against in the edge's
 // quotas: its identity, and for an anonymous agent its source address.
 // The hello must have been accepted.
-func (ss *session) owner() endpointOwner {
-	o := endpointOwner{identity: ss.identity}
+func (ss *session) owner() limits.Owner {
+	o := limits.Owner{Identity: ss.identity}
 	if ss.srv.Authenticate == nil {
-		o.source = sourceOf(addrPort(ss.src).Addr())
+		o.Source = limits.SourceOf(ss.src)
 	}
 	return o
 }

@@ -17,8 +17,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/edge/internal/limits"
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
 	"github.com/tunnelkit/tunnelkit/policy"
 	"github.com/tunnelkit/tunnelkit/router"
@@ -290,8 +292,8 @@ type Server struct {
 	mem      *router.MemoryRouter
 	signer   ticketSigner
 	names    *nameRecord // the in-memory router, recorded in StateDir; nil without
-	auth     *authGuard
-	shares   shares
+	auth     *limits.AuthGuard
+	shares   limits.Shares[endpointKey]
 	ups      upstreams
 	term     terminating
 	ech      echState
@@ -299,8 +301,10 @@ type Server struct {
 	policies  policies // compiled traffic policies, by endpoint
 	cookieKey []byte   // of OIDC logins, derived from the ticket key
 
-	endpointCounts endpointCounts // for the quotas of Limits
-	bindLog        logBudget      // lines about refused binds
+	quotas  limits.Quotas[endpointKey] // the quotas of Limits
+	bindLog limits.LogBudget           // lines about refused binds
+	pending limits.Pending             // agent conns waiting for their hello, by source
+	evicted atomic.Int64               // pending conns closed to make room
 
 	watchOnce sync.Once
 	stopWatch func() // stops watching a shared Router's routes
@@ -310,8 +314,6 @@ type Server struct {
 	stopping    chan struct{} // closed with closed: waiters for a handshake slot give up
 	httpPort    string        // the ports URLs name, from HTTPPort and TLSPort or the listeners
 	tlsPort     string
-	pending     pendingConns // agent conns waiting for their hello, by source
-	evicted     int          // pending conns closed to make room
 	sessions    map[string]*session
 	perIdentity map[string]int // sessions that said hello, by identity
 	listeners   map[net.Listener]struct{}
@@ -332,7 +334,12 @@ func (s *Server) init() {
 			if s.names, err = openRecord(s.StateDir, s.mem, s.cfg.restartGrace, s.log(), s.now); err != nil {
 				s.cfgErr = fmt.Errorf("edge: StateDir: %w", err)
 			} else {
-				s.keepRestored(s.names.held)
+				// The names a restart keeps count against the quotas of
+				// the identities that held them. The record does not say
+				// where anonymous agents were: they count against no source.
+				for name, h := range s.names.held {
+					s.quotas.KeepRestored(limits.Owner{Identity: h.identity}, name, h.until, s.now())
+				}
 			}
 		}
 		s.proxyLog = slog.NewLogLogger(s.log().Handler(), slog.LevelDebug)
@@ -343,7 +350,9 @@ func (s *Server) init() {
 			rand.Read(s.signer.key)
 		}
 		s.cookieKey = deriveCookieKey(s.signer.key)
-		s.auth = &authGuard{perMinute: s.cfg.authFailures, log: s.log()}
+		s.auth = &limits.AuthGuard{PerMinute: s.cfg.authFailures, Log: s.log()}
+		s.pending.Max, s.pending.PerSource = s.cfg.pendingSessions, s.cfg.pendingPerSource
+		s.quotas.Edge, s.quotas.PerIdentity, s.quotas.PerSource = s.cfg.endpoints, s.cfg.endpointsPerID, s.cfg.endpointsPerSource
 		if s.cfgErr == nil {
 			s.logStart()
 		}
@@ -618,7 +627,7 @@ func (s *Server) Close() error {
 	s.closeSessions()
 	s.closeConns()
 	s.wg.Wait()
-	s.auth.flush()
+	s.auth.Flush()
 	s.names.stop()
 	s.stopACME()
 	return nil
@@ -660,7 +669,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.closeSessions()
 	s.closeConns()
 	s.wg.Wait()
-	s.auth.flush()
+	s.auth.Flush()
 	s.names.stop()
 	return err
 }
@@ -718,11 +727,7 @@ func (s *Server) closeSessions() {
 	for _, ss := range s.sessionList() {
 		ss.close(s.cfg.grace)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for c := range s.pending.all {
-		c.Close()
-	}
+	s.pending.CloseAll()
 }
 
 func (s *Server) isClosed() bool {

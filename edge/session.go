@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/edge/internal/limits"
 	"github.com/tunnelkit/tunnelkit/internal/smallmap"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
@@ -25,8 +26,8 @@ type session struct {
 	src  net.Addr // the agent's address
 	conn net.Conn // the transport, closed to evict a session still waiting for its hello
 
-	done    chan struct{} // closed when the session ends
-	pending *pendingConn  // in srv.pending until the hello was decided
+	done    chan struct{}       // closed when the session ends
+	pending *limits.PendingConn // in srv.pending until the hello was decided
 
 	open atomic.Int64 // streams open now, both ways
 
@@ -114,7 +115,7 @@ func (s *Server) serveSession(c net.Conn) {
 // hello are bounded together, whether they stop in their TLS handshake or
 // after it.
 func (s *Server) serveAgent(c net.Conn, secure func(net.Conn) (net.Conn, error)) {
-	if s.auth.blocked(sourceOf(addrPort(c.RemoteAddr()).Addr())) {
+	if s.auth.Blocked(limits.SourceOf(c.RemoteAddr())) {
 		s.obs().Refused(ReasonAuthThrottled)
 		c.Close()
 		return

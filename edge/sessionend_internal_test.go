@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -278,13 +279,11 @@ func (e *endEdge) held() held {
 	var h held
 	s.mu.Lock()
 	h.sessions = len(s.sessions)
-	h.pending = s.pending.total
 	h.identities = len(s.perIdentity)
 	s.mu.Unlock()
-	s.endpointCounts.mu.Lock()
-	h.kept = len(s.endpointCounts.kept)
-	h.endpoints = s.endpointCounts.total - h.kept
-	s.endpointCounts.mu.Unlock()
+	h.pending = s.pending.Len()
+	total, _, kept := s.quotas.Counts(netip.Prefix{}, s.now())
+	h.kept, h.endpoints = kept, total-kept
 	h.streams = e.obs.streams.Load()
 	h.observed = e.obs.sessions.Load()
 	h.goroutines = runtime.NumGoroutine()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/edge/acme"
+	"github.com/tunnelkit/tunnelkit/edge/internal/limits"
 	"github.com/tunnelkit/tunnelkit/internal/pipe"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
@@ -38,7 +39,7 @@ type terminating struct {
 	queue  *pipe.Queue
 	hs     *http.Server
 	// handshakes bounds the handshakes under way per client source.
-	handshakes sourceCount
+	handshakes limits.Count
 	serve      sync.Once
 }
 
@@ -87,7 +88,7 @@ func (s *Server) tlsTerm() *terminating {
 		}
 		t.agents = s.agentTLSConfig()
 		t.queue = pipe.NewQueue(queueAddr{})
-		t.handshakes.max, t.handshakes.stop = s.cfg.handshakesPerSource, s.stopping
+		t.handshakes.Max, t.handshakes.Stop = s.cfg.handshakesPerSource, s.stopping
 		t.hs = s.newHTTPServer(http.HandlerFunc(s.serveHTTPS), "https")
 		p := new(http.Protocols)
 		p.SetHTTP1(true)
@@ -131,8 +132,8 @@ func (s *Server) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, erro
 // (it is closed if that takes longer than Timeouts.Handshake).
 func (s *Server) terminate(c net.Conn) {
 	t := s.tlsTerm()
-	src := sourceOf(addrPort(c.RemoteAddr()).Addr())
-	if !t.handshakes.acquire(src, time.Now().Add(s.cfg.handshake)) {
+	src := limits.SourceOf(c.RemoteAddr())
+	if !t.handshakes.Acquire(src, time.Now().Add(s.cfg.handshake)) {
 		s.log().Debug("tls handshake refused: its source had its handshakes under way until the handshake timeout", "client", c.RemoteAddr().String(), "max", s.cfg.handshakesPerSource)
 		s.obs().Refused(ReasonHandshakeLimit)
 		c.Close()
@@ -143,7 +144,7 @@ func (s *Server) terminate(c net.Conn) {
 	c.SetDeadline(time.Now().Add(s.cfg.handshake))
 	err := tc.HandshakeContext(ctx)
 	cancel()
-	t.handshakes.release(src)
+	t.handshakes.Release(src)
 	if err != nil {
 		s.log().Debug("tls handshake", "client", c.RemoteAddr().String(), "err", err)
 		c.Close()

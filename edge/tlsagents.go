@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/edge/internal/limits"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/sni"
 )
@@ -59,8 +60,8 @@ func (s *Server) agentTLSConfig() *tls.Config {
 // hello.
 func (s *Server) serveTLSAgent(public, c net.Conn) {
 	t := s.tlsTerm()
-	src := sourceOf(addrPort(c.RemoteAddr()).Addr())
-	if !t.handshakes.acquire(src, time.Now().Add(s.cfg.handshake)) {
+	src := limits.SourceOf(c.RemoteAddr())
+	if !t.handshakes.Acquire(src, time.Now().Add(s.cfg.handshake)) {
 		s.log().Debug("agent handshake refused: its source had its handshakes under way until the handshake timeout", "agent_addr", c.RemoteAddr().String(), "max", s.cfg.handshakesPerSource)
 		s.obs().Refused(ReasonHandshakeLimit)
 		c.Close()
@@ -70,7 +71,7 @@ func (s *Server) serveTLSAgent(public, c net.Conn) {
 	release := func() {
 		if held {
 			held = false
-			t.handshakes.release(src)
+			t.handshakes.Release(src)
 		}
 	}
 	defer release() // when the session is refused before its handshake

@@ -1,4 +1,4 @@
-package edge
+package limits
 
 import (
 	"math/rand/v2"
@@ -12,7 +12,7 @@ import (
 // has none left is forgotten.
 func TestPendingConnsMost(t *testing.T) {
 	a, b, c := netip.MustParsePrefix("192.0.2.1/32"), netip.MustParsePrefix("192.0.2.2/32"), netip.MustParsePrefix("2001:db8::/64")
-	var p pendingConns
+	var p Pending
 	b1 := p.add(nil, b, true)
 	a1 := p.add(nil, a, true)
 	a2 := p.add(nil, a, true)
@@ -29,13 +29,13 @@ func TestPendingConnsMost(t *testing.T) {
 		t.Fatalf("after a's first went (twice): total %d, most %v, want 3 and b, whose oldest is its first", p.total, p.most().src)
 	}
 	p.add(nil, c, true)
-	for _, pc := range []*pendingConn{a2, b1, b2} {
+	for _, pc := range []*PendingConn{a2, b1, b2} {
 		p.remove(pc)
 	}
 	if p.total != 1 || p.most().src != c || len(p.sources) != 1 {
 		t.Fatalf("with c's one conn left: total %d, most %v, %d sources", p.total, p.most().src, len(p.sources))
 	}
-	var unranked pendingConns
+	var unranked Pending
 	unranked.add(nil, a, false)
 	if unranked.most() != nil || len(unranked.ranks) != 0 {
 		t.Fatal("conns added unranked were ranked")
@@ -47,8 +47,8 @@ func TestPendingConnsMost(t *testing.T) {
 // most, counted anew, and every conn is counted once.
 func TestPendingConnsMostMatchesCount(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(1, 2))
-	var p pendingConns
-	var live []*pendingConn
+	var p Pending
+	var live []*PendingConn
 	for step := range 20_000 {
 		if len(live) == 0 || rnd.IntN(3) > 0 {
 			src := netip.PrefixFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(rnd.IntN(8))}), 32)

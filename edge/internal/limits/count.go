@@ -1,4 +1,4 @@
-package edge
+package limits
 
 import (
 	"errors"
@@ -9,12 +9,12 @@ import (
 )
 
 // Per-source bounds on the public listeners: the connections one client
-// source (an IPv4 address or an IPv6 /64, see sourceOf) holds on a
-// listener (Limits.ConnsPerSource), and the TLS handshakes it has under
-// way (Limits.HandshakesPerSource, see terminate). The source is the real
-// client's: the listeners are wrapped outside the PROXY protocol's.
+// source (an IPv4 address or an IPv6 /64, see Source) holds on a
+// listener (an edge's Limits.ConnsPerSource), and the TLS handshakes it
+// has under way (Limits.HandshakesPerSource). The source is the real
+// client's: an edge wraps its listeners outside the PROXY protocol's.
 
-// sourceCount counts what each client source holds, against a bound: the
+// Count counts what each client source holds, against a bound: the
 // connections of a listener (Limits.ConnsPerSource), which are refused
 // past it, and the TLS handshakes under way (Limits.HandshakesPerSource),
 // which wait for a slot past it. A handshake waits with its ClientHello
@@ -25,9 +25,10 @@ import (
 // handshakes taking the CPU. The connections waiting are bounded by
 // Limits.ConnsPerSource, and each waits no longer than its handshake
 // would be allowed.
-type sourceCount struct {
-	max  int             // 0: no bound
-	stop <-chan struct{} // closed when the server stops: waiters give up
+// Its zero value bounds nothing.
+type Count struct {
+	Max  int             // 0: no bound
+	Stop <-chan struct{} // closed when the server stops: waiters give up
 
 	mu sync.Mutex
 	by map[netip.Prefix]*slots // sources holding or waiting for one
@@ -48,12 +49,12 @@ func (sl *slots) signal() {
 	}
 }
 
-// acquire counts one more for src, waiting while src holds max until
+// Acquire counts one more for src, waiting while src holds max until
 // deadline (a zero deadline: no wait) or until stop is closed; it
 // reports whether it counted one. A conn whose address is not an IP
 // address (a pipe, a Unix socket) is not counted.
-func (c *sourceCount) acquire(src netip.Prefix, deadline time.Time) bool {
-	if c.max <= 0 || !src.IsValid() {
+func (c *Count) Acquire(src netip.Prefix, deadline time.Time) bool {
+	if c.Max <= 0 || !src.IsValid() {
 		return true
 	}
 	var timer *time.Timer
@@ -72,7 +73,7 @@ func (c *sourceCount) acquire(src netip.Prefix, deadline time.Time) bool {
 		sl = &slots{}
 		c.by[src] = sl
 	}
-	for sl.n >= c.max {
+	for sl.n >= c.Max {
 		if deadline.IsZero() {
 			return false // sl holds max: it is kept
 		}
@@ -89,7 +90,7 @@ func (c *sourceCount) acquire(src netip.Prefix, deadline time.Time) bool {
 		case <-sl.wake:
 		case <-timer.C:
 			gave = true
-		case <-c.stop:
+		case <-c.Stop:
 			gave = true
 		}
 		c.mu.Lock()
@@ -97,22 +98,22 @@ func (c *sourceCount) acquire(src netip.Prefix, deadline time.Time) bool {
 		if gave {
 			if sl.n == 0 && sl.waiters == 0 {
 				delete(c.by, src)
-			} else if sl.n < c.max && sl.waiters > 0 {
+			} else if sl.n < c.Max && sl.waiters > 0 {
 				sl.signal() // the token this waiter may have missed
 			}
 			return false
 		}
 	}
 	sl.n++
-	if sl.n < c.max && sl.waiters > 0 {
+	if sl.n < c.Max && sl.waiters > 0 {
 		sl.signal() // two freed, one token: pass it on
 	}
 	return true
 }
 
-// release counts one less for src, which acquire counted.
-func (c *sourceCount) release(src netip.Prefix) {
-	if c.max <= 0 || !src.IsValid() {
+// Release counts one less for src, which Acquire counted.
+func (c *Count) Release(src netip.Prefix) {
+	if c.Max <= 0 || !src.IsValid() {
 		return
 	}
 	c.mu.Lock()
@@ -127,39 +128,31 @@ func (c *sourceCount) release(src netip.Prefix) {
 	}
 }
 
-// sourceListener closes, as they are accepted, the connections of a
-// source holding Limits.ConnsPerSource connections of the listener.
-type sourceListener struct {
+// Listener closes, as they are accepted, the connections of a source
+// holding Conns.Max connections of the listener.
+type Listener struct {
 	net.Listener
-	srv   *Server
-	conns sourceCount
-}
-
-// perSource wraps ln, a public listener, to bound the connections each
-// client source holds on it, unless that bound is off.
-func (s *Server) perSource(ln net.Listener) net.Listener {
-	if s.cfg.connsPerSource <= 0 {
-		return ln
-	}
-	return &sourceListener{Listener: ln, srv: s, conns: sourceCount{max: s.cfg.connsPerSource}}
+	Conns Count
+	// Refused, if set, is called with each connection closed, before it
+	// is closed: whoever sees the close sees what Refused counted.
+	Refused func(net.Conn)
 }
 
 // Accept returns the next connection whose source holds fewer than its
-// bound; the others are closed (and logged at the Debug level only: a
-// stranger chooses how many it opens).
-func (l *sourceListener) Accept() (net.Conn, error) {
+// bound; the others are closed.
+func (l *Listener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
 		}
-		src := sourceOf(addrPort(c.RemoteAddr()).Addr())
-		if l.conns.acquire(src, time.Time{}) {
-			return &sourceConn{Conn: c, release: func() { l.conns.release(src) }}, nil
+		src := SourceOf(c.RemoteAddr())
+		if l.Conns.Acquire(src, time.Time{}) {
+			return &sourceConn{Conn: c, release: func() { l.Conns.Release(src) }}, nil
 		}
-		// Counted before the close: whoever sees the close sees the count.
-		l.srv.obs().Refused(ReasonConnLimit)
-		l.srv.log().Debug("public connection refused: its source holds its share of the listener", "client", c.RemoteAddr().String(), "listener", l.Addr().String(), "max", l.conns.max)
+		if l.Refused != nil {
+			l.Refused(c)
+		}
 		c.Close()
 	}
 }
@@ -185,4 +178,4 @@ func (c *sourceConn) CloseWrite() error {
 	return errNoHalfClose
 }
 
-var errNoHalfClose = errors.New("edge: the connection cannot be half-closed")
+var errNoHalfClose = errors.New("limits: the connection cannot be half-closed")

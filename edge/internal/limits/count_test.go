@@ -1,4 +1,4 @@
-package edge
+package limits
 
 import (
 	"net/netip"
@@ -18,24 +18,24 @@ func TestSourceCountWaits(t *testing.T) {
 	a, b := netip.MustParsePrefix("192.0.2.1/32"), netip.MustParsePrefix("192.0.2.2/32")
 	far := time.Now().Add(time.Hour)
 	stop := make(chan struct{})
-	h := &sourceCount{max: 2, stop: stop}
+	h := &Count{Max: 2, Stop: stop}
 	for i := range 2 {
-		if !h.acquire(a, far) {
+		if !h.Acquire(a, far) {
 			t.Fatalf("a source did not get slot %d of its bound of 2", i+1)
 		}
 	}
-	if !h.acquire(b, far) {
+	if !h.Acquire(b, far) {
 		t.Fatal("another source waited")
 	}
-	h.release(b)
+	h.Release(b)
 
 	// Past the bound, a count that may not wait (a listener's
 	// connections) is refused at once, and a waiter gives up at its
 	// deadline, holding nothing.
-	if h.acquire(a, time.Time{}) {
+	if h.Acquire(a, time.Time{}) {
 		t.Fatal("a source got a slot past its bound without waiting")
 	}
-	if h.acquire(a, time.Now().Add(20*time.Millisecond)) {
+	if h.Acquire(a, time.Now().Add(20*time.Millisecond)) {
 		t.Fatal("a source got a slot past its bound")
 	}
 
@@ -43,11 +43,11 @@ func TestSourceCountWaits(t *testing.T) {
 	var wg sync.WaitGroup
 	got := make(chan bool, 2)
 	for range 2 {
-		wg.Go(func() { got <- h.acquire(a, far) })
+		wg.Go(func() { got <- h.Acquire(a, far) })
 	}
 	testwait.For(t, func() bool { h.mu.Lock(); defer h.mu.Unlock(); return h.by[a].waiters == 2 })
-	h.release(a)
-	h.release(a)
+	h.Release(a)
+	h.Release(a)
 	wg.Wait()
 	for range 2 {
 		if !<-got {
@@ -56,15 +56,15 @@ func TestSourceCountWaits(t *testing.T) {
 	}
 
 	// The server stops: a waiter gives up.
-	wg.Go(func() { got <- h.acquire(a, far) })
+	wg.Go(func() { got <- h.Acquire(a, far) })
 	testwait.For(t, func() bool { h.mu.Lock(); defer h.mu.Unlock(); return h.by[a].waiters == 1 })
 	close(stop)
 	wg.Wait()
 	if <-got {
 		t.Fatal("a waiter got a slot past the bound when the server stopped")
 	}
-	h.release(a)
-	h.release(a)
+	h.Release(a)
+	h.Release(a)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.by) != 0 {
