@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/edge/internal/names"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 )
 
@@ -342,8 +343,8 @@ func (s *Server) resolve() (config, error) {
 		c.restartGrace = timeout(t.RestartGrace, c.grace)
 	}
 	var errs errorList
-	if n := len(s.TicketKey); n > 0 && n < minTicketKey {
-		errs.add(fmt.Errorf("TicketKey has %d bytes, want at least %d", n, minTicketKey))
+	if n := len(s.TicketKey); n > 0 && n < names.MinTicketKey {
+		errs.add(fmt.Errorf("TicketKey has %d bytes, want at least %d", n, names.MinTicketKey))
 	}
 	if r := s.TCPPorts; r != (PortRange{}) && !r.valid() {
 		errs.add(fmt.Errorf("TCPPorts %d-%d: want MIN-MAX within 1-65535", r.Min, r.Max))

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/edge/internal/limits"
+	"github.com/tunnelkit/tunnelkit/edge/internal/names"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
 )
@@ -233,10 +234,10 @@ func (ss *session) decideHello(ctx context.Context, h *wire.Hello) (wire.Respons
 	if h.Version < wire.MinVersion {
 		return fail(wire.CodeVersion, "protocol version %d not supported (want %d or later)", h.Version, wire.MinVersion), ""
 	}
-	var prev *ticket
+	var prev *names.Ticket
 	if h.Ticket != "" {
-		t, err := s.signer.open(h.Ticket)
-		if err == nil && t.kind == ticketSession {
+		t, err := s.signer.Open(h.Ticket)
+		if err == nil && t.Kind == names.TicketSession {
 			prev = &t
 		} else {
 			ss.log.Debug("hello ticket ignored", "err", err)
@@ -255,20 +256,20 @@ func (ss *session) decideHello(ctx context.Context, h *wire.Hello) (wire.Respons
 			return fail(wire.CodeUnauthorized, "this edge refused the token"), ""
 		}
 		identity = id
-	} else if prev != nil && strings.HasPrefix(prev.identity, anonymousPrefix) {
-		identity = prev.identity
+	} else if prev != nil && strings.HasPrefix(prev.Identity, anonymousPrefix) {
+		identity = prev.Identity
 	} else {
 		var b [12]byte
 		rand.Read(b[:])
 		identity = anonymousPrefix + hex.EncodeToString(b[:])
 	}
-	if prev != nil && prev.identity == identity {
-		s.takeOver(prev.session, identity, ss)
+	if prev != nil && prev.Identity == identity {
+		s.takeOver(prev.Session, identity, ss)
 		ss.mu.Lock()
-		ss.previous = prev.session
+		ss.previous = prev.Session
 		ss.mu.Unlock()
 	}
-	t, err := s.signer.sign(ticket{kind: ticketSession, issued: s.now(), identity: identity, session: ss.id})
+	t, err := s.signer.Sign(names.Ticket{Kind: names.TicketSession, Issued: s.now(), Identity: identity, Session: ss.id})
 	if err != nil {
 		ss.log.Warn("session ticket", "err", err)
 	}
@@ -316,7 +317,7 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	var name endpointKey // the name asked for, which may be one kept for the agent
 	if chosen {
 		for n := range names {
-			name = endpointKey{b.Proto, n}
+			name = endpointKey{Proto: b.Proto, Name: n}
 		}
 	}
 	identity, previous, kept, refused := ss.admitBind(name)
@@ -588,5 +589,5 @@ func (s *Server) endpointOptions(r *router.Route, opts map[string]string, rawPol
 // endpointTicket returns a fresh ticket saying that r's identity holds its
 // name.
 func (s *Server) endpointTicket(r router.Route) (string, error) {
-	return s.signer.sign(ticket{kind: ticketEndpoint, issued: s.now(), identity: r.Identity, proto: r.Proto, name: r.Name})
+	return s.signer.Sign(names.Ticket{Kind: names.TicketEndpoint, Issued: s.now(), Identity: r.Identity, Proto: r.Proto, Name: r.Name})
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/edge/internal/limits"
+	"github.com/tunnelkit/tunnelkit/edge/internal/names"
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
@@ -18,7 +19,10 @@ import (
 // counts, and what it logs and tells an agent.
 
 // endpointKey is an endpoint: a protocol and a name pattern.
-type endpointKey struct{ proto, name string }
+type endpointKey = names.Endpoint
+
+// endpointOf returns the endpoint of r.
+func endpointOf(r router.Route) endpointKey { return endpointKey{Proto: r.Proto, Name: r.Name} }
 
 // addPending registers an agent conn that has not said hello yet (see
 // limits.Pending.Add), and closes the one that makes room for it, if any.
@@ -79,7 +83,7 @@ func (s *Server) acquireShare(routes []router.Route, client netip.AddrPort) (rel
 	if len(routes) == 0 {
 		return func() {}, true
 	}
-	e := endpointKey{routes[0].Proto, routes[0].Name}
+	e := endpointOf(routes[0])
 	return s.shares.Acquire(e, limits.Source(client.Addr()), s.clientCap(routes))
 }
 

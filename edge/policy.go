@@ -78,7 +78,7 @@ type policyKey struct {
 }
 
 func keyOfRoute(r router.Route) policyKey {
-	return policyKey{endpointKey{r.Proto, r.Name}, r.Identity, r.Policy}
+	return policyKey{endpointOf(r), r.Identity, r.Policy}
 }
 
 // compiledPolicy is the policy of an endpoint on this edge, or why it

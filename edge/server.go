@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/edge/internal/limits"
+	"github.com/tunnelkit/tunnelkit/edge/internal/names"
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
 	"github.com/tunnelkit/tunnelkit/policy"
 	"github.com/tunnelkit/tunnelkit/router"
@@ -290,8 +291,8 @@ type Server struct {
 	cfgErr   error       // what is wrong with the fields; the Serve methods return it
 	proxyLog *log.Logger // ReverseProxy's own messages, at the debug level
 	mem      *router.MemoryRouter
-	signer   ticketSigner
-	names    *nameRecord // the in-memory router, recorded in StateDir; nil without
+	signer   names.Signer
+	record   *names.Record // the in-memory router, recorded in StateDir; nil without
 	auth     *limits.AuthGuard
 	shares   limits.Shares[endpointKey]
 	ups      upstreams
@@ -331,25 +332,25 @@ func (s *Server) init() {
 		s.stopping = make(chan struct{})
 		if s.cfgErr == nil && s.StateDir != "" && s.Router == nil {
 			var err error
-			if s.names, err = openRecord(s.StateDir, s.mem, s.cfg.restartGrace, s.log(), s.now); err != nil {
+			if s.record, err = names.Open(s.StateDir, s.mem, s.cfg.restartGrace, s.log(), s.now); err != nil {
 				s.cfgErr = fmt.Errorf("edge: StateDir: %w", err)
 			} else {
 				// The names a restart keeps count against the quotas of
 				// the identities that held them. The record does not say
 				// where anonymous agents were: they count against no source.
-				for name, h := range s.names.held {
-					s.quotas.KeepRestored(limits.Owner{Identity: h.identity}, name, h.until, s.now())
+				for name, h := range s.record.Restored() {
+					s.quotas.KeepRestored(limits.Owner{Identity: h.Identity}, name, h.Until, s.now())
 				}
 			}
 		}
 		s.proxyLog = slog.NewLogLogger(s.log().Handler(), slog.LevelDebug)
 		s.httpPort, s.tlsPort = s.HTTPPort, s.TLSPort
-		s.signer.key = s.TicketKey
-		if len(s.signer.key) == 0 {
-			s.signer.key = make([]byte, minTicketKey)
-			rand.Read(s.signer.key)
+		s.signer.Key = s.TicketKey
+		if len(s.signer.Key) == 0 {
+			s.signer.Key = make([]byte, names.MinTicketKey)
+			rand.Read(s.signer.Key)
 		}
-		s.cookieKey = deriveCookieKey(s.signer.key)
+		s.cookieKey = deriveCookieKey(s.signer.Key)
 		s.auth = &limits.AuthGuard{PerMinute: s.cfg.authFailures, Log: s.log()}
 		s.pending.Max, s.pending.PerSource = s.cfg.pendingSessions, s.cfg.pendingPerSource
 		s.quotas.Edge, s.quotas.PerIdentity, s.quotas.PerSource = s.cfg.endpoints, s.cfg.endpointsPerID, s.cfg.endpointsPerSource
@@ -498,8 +499,8 @@ func (s *Server) router() router.Router {
 		return s.Router
 	}
 	s.init()
-	if s.names != nil {
-		return s.names
+	if s.record != nil {
+		return s.record
 	}
 	return s.mem
 }
@@ -628,7 +629,7 @@ func (s *Server) Close() error {
 	s.closeConns()
 	s.wg.Wait()
 	s.auth.Flush()
-	s.names.stop()
+	s.record.Stop()
 	s.stopACME()
 	return nil
 }
@@ -670,7 +671,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.closeConns()
 	s.wg.Wait()
 	s.auth.Flush()
-	s.names.stop()
+	s.record.Stop()
 	return err
 }
 

@@ -288,7 +288,7 @@ func (ss *session) close(reserve time.Duration) {
 		s.unbind(*r, reserve)
 		// Each route was counted at its bind (routes come after the
 		// hello): it counts on while its name is kept.
-		s.keepEndpoint(ss.owner(), endpointKey{r.Proto, r.Name}, s.keptUntil(*r, reserve))
+		s.keepEndpoint(ss.owner(), endpointOf(*r), s.keptUntil(*r, reserve))
 	}
 	ss.mux.Close()
 	if counted {

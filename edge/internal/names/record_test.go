@@ -1,4 +1,4 @@
-package edge
+package names
 
 import (
 	"bytes"
@@ -37,7 +37,7 @@ not json at all
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[endpointKey]holding{
+	want := map[Endpoint]Holding{
 		{"http", "live.example.test"}: {"alice", time.Time{}},
 		{"tls", "moved.example.test"}: {"alice", time.Time{}},
 		{"tcp", "20001"}:              {"bob", stop.Add(20 * time.Second)},
@@ -46,7 +46,7 @@ not json at all
 		t.Fatalf("held %v, want %v", held, want)
 	}
 	for k, h := range want {
-		if got := held[k]; got.identity != h.identity || !got.until.Equal(h.until) {
+		if got := held[k]; got.Identity != h.Identity || !got.Until.Equal(h.Until) {
 			t.Errorf("%v: %+v, want %+v", k, got, h)
 		}
 	}
@@ -66,7 +66,7 @@ not json at all
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(held) != 1 || held[endpointKey{"http", "b.example.test"}].identity != "alice" {
+	if len(held) != 1 || held[Endpoint{"http", "b.example.test"}].Identity != "alice" {
 		t.Fatalf("after a crash: %v, want b.example.test alone", held)
 	}
 }
@@ -77,7 +77,7 @@ func TestRecordCompacts(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	log := slog.New(slog.DiscardHandler)
-	n, err := openRecord(dir, new(router.MemoryRouter), time.Minute, log, time.Now)
+	n, err := Open(dir, new(router.MemoryRouter), time.Minute, log, time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestRecordCompacts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	n.stop()
+	n.Stop()
 	b, err := os.ReadFile(filepath.Join(dir, recordFile))
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +107,7 @@ func TestRecordCompacts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(held) != 1 || held[endpointKey{"http", "keep.example.test"}].identity != "alice" {
+	if len(held) != 1 || held[Endpoint{"http", "keep.example.test"}].Identity != "alice" {
 		t.Fatalf("the record says %v, want keep.example.test held by alice", held)
 	}
 }
@@ -118,7 +118,7 @@ func TestRecordFailureRemovesIt(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	var logged bytes.Buffer
-	n, err := openRecord(dir, new(router.MemoryRouter), time.Minute, slog.New(slog.NewTextHandler(&logged, nil)), time.Now)
+	n, err := Open(dir, new(router.MemoryRouter), time.Minute, slog.New(slog.NewTextHandler(&logged, nil)), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,5 +138,5 @@ func TestRecordFailureRemovesIt(t *testing.T) {
 	if !bytes.Contains(logged.Bytes(), []byte("level=ERROR")) {
 		t.Fatalf("no error logged: %s", logged.String())
 	}
-	n.stop()
+	n.Stop()
 }

@@ -1,4 +1,7 @@
-package edge
+// Package names keeps who holds which name on an edge beyond a session:
+// the record of holders that an edge restarted reads back (Record), and
+// the tickets that agents keep and present back (Signer).
+package names
 
 import (
 	"bufio"
@@ -9,6 +12,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,20 +49,24 @@ type recordLine struct {
 	Stopped  time.Time `json:"stopped,omitzero"`   // the edge stopped cleanly then
 }
 
-// holding is who holds a name: an identity, and until when a reservation
+// Endpoint is an endpoint: a protocol and a name pattern.
+type Endpoint struct{ Proto, Name string }
+
+// Holding is who holds a name: an identity, and until when a reservation
 // keeps it for them (zero while it has routes).
-type holding struct {
-	identity string
-	until    time.Time
+type Holding struct {
+	Identity string
+	Until    time.Time
 }
 
 // restoredName is a name kept, at a restart, for the identity that held
 // it when the edge stopped.
 type restoredName struct{ name, identity string }
 
-// nameRecord is the Server's in-memory router, writing each change of who
-// holds a name to the record in StateDir.
-type nameRecord struct {
+// Record is an edge's in-memory router, writing each change of who holds
+// a name to the record in a directory (Server.StateDir). Make one with
+// Open; a nil *Record does nothing.
+type Record struct {
 	*router.MemoryRouter
 	path string
 	log  *slog.Logger
@@ -67,22 +75,24 @@ type nameRecord struct {
 	// What the start restored, until restoredUntil. Read-only after the
 	// start.
 	restored      map[baseKey]restoredName
+	restoredHeld  map[Endpoint]Holding
 	restoredUntil time.Time
 
 	mu    sync.Mutex
-	f     *os.File // nil once stopped, or once writing failed
-	held  map[endpointKey]holding
-	lines int // written since the last snapshot
+	f     *os.File             // nil once stopped, or once writing failed
+	held  map[Endpoint]Holding // guarded by mu once Open returned
+	lines int                  // written since the last snapshot
 }
 
-// openRecord reads the record in dir, reserves in mem, for grace, each name
+// Open reads the record in dir, reserves in mem, for grace, each name
 // it says was held when the edge stopped, and starts a new record of mem.
-// No record is a first start: nothing is reserved.
-func openRecord(dir string, mem *router.MemoryRouter, grace time.Duration, log *slog.Logger, now func() time.Time) (*nameRecord, error) {
+// No record is a first start: nothing is reserved. now is the edge's
+// clock.
+func Open(dir string, mem *router.MemoryRouter, grace time.Duration, log *slog.Logger, now func() time.Time) (*Record, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	n := &nameRecord{MemoryRouter: mem, path: filepath.Join(dir, recordFile), log: log, now: now, restored: map[baseKey]restoredName{}, held: map[endpointKey]holding{}}
+	n := &Record{MemoryRouter: mem, path: filepath.Join(dir, recordFile), log: log, now: now, restored: map[baseKey]restoredName{}, held: map[Endpoint]Holding{}}
 	before, err := readRecord(n.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -92,17 +102,18 @@ func openRecord(dir string, mem *router.MemoryRouter, grace time.Duration, log *
 	}
 	n.restoredUntil = now().Add(grace)
 	for k, h := range before {
-		r := router.Route{Proto: k.proto, Name: k.name, Identity: h.identity}
+		r := router.Route{Proto: k.Proto, Name: k.Name, Identity: h.Identity}
 		if grace <= 0 {
 			break // nothing is kept
 		}
 		if err := mem.Reserve(context.Background(), r, grace); err != nil {
-			log.Warn("a name of the record not restored", "proto", k.proto, "name", k.name, "err", err)
+			log.Warn("a name of the record not restored", "proto", k.Proto, "name", k.Name, "err", err)
 			continue
 		}
-		n.held[k] = holding{h.identity, n.restoredUntil}
-		n.restored[baseOf(k.proto, k.name)] = restoredName{k.name, h.identity}
+		n.held[k] = Holding{h.Identity, n.restoredUntil}
+		n.restored[baseOf(k.Proto, k.Name)] = restoredName{k.Name, h.Identity}
 	}
+	n.restoredHeld = maps.Clone(n.held)
 	switch {
 	case err != nil:
 	case grace <= 0:
@@ -119,12 +130,12 @@ func openRecord(dir string, mem *router.MemoryRouter, grace time.Duration, log *
 // readRecord returns the names a record says were held when the edge
 // stopped: when its last line says so, or else when the file was last
 // written. A line cut short by a crash is skipped.
-func readRecord(path string) (map[endpointKey]holding, error) {
+func readRecord(path string) (map[Endpoint]Holding, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	held := map[endpointKey]holding{}
+	held := map[Endpoint]Holding{}
 	var stopped time.Time
 	for line := range bytes.Lines(b) {
 		var l recordLine
@@ -132,12 +143,12 @@ func readRecord(path string) (map[endpointKey]holding, error) {
 			continue
 		}
 		stopped = l.Stopped
-		switch k := (endpointKey{l.Proto, l.Name}); {
+		switch k := (Endpoint{l.Proto, l.Name}); {
 		case l.Proto == "" || l.Name == "":
 		case l.Identity == "":
 			delete(held, k)
 		default:
-			held[k] = holding{l.Identity, l.Until}
+			held[k] = Holding{l.Identity, l.Until}
 		}
 	}
 	if stopped.IsZero() {
@@ -146,7 +157,7 @@ func readRecord(path string) (map[endpointKey]holding, error) {
 		}
 	}
 	for k, h := range held {
-		if !h.until.IsZero() && h.until.Before(stopped) {
+		if !h.Until.IsZero() && h.Until.Before(stopped) {
 			delete(held, k) // lapsed before the edge stopped
 		}
 	}
@@ -165,7 +176,7 @@ func baseOf(proto, name string) baseKey {
 }
 
 // Bind implements router.Router: the MemoryRouter's, recorded.
-func (n *nameRecord) Bind(ctx context.Context, r router.Route) error {
+func (n *Record) Bind(ctx context.Context, r router.Route) error {
 	if err := n.MemoryRouter.Bind(ctx, r); err != nil {
 		return n.explain(err, r)
 	}
@@ -174,7 +185,7 @@ func (n *nameRecord) Bind(ctx context.Context, r router.Route) error {
 }
 
 // Unbind implements router.Router: the MemoryRouter's, recorded.
-func (n *nameRecord) Unbind(ctx context.Context, r router.Route, reserve time.Duration) error {
+func (n *Record) Unbind(ctx context.Context, r router.Route, reserve time.Duration) error {
 	err := n.MemoryRouter.Unbind(ctx, r, reserve)
 	n.note(r.Proto, r.Name)
 	return err
@@ -183,7 +194,7 @@ func (n *nameRecord) Unbind(ctx context.Context, r router.Route, reserve time.Du
 // explain adds to a refusal of r that the name it conflicts with, r's
 // own or one above it, was kept at the restart for the identity that held
 // it when the edge stopped.
-func (n *nameRecord) explain(err error, r router.Route) error {
+func (n *Record) explain(err error, r router.Route) error {
 	if !errors.Is(err, router.ErrNameTaken) || len(n.restored) == 0 || !n.now().Before(n.restoredUntil) {
 		return err
 	}
@@ -203,20 +214,20 @@ func (n *nameRecord) explain(err error, r router.Route) error {
 // note records who holds proto's name now, if that changed. Asking the
 // router and writing happen under one lock, so the record's last line for
 // a name is the router's answer after the last change to it.
-func (n *nameRecord) note(proto, name string) {
+func (n *Record) note(proto, name string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.f == nil {
 		return
 	}
-	k := endpointKey{proto, name}
+	k := Endpoint{proto, name}
 	id, until, ok := n.Holder(proto, name)
 	h, had := n.held[k]
-	if ok == had && h == (holding{id, until}) {
+	if ok == had && h == (Holding{id, until}) {
 		return
 	}
 	if ok {
-		n.held[k] = holding{id, until}
+		n.held[k] = Holding{id, until}
 	} else {
 		delete(n.held, k)
 	}
@@ -229,7 +240,7 @@ func (n *nameRecord) note(proto, name string) {
 }
 
 // writeLocked appends a line to the record.
-func (n *nameRecord) writeLocked(l recordLine) {
+func (n *Record) writeLocked(l recordLine) {
 	b, err := json.Marshal(l)
 	if err == nil {
 		_, err = n.f.Write(append(b, '\n'))
@@ -243,7 +254,7 @@ func (n *nameRecord) writeLocked(l recordLine) {
 
 // snapshotLocked replaces the record with one line per name held now, and
 // goes on appending to it.
-func (n *nameRecord) snapshotLocked() error {
+func (n *Record) snapshotLocked() error {
 	if n.f != nil {
 		n.f.Close()
 		n.f = nil
@@ -257,11 +268,11 @@ func (n *nameRecord) snapshotLocked() error {
 	enc := json.NewEncoder(w)
 	now := n.now()
 	for k, h := range n.held {
-		if !h.until.IsZero() && h.until.Before(now) {
+		if !h.Until.IsZero() && h.Until.Before(now) {
 			delete(n.held, k) // lapsed
 			continue
 		}
-		enc.Encode(recordLine{Proto: k.proto, Name: k.name, Identity: h.identity, Until: h.until})
+		enc.Encode(recordLine{Proto: k.Proto, Name: k.Name, Identity: h.Identity, Until: h.Until})
 	}
 	err = w.Flush()
 	if err == nil {
@@ -287,7 +298,7 @@ func (n *nameRecord) snapshotLocked() error {
 // failLocked gives the record up after a write failed: it is removed, so
 // that the next start is a first start rather than one that believes a
 // record missing the latest changes.
-func (n *nameRecord) failLocked(err error) {
+func (n *Record) failLocked(err error) {
 	n.log.Error("the record of who holds which name failed; it is removed, and the next start gives names to whoever asks first", "record", n.path, "err", err)
 	if n.f != nil {
 		n.f.Close()
@@ -296,9 +307,13 @@ func (n *nameRecord) failLocked(err error) {
 	os.Remove(n.path)
 }
 
-// stop ends the record with the time the edge stopped. Only the first
+// Restored returns the names that Open restored, and until when each is
+// kept for its holder.
+func (n *Record) Restored() map[Endpoint]Holding { return maps.Clone(n.restoredHeld) }
+
+// Stop ends the record with the time the edge stopped. Only the first
 // call does anything.
-func (n *nameRecord) stop() {
+func (n *Record) Stop() {
 	if n == nil {
 		return
 	}
