@@ -98,7 +98,7 @@ func (ss *session) openProxy(ctx context.Context, h wire.ProxyHeader, raw bool) 
 	}
 	// An idle stream of a public HTTP connection gives its place to a live
 	// connection or request.
-	if !ss.acquire() && !(ss.srv.evictIdle(ss.id) && ss.acquire()) {
+	if !ss.acquire() && !(ss.srv.ups.EvictIdle(ss.srv.ID, ss.id) && ss.acquire()) {
 		return nil, errTooManyStreams
 	}
 	st, err := ss.mux.OpenStream()

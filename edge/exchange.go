@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/edge/internal/upstream"
 	"github.com/tunnelkit/tunnelkit/forwarded"
 	"github.com/tunnelkit/tunnelkit/internal/pipe"
 	"github.com/tunnelkit/tunnelkit/policy"
@@ -19,7 +20,7 @@ import (
 )
 
 // An exchange is one public HTTP request on its way to an agent's app and
-// back, through httputil.ReverseProxy over an upstream (see upstream.go).
+// back, through httputil.ReverseProxy over an upstream (see package upstream).
 //
 // Every exchange ends, whatever its client, its agent or its app stops
 // doing:
@@ -53,12 +54,12 @@ type exchange struct {
 	in     *http.Request // the public request
 	routes []router.Route
 	info   ConnInfo
-	pc     *publicConn // nil: a mounted handler's request
+	pc     *upstream.Conn // nil: a mounted handler's request
 	aw     *accessWriter
 	rc     *http.ResponseController
 	pol    *policy.Policy // the endpoint's traffic policy; nil: none
 
-	up     *upstream
+	up     *upstream.Upstream
 	reused bool        // up carried a request of pc before
 	body   *bodyReader // nil without a body
 
@@ -93,8 +94,8 @@ func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, routes []
 	// runs on a context of its own, cancelled as described on exchange.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	defer cancel()
-	x := &exchange{srv: s, in: r, routes: routes, info: info, pc: publicConnOf(r), aw: aw, rc: http.NewResponseController(w), pol: pol, ctx: ctx, cancel: cancel, start: time.Now()}
-	up, reused, err := s.upstreamFor(ctx, routes, info, x.pc)
+	x := &exchange{srv: s, in: r, routes: routes, info: info, pc: upstream.ConnOf(r), aw: aw, rc: http.NewResponseController(w), pol: pol, ctx: ctx, cancel: cancel, start: time.Now()}
+	up, reused, err := s.ups.Get(ctx, routes, info.Host, x.pc, s.dialFor(routes, info))
 	switch {
 	case errors.Is(err, errTooManyStreams):
 		s.refuse(w, r, ReasonAgentBusy, "the agent of this tunnel has no stream free; try again", err)
@@ -105,7 +106,7 @@ func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, routes []
 	case errors.Is(err, ErrAppUnreachable):
 		s.refuse(w, r, ReasonAppUnreachable, appUnreachable(err), err)
 		return
-	case errors.Is(err, errUpstreamBroke):
+	case errors.Is(err, upstream.ErrBroke):
 		s.refuse(w, r, ReasonAppError, "the app closed the connection without a whole response", err)
 		return
 	case err != nil:
@@ -149,7 +150,7 @@ func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, routes []
 		if x.body != nil {
 			x.body.end()
 		}
-		s.doneUpstream(x.up, cut || !x.completed())
+		s.ups.Done(x.up, cut || !x.completed())
 	}()
 	x.rp.ServeHTTP(&clientWriter{ResponseWriter: w, x: x}, out)
 }
@@ -166,15 +167,15 @@ func (x *exchange) touch() { x.activity.store(time.Now()) }
 // RoundTrip sends the request on the exchange's upstream: the proxy's
 // Transport.
 func (x *exchange) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := x.up.cc.RoundTrip(req)
-	if err != nil && x.reused && x.body == nil && idempotent(req.Method) && x.ctx.Err() == nil && x.up.conn.refusal() == nil {
+	resp, err := x.up.RoundTrip(req)
+	if err != nil && x.reused && x.body == nil && idempotent(req.Method) && x.ctx.Err() == nil && x.up.Refusal() == nil {
 		// The agent closed the connection's idle stream as the request
 		// went out (its app's keep-alive timeout): nothing was answered,
 		// so the request goes again, on a new upstream.
-		if up, derr := x.srv.dialUpstream(x.ctx, x.routes, x.info, x.pc); derr == nil {
-			x.srv.doneUpstream(x.up, true)
+		if up, derr := x.srv.ups.Dial(x.ctx, x.info.Host, x.pc, x.srv.dialFor(x.routes, x.info)); derr == nil {
+			x.srv.ups.Done(x.up, true)
 			x.up, x.reused = up, false
-			resp, err = up.cc.RoundTrip(req)
+			resp, err = up.RoundTrip(req)
 		}
 	}
 	if err != nil {
@@ -204,7 +205,7 @@ func idempotent(method string) bool {
 // hop of forwarding headers, the client's own, and the Host kept.
 func (x *exchange) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Scheme = "http"
-	pr.Out.URL.Host = x.up.route.TunnelID // names what the upstream reaches; never dialled by name
+	pr.Out.URL.Host = x.up.Route().TunnelID // names what the upstream reaches; never dialled by name
 	proto := "http"
 	if pr.In.TLS != nil {
 		proto = "https"
@@ -271,7 +272,7 @@ func (x *exchange) over() bool {
 // classify returns why an exchange failed.
 func (x *exchange) classify(err error) (Reason, string) {
 	var ne net.Error
-	switch refused := x.up.conn.refusal(); {
+	switch refused := x.up.Refusal(); {
 	case errors.Is(refused, ErrNoEndpoint):
 		return ReasonNoEndpoint, "the agent no longer serves this tunnel"
 	case refused != nil:
@@ -286,7 +287,7 @@ func (x *exchange) classify(err error) (Reason, string) {
 		return ReasonBadRequest, "malformed request body"
 	case errors.As(err, &ne) && ne.Timeout():
 		return ReasonAppTimeout, "the app did not answer in time"
-	case !x.srv.holdsSession(x.up.route):
+	case !x.srv.holdsSession(x.up.Route()):
 		return ReasonAgentOffline, "the agent of this tunnel went away"
 	}
 	return ReasonAppError, "the app closed the connection without a whole response"
@@ -361,8 +362,8 @@ func (x *exchange) abort() {
 		return
 	}
 	x.cut = true
-	if !x.up.h2 {
-		reset(x.up.conn)
+	if !x.up.H2() {
+		x.up.ResetConn()
 	}
 	x.cancel()
 	x.rc.SetWriteDeadline(time.Now())
@@ -579,4 +580,21 @@ func (b *bodyReader) failed() error {
 		return nil
 	}
 	return b.err
+}
+
+// atomicTime is a time read and written atomically.
+type atomicTime struct{ ns atomic.Int64 }
+
+func (t *atomicTime) store(v time.Time) { t.ns.Store(v.UnixNano()) }
+func (t *atomicTime) load() time.Time   { return time.Unix(0, t.ns.Load()) }
+
+// dialFor returns how a new upstream is dialled: to the first reachable
+// of routes, its stream header naming info's client and host, within
+// Timeouts.Handshake.
+func (s *Server) dialFor(routes []router.Route, info ConnInfo) upstream.DialFunc {
+	return func(ctx context.Context) (net.Conn, router.Route, error) {
+		ctx, cancel := context.WithTimeout(ctx, s.cfg.handshake)
+		defer cancel()
+		return s.dialRoutes(ctx, routes, info)
+	}
 }

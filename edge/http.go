@@ -19,7 +19,7 @@ import (
 // the Host minus ".<Domain>", case-insensitive, port ignored.
 //
 // The request travels to the route looked up for it, over an upstream
-// whose stream header names the request's client (see upstream.go), so
+// whose stream header names the request's client (see package upstream), so
 // the app behind the agent sees the right client as each connection's
 // RemoteAddr. The request and response stream through (no whole-body
 // buffering). Upgrade requests such as WebSocket are passed through, but

@@ -22,6 +22,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/edge/internal/limits"
 	"github.com/tunnelkit/tunnelkit/edge/internal/names"
+	"github.com/tunnelkit/tunnelkit/edge/internal/upstream"
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
 	"github.com/tunnelkit/tunnelkit/policy"
 	"github.com/tunnelkit/tunnelkit/router"
@@ -295,7 +296,7 @@ type Server struct {
 	record   *names.Record // the in-memory router, recorded in StateDir; nil without
 	auth     *limits.AuthGuard
 	shares   limits.Shares[endpointKey]
-	ups      upstreams
+	ups      upstream.Pool
 	term     terminating
 	ech      echState
 
@@ -351,6 +352,8 @@ func (s *Server) init() {
 			rand.Read(s.signer.Key)
 		}
 		s.cookieKey = deriveCookieKey(s.signer.Key)
+		s.ups.ResponseHeaderTimeout, s.ups.StreamWindow = s.cfg.responseHeader, int(s.cfg.window)
+		s.ups.IsRefusal = func(err error) bool { return errors.Is(err, ErrAppUnreachable) || errors.Is(err, ErrNoEndpoint) }
 		s.auth = &limits.AuthGuard{PerMinute: s.cfg.authFailures, Log: s.log()}
 		s.pending.Max, s.pending.PerSource = s.cfg.pendingSessions, s.cfg.pendingPerSource
 		s.quotas.Edge, s.quotas.PerIdentity, s.quotas.PerSource = s.cfg.endpoints, s.cfg.endpointsPerID, s.cfg.endpointsPerSource
@@ -609,7 +612,7 @@ func (s *Server) newHTTPServer(h http.Handler, proto string) *http.Server {
 		IdleTimeout:       s.cfg.httpIdle,
 		ErrorLog:          s.proxyLog,
 	}
-	s.trackPublicConns(hs, proto)
+	s.ups.Track(hs, func() { s.obs().Conn(proto) })
 	return hs
 }
 

@@ -325,7 +325,7 @@ func (s *Server) unbind(r router.Route, reserve time.Duration) {
 		s.log().Warn("unbind", "name", r.Name, "err", err)
 	}
 	s.releasePolicy(r)
-	s.closeUpstreams(r)
+	s.ups.CloseRoute(r)
 	if r.Proto == wire.ProtoTCP {
 		s.closeTCP(r.Name)
 	}

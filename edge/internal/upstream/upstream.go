@@ -1,4 +1,7 @@
-package edge
+// Package upstream keeps the HTTP connections from an edge to agents'
+// apps: each over one conn to an agent, reused by the requests of the one
+// public connection it carries (Pool).
+package upstream
 
 import (
 	"context"
@@ -15,15 +18,13 @@ import (
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
-// Upstreams: the HTTP connections from the edge to agents' apps.
-//
 // An upstream is an HTTP connection, net/http's own ClientConn, over one
 // conn to an agent (a stream, whose header names the public client):
 // HTTP/1.1, or HTTP/2 with prior knowledge for routes bound with the app
 // protocol h2c (gRPC needs its trailers and streams both ways). Since a
 // stream's header names one client, an upstream carries the requests of
 // one public connection: when the edge serves that connection itself
-// (ServeHTTPListener, ServeSNI), its next request to the same route and
+// (an edge's ServeHTTPListener, ServeSNI; see Pool.Track), its next request to the same route and
 // Host reuses an upstream of its own (an idle HTTP/1.1 one, or its shared
 // HTTP/2 one); any other request gets a new upstream. When the Server is
 // mounted as a handler in another server, each request gets an upstream of
@@ -44,43 +45,75 @@ const maxUpstreamsPerConn = 64
 // can refuse an upload before it is sent.
 const expectContinueTimeout = time.Second
 
-// upstream is an HTTP connection to an app over a conn to its agent.
-type upstream struct {
+// Upstream is an HTTP connection to an app over a conn to its agent.
+type Upstream struct {
 	cc      *http.ClientConn
 	conn    *exchangeConn
 	route   router.Route
-	host    string      // the Host of its requests, named in its conn's header
-	owner   *publicConn // the public connection whose requests it carries; nil: one request
+	host    string // the Host of its requests, named in its conn's header
+	owner   *Conn  // the public connection whose requests it carries; nil: one request
 	h2      bool
 	changed chan struct{} // signalled when the connection's state changes (buffered 1)
 
 	// busy is set while an exchange of the owner uses the upstream (an
 	// HTTP/1.1 one is then not for another); retired makes it close once
-	// no request is in flight. Guarded by upstreams.mu.
+	// no request is in flight. Guarded by Pool.mu.
 	busy    int
 	retired bool
 	gone    atomic.Bool // closed, or going
 }
 
-// publicConn is a public HTTP connection the edge serves.
-type publicConn struct {
-	ups    []*upstream // its upstreams; guarded by upstreams.mu
+// RoundTrip sends req on the upstream, which Get or Dial reserved a
+// request on.
+func (up *Upstream) RoundTrip(req *http.Request) (*http.Response, error) { return up.cc.RoundTrip(req) }
+
+// Route is the route the upstream reaches.
+func (up *Upstream) Route() router.Route { return up.route }
+
+// H2 reports whether the upstream speaks HTTP/2 (the route's app protocol
+// is h2c), else HTTP/1.1.
+func (up *Upstream) H2() bool { return up.h2 }
+
+// Refusal returns the agent's refusal of the upstream's conn (an error
+// Pool.IsRefusal said yes to), if its conn read one.
+func (up *Upstream) Refusal() error { return up.conn.refusal() }
+
+// ResetConn cuts the upstream's conn short, so that the agent drops its
+// connection to the app (see reset).
+func (up *Upstream) ResetConn() { reset(up.conn) }
+
+// Conn is a public HTTP connection an edge serves.
+type Conn struct {
+	ups    []*Upstream // its upstreams; guarded by Pool.mu
 	closed bool        // likewise
 }
 
-type publicConnKey struct{}
+type connKey struct{}
 
-// publicConnOf returns the public connection of a request the edge serves
-// itself; nil for one it got as a mounted handler.
-func publicConnOf(r *http.Request) *publicConn {
-	pc, _ := r.Context().Value(publicConnKey{}).(*publicConn)
+// ConnOf returns the public connection of a request of a server the Pool
+// tracks (Track); nil for another (an edge mounted as a handler).
+func ConnOf(r *http.Request) *Conn {
+	pc, _ := r.Context().Value(connKey{}).(*Conn)
 	return pc
 }
 
-// upstreams indexes the upstreams of public connections by route.
-type upstreams struct {
+// Pool keeps the upstreams of public connections, indexed by route. Set
+// its fields before the first Get; its zero value has no bound on waiting
+// for a response header.
+type Pool struct {
+	// ResponseHeaderTimeout bounds the wait for an app to start
+	// answering a request sent whole. Zero: no bound.
+	ResponseHeaderTimeout time.Duration
+	// StreamWindow is what an HTTP/2 upstream buffers of each stream for
+	// a client that stopped reading (as over the agent's session). Zero:
+	// net/http's default.
+	StreamWindow int
+	// IsRefusal reports whether an error read from an upstream's conn is
+	// its agent's refusal of the conn (Upstream.Refusal). Nil: none is.
+	IsRefusal func(error) bool
+
 	mu      sync.Mutex
-	byRoute map[router.RouteKey]map[*upstream]struct{}
+	byRoute map[router.RouteKey]map[*Upstream]struct{}
 
 	once   sync.Once
 	h1, h2 *http.Transport // make the ClientConns, over the conn in the dial's context
@@ -89,8 +122,7 @@ type upstreams struct {
 type dialConnKey struct{}
 
 // transports returns the transports upstreams are made with.
-func (s *Server) transports() (h1, h2 *http.Transport) {
-	u := &s.ups
+func (u *Pool) transports() (h1, h2 *http.Transport) {
 	u.once.Do(func() {
 		mk := func(h2 bool) *http.Transport {
 			t := &http.Transport{
@@ -103,7 +135,7 @@ func (s *Server) transports() (h1, h2 *http.Transport) {
 				},
 				// A proxy passes the body as the app encoded it.
 				DisableCompression:    true,
-				ResponseHeaderTimeout: s.cfg.responseHeader,
+				ResponseHeaderTimeout: u.ResponseHeaderTimeout,
 				ExpectContinueTimeout: expectContinueTimeout,
 			}
 			p := new(http.Protocols)
@@ -113,7 +145,7 @@ func (s *Server) transports() (h1, h2 *http.Transport) {
 				// in these buffers: a stream window each, as over the
 				// agent's session, and a bounded whole.
 				t.HTTP2 = &http.HTTP2Config{
-					MaxReceiveBufferPerStream:     int(s.cfg.window),
+					MaxReceiveBufferPerStream:     u.StreamWindow,
 					MaxReceiveBufferPerConnection: 4<<20 - 1,
 				}
 			} else {
@@ -127,46 +159,48 @@ func (s *Server) transports() (h1, h2 *http.Transport) {
 	return u.h1, u.h2
 }
 
-// upstreamFor returns an upstream for a request to one of routes for
-// host, with a request reserved on it: one of pc's own when one goes to
-// the same route and host and is free, else a new one over a conn to the
-// first of routes that can be reached. reused says the upstream carried a
-// request before.
-func (s *Server) upstreamFor(ctx context.Context, routes []router.Route, info ConnInfo, pc *publicConn) (up *upstream, reused bool, err error) {
+// DialFunc dials a conn for a new upstream to the first of routes that
+// can be reached, and returns the route it reached: the conn's header
+// names the request's client and host.
+type DialFunc func(ctx context.Context) (net.Conn, router.Route, error)
+
+// Get returns an upstream for a request to one of routes for host, with a
+// request reserved on it: one of pc's own when one goes to the same route
+// and host and is free, else a new one over a conn from dial. reused says
+// the upstream carried a request before. Done gives it back.
+func (u *Pool) Get(ctx context.Context, routes []router.Route, host string, pc *Conn, dial DialFunc) (up *Upstream, reused bool, err error) {
 	if pc != nil {
-		if up := s.takeUpstream(ctx, pc, routes, info.Host); up != nil {
+		if up := u.take(ctx, pc, routes, host); up != nil {
 			return up, true, nil
 		}
 	}
-	up, err = s.dialUpstream(ctx, routes, info, pc)
+	up, err = u.Dial(ctx, host, pc, dial)
 	return up, false, err
 }
 
-// dialUpstream returns a new upstream over a conn to the first of routes
-// that can be reached.
-func (s *Server) dialUpstream(ctx context.Context, routes []router.Route, info ConnInfo, pc *publicConn) (*upstream, error) {
-	dctx, cancel := context.WithTimeout(ctx, s.cfg.handshake)
-	defer cancel()
-	conn, route, err := s.dialRoutes(dctx, routes, info)
+// Dial returns a new upstream for a request for host over a conn from
+// dial, with a request reserved on it.
+func (u *Pool) Dial(ctx context.Context, host string, pc *Conn, dial DialFunc) (*Upstream, error) {
+	conn, route, err := dial(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return s.newUpstream(conn, route, info.Host, pc)
+	return u.newUpstream(conn, route, host, pc)
 }
 
 // newUpstream starts an HTTP connection over conn, a conn just dialled to
 // route, with a request reserved on it, and makes it one of pc's when
 // pc can keep one more.
-func (s *Server) newUpstream(conn net.Conn, route router.Route, host string, pc *publicConn) (*upstream, error) {
-	up := &upstream{
-		conn:    newExchangeConn(conn),
+func (u *Pool) newUpstream(conn net.Conn, route router.Route, host string, pc *Conn) (*Upstream, error) {
+	up := &Upstream{
+		conn:    &exchangeConn{Conn: conn, isRefusal: u.IsRefusal},
 		route:   route,
 		host:    host,
 		h2:      route.AppProtocol == wire.AppProtocolH2C,
 		changed: make(chan struct{}, 1),
 		busy:    1,
 	}
-	h1t, h2t := s.transports()
+	h1t, h2t := u.transports()
 	t := h1t
 	if up.h2 {
 		t = h2t
@@ -187,19 +221,18 @@ func (s *Server) newUpstream(conn net.Conn, route router.Route, host string, pc 
 		if refused := up.conn.refusal(); refused != nil {
 			return nil, refused
 		}
-		return nil, fmt.Errorf("%w: %w", errUpstreamBroke, err)
+		return nil, fmt.Errorf("%w: %w", ErrBroke, err)
 	}
 	up.cc = cc
-	cc.SetStateHook(func(*http.ClientConn) { s.upstreamChanged(up) })
+	cc.SetStateHook(func(*http.ClientConn) { u.changed(up) })
 	if pc != nil {
-		s.adopt(pc, up)
+		u.adopt(pc, up)
 	}
 	return up, nil
 }
 
 // adopt makes up one of pc's upstreams, when pc is open and has room.
-func (s *Server) adopt(pc *publicConn, up *upstream) {
-	u := &s.ups
+func (u *Pool) adopt(pc *Conn, up *Upstream) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if pc.closed || len(pc.ups) >= maxUpstreamsPerConn {
@@ -209,16 +242,16 @@ func (s *Server) adopt(pc *publicConn, up *upstream) {
 	pc.ups = append(pc.ups, up)
 	k := up.route.Key()
 	if u.byRoute == nil {
-		u.byRoute = map[router.RouteKey]map[*upstream]struct{}{}
+		u.byRoute = map[router.RouteKey]map[*Upstream]struct{}{}
 	}
 	if u.byRoute[k] == nil {
-		u.byRoute[k] = map[*upstream]struct{}{}
+		u.byRoute[k] = map[*Upstream]struct{}{}
 	}
 	u.byRoute[k][up] = struct{}{}
 }
 
 // serves reports whether up may carry a request to one of routes for host.
-func (up *upstream) serves(routes []router.Route, host string) bool {
+func (up *Upstream) serves(routes []router.Route, host string) bool {
 	if up.gone.Load() || up.host != host {
 		return false
 	}
@@ -226,14 +259,13 @@ func (up *upstream) serves(routes []router.Route, host string) bool {
 	return slices.ContainsFunc(routes, func(r router.Route) bool { return r.Key() == k })
 }
 
-// takeUpstream returns one of pc's upstreams for routes and host with a
+// take returns one of pc's upstreams for routes and host with a
 // request reserved on it, or nil. An HTTP/1.1 upstream whose last exchange
 // just ended may still be finishing its response: it is waited for (it
 // becomes free or closes at once).
-func (s *Server) takeUpstream(ctx context.Context, pc *publicConn, routes []router.Route, host string) *upstream {
-	u := &s.ups
+func (u *Pool) take(ctx context.Context, pc *Conn, routes []router.Route, host string) *Upstream {
 	u.mu.Lock()
-	var candidates []*upstream
+	var candidates []*Upstream
 	for i := len(pc.ups) - 1; i >= 0; i-- {
 		up := pc.ups[i]
 		if (up.h2 || up.busy == 0) && !up.retired && up.serves(routes, host) {
@@ -242,13 +274,13 @@ func (s *Server) takeUpstream(ctx context.Context, pc *publicConn, routes []rout
 		}
 	}
 	u.mu.Unlock()
-	var taken *upstream
+	var taken *Upstream
 	for _, up := range candidates {
 		if taken == nil && up.reserve(ctx) == nil {
 			taken = up
 			continue
 		}
-		s.doneUpstream(up, false)
+		u.Done(up, false)
 	}
 	return taken
 }
@@ -257,7 +289,7 @@ func (s *Server) takeUpstream(ctx context.Context, pc *publicConn, routes []rout
 // response was read whole becomes free a moment later (net/http's reader
 // notices the end): reserve waits for that, or for the connection to
 // close.
-func (up *upstream) reserve(ctx context.Context) error {
+func (up *Upstream) reserve(ctx context.Context) error {
 	for {
 		err := up.cc.Reserve()
 		if err == nil || up.h2 || up.cc.Err() != nil {
@@ -274,9 +306,9 @@ func (up *upstream) reserve(ctx context.Context) error {
 	}
 }
 
-// upstreamChanged is up's state hook: a closed connection is forgotten,
-// and a retired one closed once no request is in flight.
-func (s *Server) upstreamChanged(up *upstream) {
+// changed is up's state hook: a closed connection is forgotten, and a
+// retired one closed once no request is in flight.
+func (u *Pool) changed(up *Upstream) {
 	select {
 	case up.changed <- struct{}{}:
 	default:
@@ -285,53 +317,49 @@ func (s *Server) upstreamChanged(up *upstream) {
 		// net/http closed the conn (or, after a protocol switch, handed
 		// it to the response's body, which closes it).
 		up.gone.Store(true)
-		s.forget(up)
+		u.forget(up)
 		return
 	}
-	u := &s.ups
 	u.mu.Lock()
 	idle := up.busy == 0 && up.cc.InFlight() == 0
 	retired := up.retired || up.owner == nil
 	u.mu.Unlock()
 	if idle && retired {
-		s.forget(up)
+		u.forget(up)
 		up.close()
 	}
 }
 
-// doneUpstream ends an exchange's use of up. An HTTP/1.1 upstream whose
+// Done ends an exchange's use of up. An HTTP/1.1 upstream whose
 // exchange was cut short (or did not end cleanly: a request or response
 // not whole) is reset, since it cannot carry another request; an HTTP/2
 // one goes on, its request's stream reset by the exchange's end. One
 // without an owner, or retired, is closed once idle; one of a public
 // connection stays for its next request.
-func (s *Server) doneUpstream(up *upstream, cut bool) {
+func (u *Pool) Done(up *Upstream, cut bool) {
 	if cut && !up.h2 {
-		s.forget(up)
+		u.forget(up)
 		up.abort()
 		return
 	}
-	u := &s.ups
 	u.mu.Lock()
 	up.busy--
 	closeNow := up.busy == 0 && (up.owner == nil || up.retired) && up.cc.InFlight() == 0
 	u.mu.Unlock()
 	if closeNow {
-		s.forget(up)
+		u.forget(up)
 		up.close()
 	}
 }
 
 // forget removes up from its public connection and the index.
-func (s *Server) forget(up *upstream) {
-	u := &s.ups
+func (u *Pool) forget(up *Upstream) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	s.forgetLocked(up)
+	u.forgetLocked(up)
 }
 
-func (s *Server) forgetLocked(up *upstream) {
-	u := &s.ups
+func (u *Pool) forgetLocked(up *Upstream) {
 	if pc := up.owner; pc != nil {
 		if i := slices.Index(pc.ups, up); i >= 0 {
 			pc.ups = slices.Delete(pc.ups, i, i+1)
@@ -345,7 +373,7 @@ func (s *Server) forgetLocked(up *upstream) {
 }
 
 // close closes up and its conn; requests in flight fail.
-func (up *upstream) close() {
+func (up *Upstream) close() {
 	if up.gone.Swap(true) {
 		return
 	}
@@ -355,20 +383,19 @@ func (up *upstream) close() {
 
 // abort cuts up short: its conn is reset, so that the agent drops the
 // connection to its app (and the app's request is cancelled).
-func (up *upstream) abort() {
+func (up *Upstream) abort() {
 	up.gone.Store(true)
 	reset(up.conn)
 	up.cc.Close()
 }
 
 // retire closes up once its requests are done (now, if there are none).
-func (s *Server) retire(up *upstream) {
-	u := &s.ups
+func (u *Pool) retire(up *Upstream) {
 	u.mu.Lock()
 	up.retired = true
 	idle := up.busy == 0 && up.cc.InFlight() == 0
 	if idle {
-		s.forgetLocked(up)
+		u.forgetLocked(up)
 	}
 	u.mu.Unlock()
 	if idle {
@@ -376,42 +403,40 @@ func (s *Server) retire(up *upstream) {
 	}
 }
 
-// dropPublicConn forgets a public connection that closed, and closes its
-// upstreams once their requests are done.
-func (s *Server) dropPublicConn(pc *publicConn) {
-	u := &s.ups
+// drop forgets a public connection that closed, and closes its upstreams
+// once their requests are done.
+func (u *Pool) drop(pc *Conn) {
 	u.mu.Lock()
 	pc.closed = true
 	ups := slices.Clone(pc.ups)
 	u.mu.Unlock()
 	for _, up := range ups {
-		s.retire(up)
+		u.retire(up)
 	}
 }
 
-// closeUpstreams closes the upstreams of r, whose endpoint is gone, once
+// CloseRoute closes the upstreams of r, whose endpoint is gone, once
 // their requests are done.
-func (s *Server) closeUpstreams(r router.Route) {
-	u := &s.ups
+func (u *Pool) CloseRoute(r router.Route) {
 	u.mu.Lock()
-	var ups []*upstream
+	var ups []*Upstream
 	for up := range u.byRoute[r.Key()] {
 		ups = append(ups, up)
 	}
 	u.mu.Unlock()
 	for _, up := range ups {
-		s.retire(up)
+		u.retire(up)
 	}
 }
 
-// evictIdle closes one idle upstream of the session sessionID, so that a
-// live request can have its stream, and reports whether there was one.
-func (s *Server) evictIdle(sessionID string) bool {
-	u := &s.ups
+// EvictIdle closes one idle upstream of the session sessionID of the edge
+// edgeID, so that a live request can have its stream, and reports
+// whether there was one.
+func (u *Pool) EvictIdle(edgeID, sessionID string) bool {
 	u.mu.Lock()
-	var victim *upstream
+	var victim *Upstream
 	for k, ups := range u.byRoute {
-		if k.Edge != s.ID || k.Session != sessionID {
+		if k.Edge != edgeID || k.Session != sessionID {
 			continue
 		}
 		for up := range ups {
@@ -425,7 +450,7 @@ func (s *Server) evictIdle(sessionID string) bool {
 		}
 	}
 	if victim != nil {
-		s.forgetLocked(victim)
+		u.forgetLocked(victim)
 	}
 	u.mu.Unlock()
 	if victim == nil {
@@ -435,44 +460,40 @@ func (s *Server) evictIdle(sessionID string) bool {
 	return true
 }
 
-// trackPublicConns makes hs tell the Server about its connections, so that
-// their requests can reuse their upstreams.
-func (s *Server) trackPublicConns(hs *http.Server, proto string) {
-	var conns sync.Map // net.Conn to *publicConn
+// Track makes hs tell the Pool about its connections, so that their
+// requests can reuse their upstreams (see ConnOf). opened, if set, is
+// called with each connection hs opens.
+func (u *Pool) Track(hs *http.Server, opened func()) {
+	var conns sync.Map // net.Conn to *Conn
 	hs.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
-		s.obs().Conn(proto)
-		pc := &publicConn{}
+		if opened != nil {
+			opened()
+		}
+		pc := &Conn{}
 		conns.Store(c, pc)
-		return context.WithValue(ctx, publicConnKey{}, pc)
+		return context.WithValue(ctx, connKey{}, pc)
 	}
 	hs.ConnState = func(c net.Conn, state http.ConnState) {
 		if state == http.StateClosed || state == http.StateHijacked {
 			if pc, ok := conns.LoadAndDelete(c); ok {
-				s.dropPublicConn(pc.(*publicConn))
+				u.drop(pc.(*Conn))
 			}
 		}
 	}
 }
 
-// atomicTime is a time read and written atomically.
-type atomicTime struct{ ns atomic.Int64 }
-
-func (t *atomicTime) store(v time.Time) { t.ns.Store(v.UnixNano()) }
-func (t *atomicTime) load() time.Time   { return time.Unix(0, t.ns.Load()) }
+// ErrBroke is the error of a conn to an agent, open, that broke before
+// its first request was sent.
+var ErrBroke = errors.New("upstream: the agent's stream broke before the request")
 
 // exchangeConn is the conn of an upstream: it keeps the agent's refusal,
-// whatever the Dialer.
-// errUpstreamBroke: a conn to an agent, open, broke before its first
-// request was sent.
-var errUpstreamBroke = errors.New("edge: the agent's stream broke before the request")
-
+// whatever dialled it.
 type exchangeConn struct {
 	net.Conn
-	mu      sync.Mutex
-	refused error
+	isRefusal func(error) bool
+	mu        sync.Mutex
+	refused   error
 }
-
-func newExchangeConn(c net.Conn) *exchangeConn { return &exchangeConn{Conn: c} }
 
 func (c *exchangeConn) refusal() error {
 	c.mu.Lock()
@@ -482,7 +503,7 @@ func (c *exchangeConn) refusal() error {
 
 func (c *exchangeConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	if err != nil && (errors.Is(err, ErrAppUnreachable) || errors.Is(err, ErrNoEndpoint)) {
+	if err != nil && c.isRefusal != nil && c.isRefusal(err) {
 		c.mu.Lock()
 		c.refused = err
 		c.mu.Unlock()
@@ -490,5 +511,18 @@ func (c *exchangeConn) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// Reset cuts the conn short (see proxyStream.Reset).
+// Reset cuts the conn short (see reset).
 func (c *exchangeConn) Reset() { reset(c.Conn) }
+
+// resetter is a conn that can be cut short rather than closed (a stream
+// to an agent, local or relayed).
+type resetter interface{ Reset() }
+
+// reset cuts c short when it can, and closes it otherwise.
+func reset(c net.Conn) {
+	if r, ok := c.(resetter); ok {
+		r.Reset()
+		return
+	}
+	c.Close()
+}
