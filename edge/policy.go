@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"container/list"
 	"context"
 	"crypto/hkdf"
 	"crypto/sha256"
@@ -13,11 +12,11 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/edge/internal/policies"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/policy"
 	"github.com/tunnelkit/tunnelkit/router"
@@ -34,13 +33,9 @@ import (
 // The agent's spec travels with its route (router.Route.Policy), so that
 // every edge of a cluster enforces it on the public traffic it takes. Each
 // edge compiles it once per endpoint: the edge that takes the bind at the
-// bind, the others on first use. A compiled policy is kept by endpoint (its
-// protocol and name), owner and spec, so that the routes of a pool share
-// one: its rate limit counts the pool's traffic on this edge as a whole.
-// One this edge holds a route of is kept until its last such route goes;
-// the others (of endpoints other edges bound) are kept in a bounded cache,
-// least recently used out first, and dropped when the Router's watch says
-// their route went.
+// bind, the others on first use, and keeps it (package policies) until
+// its routes go (for a route of another edge, when the Router's watch says
+// so).
 
 const (
 	// maxCachedPolicies bounds the compiled policies kept for endpoints
@@ -70,73 +65,9 @@ func deriveCookieKey(ticketKey []byte) []byte {
 	return k
 }
 
-// policyKey is what a compiled policy is kept by: the endpoint, its owner
-// (whose operator policy applies) and the agent's spec.
-type policyKey struct {
-	endpoint       endpointKey
-	identity, spec string
-}
-
-func keyOfRoute(r router.Route) policyKey {
-	return policyKey{endpointOf(r), r.Identity, r.Policy}
-}
-
-// compiledPolicy is the policy of an endpoint on this edge, or why it
-// could not be compiled.
-type compiledPolicy struct {
-	key   policyKey
-	ready chan struct{} // closed once pol or err is set
-	pol   *policy.Policy
-	err   error
-	at    time.Time // when err came
-
-	// Under policies.mu:
-	refs int           // routes this edge holds that use it
-	elem *list.Element // in policies.idle while refs is zero
-
-	tlsOnce sync.Once
-	tls     *tls.Config // the handshake's configuration, with the policy's client CAs
-}
-
-// policy returns the compiled policy; nil (which still strips reserved
-// headers in Check) for none.
-func (cp *compiledPolicy) policy() *policy.Policy {
-	if cp == nil {
-		return nil
-	}
-	return cp.pol
-}
-
-// policies is the compiled policies of a Server.
-type policies struct {
-	mu sync.Mutex
-	// byEndpoint holds the policies of each endpoint: one, but while
-	// routes of another owner or spec come and go. A lookup compares the
-	// spec of the few there, which costs nothing when it is the string of
-	// the route the policy was compiled for (the Router hands out copies
-	// of one route), rather than hash it, as a key of a map would.
-	byEndpoint map[endpointKey][]*compiledPolicy
-	idle       list.List // of *compiledPolicy with refs zero, most recently used first
-	n          int       // policies held in byEndpoint
-}
-
-// getLocked returns the policy of k, or nil.
-func (ps *policies) getLocked(k policyKey) *compiledPolicy {
-	for _, cp := range ps.byEndpoint[k.endpoint] {
-		if cp.key.identity == k.identity && cp.key.spec == k.spec {
-			return cp
-		}
-	}
-	return nil
-}
-
-// putLocked adds cp, whose key no other has.
-func (ps *policies) putLocked(cp *compiledPolicy) {
-	if ps.byEndpoint == nil {
-		ps.byEndpoint = map[endpointKey][]*compiledPolicy{}
-	}
-	ps.byEndpoint[cp.key.endpoint] = append(ps.byEndpoint[cp.key.endpoint], cp)
-	ps.n++
+// keyOfRoute returns what the compiled policy of r is kept by.
+func keyOfRoute(r router.Route) policies.Key {
+	return policies.Key{Endpoint: endpointOf(r), Identity: r.Identity, Spec: r.Policy}
 }
 
 // hasPolicy reports whether traffic of r is checked by a policy: the
@@ -225,89 +156,26 @@ func specJSON(spec policy.Spec) (string, error) {
 }
 
 // holdPolicy keeps the policy of r, a route this edge bound, compiled as
-// pol, until releasePolicy: a policy compiled for the same endpoint, owner
-// and spec already (a pool's, or on first use of the route) is kept
-// instead, and so are its rate limit's counts.
+// pol, until releasePolicy (see policies.Cache.Hold).
 func (s *Server) holdPolicy(r router.Route, pol *policy.Policy) {
-	if !s.hasPolicy(r) {
-		return
+	if s.hasPolicy(r) {
+		s.policies.Hold(keyOfRoute(r), pol)
 	}
-	k := keyOfRoute(r)
-	ps := &s.policies
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	cp := ps.getLocked(k)
-	if cp == nil || !cp.done() || cp.err != nil {
-		if cp != nil {
-			ps.removeLocked(cp)
-		}
-		cp = &compiledPolicy{key: k, ready: closedChan, pol: pol}
-		ps.putLocked(cp)
-	}
-	if cp.elem != nil {
-		ps.idle.Remove(cp.elem)
-		cp.elem = nil
-	}
-	cp.refs++
 }
 
 // releasePolicy ends a holdPolicy of r, dropping the compiled policy with
 // its last route on this edge.
 func (s *Server) releasePolicy(r router.Route) {
-	if !s.hasPolicy(r) {
-		return
-	}
-	ps := &s.policies
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	cp := ps.getLocked(keyOfRoute(r))
-	if cp == nil || cp.refs == 0 {
-		return
-	}
-	if cp.refs--; cp.refs == 0 {
-		ps.removeLocked(cp)
+	if s.hasPolicy(r) {
+		s.policies.Release(keyOfRoute(r))
 	}
 }
 
 // forgetPolicy drops the policy compiled on first use for r, a route of
 // another edge that went, unless this edge holds a route of it.
 func (s *Server) forgetPolicy(r router.Route) {
-	if !s.hasPolicy(r) {
-		return
-	}
-	ps := &s.policies
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if cp := ps.getLocked(keyOfRoute(r)); cp != nil && cp.refs == 0 {
-		ps.removeLocked(cp)
-	}
-}
-
-// removeLocked removes cp, if it is there.
-func (ps *policies) removeLocked(cp *compiledPolicy) {
-	held := ps.byEndpoint[cp.key.endpoint]
-	if i := slices.Index(held, cp); i >= 0 {
-		ps.n--
-		if len(held) == 1 {
-			delete(ps.byEndpoint, cp.key.endpoint)
-		} else {
-			ps.byEndpoint[cp.key.endpoint] = slices.Delete(slices.Clone(held), i, i+1)
-		}
-	}
-	if cp.elem != nil {
-		ps.idle.Remove(cp.elem)
-		cp.elem = nil
-	}
-}
-
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-func (cp *compiledPolicy) done() bool {
-	select {
-	case <-cp.ready:
-		return true
-	default:
-		return false
+	if s.hasPolicy(r) {
+		s.policies.Forget(keyOfRoute(r))
 	}
 }
 
@@ -316,59 +184,26 @@ func (cp *compiledPolicy) done() bool {
 // for it wait for that, within ctx; the compiling is bounded by
 // policyCompileTimeout alone). A policy that could not be compiled is
 // refused for policyRetry, then tried again.
-func (s *Server) routePolicy(ctx context.Context, r router.Route) (*compiledPolicy, error) {
+func (s *Server) routePolicy(ctx context.Context, r router.Route) (*policies.Compiled, error) {
 	if !s.hasPolicy(r) {
 		return nil, nil
 	}
-	k := keyOfRoute(r)
-	ps := &s.policies
-	ps.mu.Lock()
-	cp := ps.getLocked(k)
-	if cp != nil && cp.done() && cp.err != nil && time.Since(cp.at) >= policyRetry {
-		ps.removeLocked(cp)
-		cp = nil
-	}
-	if cp != nil {
-		if cp.elem != nil {
-			ps.idle.MoveToFront(cp.elem)
+	return s.policies.Get(ctx, keyOfRoute(r), func(ctx context.Context) (*policy.Policy, error) {
+		raw := []byte(r.Policy)
+		if len(raw) == 0 {
+			raw = []byte("null")
 		}
-		ps.mu.Unlock()
-		select {
-		case <-cp.ready:
-		case <-ctx.Done():
-			if !cp.done() { // else both were: the policy is had
-				return nil, ctx.Err()
-			}
+		spec, err := policy.Parse(raw)
+		var pol *policy.Policy
+		if err == nil {
+			pol, _, err = s.compilePolicy(ctx, r.Proto, r.Identity, spec)
 		}
-		return cp, cp.err
-	}
-	cp = &compiledPolicy{key: k, ready: make(chan struct{})}
-	ps.putLocked(cp)
-	cp.elem = ps.idle.PushFront(cp)
-	for ps.idle.Len() > maxCachedPolicies {
-		ps.removeLocked(ps.idle.Back().Value.(*compiledPolicy))
-	}
-	ps.mu.Unlock()
-
-	// Compiled here, for every request that waits for it: not cut short
-	// when this request's client leaves.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), policyCompileTimeout)
-	defer cancel()
-	raw := []byte(r.Policy)
-	if len(raw) == 0 {
-		raw = []byte("null")
-	}
-	spec, err := policy.Parse(raw)
-	if err == nil {
-		cp.pol, _, err = s.compilePolicy(cctx, r.Proto, r.Identity, spec)
-	}
-	if err != nil {
-		cp.err = fmt.Errorf("edge: the policy of %s %s: %w", r.Proto, r.Name, err)
-		cp.at = time.Now()
-		s.log().Warn("traffic policy of an endpoint of another edge refused", "proto", r.Proto, "name", r.Name, "edge", r.Edge, "err", err)
-	}
-	close(cp.ready)
-	return cp, cp.err
+		if err != nil {
+			s.log().Warn("traffic policy of an endpoint of another edge refused", "proto", r.Proto, "name", r.Name, "edge", r.Edge, "err", err)
+			return nil, fmt.Errorf("edge: the policy of %s %s: %w", r.Proto, r.Name, err)
+		}
+		return pol, nil
+	})
 }
 
 // checkPolicy runs the traffic policy of routes (all alike: a pool has one
@@ -386,7 +221,7 @@ func (s *Server) checkPolicy(w http.ResponseWriter, r *http.Request, routes []ro
 		s.refuse(w, r, ReasonPolicyUnavailable, "the traffic policy of this tunnel cannot be enforced now", err)
 		return nil, false
 	}
-	pol := cp.policy()
+	pol := cp.Policy()
 	if pol.ClientCAs() != nil && r.TLS != nil && !s.sameHost(r.TLS.ServerName, r.Host) {
 		// An HTTP/2 connection opened for another name (browsers reuse
 		// one for every name its certificate covers) was not asked for
@@ -437,7 +272,7 @@ func (s *Server) acceptPolicy(proto, name string, routes []router.Route, client 
 		s.obs().Refused(ReasonPolicyUnavailable)
 		return false
 	}
-	ref, ok := cp.policy().AcceptConn(client)
+	ref, ok := cp.Policy().AcceptConn(client)
 	if !ok {
 		s.log().Debug("connection refused by the endpoint's policy", "proto", proto, "name", name, "client", client.String(), "code", ref.Code)
 		s.obs().Refused(Reason(ref.Code))
@@ -466,18 +301,17 @@ func (s *Server) policyTLS(hello *tls.ClientHelloInfo, base *tls.Config) (*tls.C
 		// Check refuses its requests: no need to fail the handshake.
 		return nil, nil
 	}
-	cas := cp.policy().ClientCAs()
+	cas := cp.Policy().ClientCAs()
 	if cas == nil {
 		return nil, nil
 	}
-	cp.tlsOnce.Do(func() {
+	return cp.TLS(func() *tls.Config {
 		c := base.Clone()
 		c.GetConfigForClient = nil
 		c.ClientAuth = tls.VerifyClientCertIfGiven
 		c.ClientCAs = cas
-		cp.tls = c
-	})
-	return cp.tls, nil
+		return c
+	}), nil
 }
 
 // policyBody is the body of a request whose policy reads it: it notes a

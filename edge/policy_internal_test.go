@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/policy"
@@ -77,7 +78,7 @@ func FuzzBindPolicy(f *testing.F) {
 			t.Fatalf("the route's policy %q reads back as %q (%v)", r.Policy, again, err)
 		}
 		cp, err := s.routePolicy(context.Background(), r)
-		if err != nil || cp.policy() == nil {
+		if err != nil || cp.Policy() == nil {
 			t.Fatalf("another edge could not compile the route's policy %q: %v", r.Policy, err)
 		}
 		s.forgetPolicy(r)
@@ -112,9 +113,7 @@ func TestPolicyCache(t *testing.T) {
 		}
 	}
 	count := func() int {
-		s.policies.mu.Lock()
-		defer s.policies.mu.Unlock()
-		return s.policies.n
+		return s.policies.Len()
 	}
 	if n := count(); n != maxCachedPolicies+1 {
 		t.Errorf("%d policies kept; want %d (the bound, and the held one)", n, maxCachedPolicies+1)
@@ -122,7 +121,7 @@ func TestPolicyCache(t *testing.T) {
 	if again, _ := s.routePolicy(ctx, route(0)); again == first {
 		t.Error("the least recently used policy was kept past the bound")
 	}
-	if cp, _ := s.routePolicy(ctx, held); cp.policy() != pol {
+	if cp, _ := s.routePolicy(ctx, held); cp.Policy() != pol {
 		t.Error("the policy of a held route was not the one compiled at its bind")
 	}
 	// The route of another edge goes.
@@ -133,11 +132,11 @@ func TestPolicyCache(t *testing.T) {
 		t.Errorf("%d policies kept after one route went; want %d", n, maxCachedPolicies)
 	}
 	s.releasePolicy(held)
-	if cp, _ := s.routePolicy(ctx, held); cp.policy() != pol {
+	if cp, _ := s.routePolicy(ctx, held); cp.Policy() != pol {
 		t.Error("a pool's policy dropped while a route of it is held")
 	}
 	s.releasePolicy(held)
-	if cp, _ := s.routePolicy(ctx, held); cp.policy() == pol {
+	if cp, _ := s.routePolicy(ctx, held); cp.Policy() == pol {
 		t.Error("a policy kept after its last held route went")
 	}
 }
@@ -148,7 +147,8 @@ func TestPolicyCache(t *testing.T) {
 func TestPolicyOnFirstUseFails(t *testing.T) {
 	t.Parallel()
 	fail := true
-	s := &Server{Domain: "example.test", Policy: func(string) policy.Operator {
+	now := time.Now()
+	s := &Server{Domain: "example.test", Clock: func() time.Time { return now }, Policy: func(string) policy.Operator {
 		if fail {
 			return policy.Operator{Kinds: []string{}} // no kind allowed
 		}
@@ -163,11 +163,8 @@ func TestPolicyOnFirstUseFails(t *testing.T) {
 	if _, err := s.routePolicy(context.Background(), r); !errors.Is(err, policy.ErrForbidden) {
 		t.Fatalf("at once after a failure: %v; want the failure again", err)
 	}
-	s.policies.mu.Lock()
-	cp := s.policies.getLocked(keyOfRoute(r))
-	cp.at = cp.at.Add(-policyRetry)
-	s.policies.mu.Unlock()
-	if cp, err := s.routePolicy(context.Background(), r); err != nil || cp.policy() == nil {
+	now = now.Add(policyRetry)
+	if cp, err := s.routePolicy(context.Background(), r); err != nil || cp.Policy() == nil {
 		t.Fatalf("after policyRetry: %v; want the policy", err)
 	}
 	none := &Server{Domain: "example.test"}
@@ -280,7 +277,7 @@ func TestPolicyWaitOutlivesHalfClose(t *testing.T) {
 			}
 		}
 		for i := range 64 {
-			if cp, err := s.routePolicy(halfClosed, routes[0]); err != nil || cp.policy() == nil {
+			if cp, err := s.routePolicy(halfClosed, routes[0]); err != nil || cp.Policy() == nil {
 				t.Fatalf("try %d: the policy compiled already, with a context that ended: %v; want the policy", i, err)
 			}
 		}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/edge/internal/limits"
 	"github.com/tunnelkit/tunnelkit/edge/internal/names"
+	"github.com/tunnelkit/tunnelkit/edge/internal/policies"
 	"github.com/tunnelkit/tunnelkit/edge/internal/upstream"
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
 	"github.com/tunnelkit/tunnelkit/policy"
@@ -300,8 +301,8 @@ type Server struct {
 	term     terminating
 	ech      echState
 
-	policies  policies // compiled traffic policies, by endpoint
-	cookieKey []byte   // of OIDC logins, derived from the ticket key
+	policies  policies.Cache // compiled traffic policies, by endpoint
+	cookieKey []byte         // of OIDC logins, derived from the ticket key
 
 	quotas  limits.Quotas[endpointKey] // the quotas of Limits
 	bindLog limits.LogBudget           // lines about refused binds
@@ -354,6 +355,7 @@ func (s *Server) init() {
 		s.cookieKey = deriveCookieKey(s.signer.Key)
 		s.ups.ResponseHeaderTimeout, s.ups.StreamWindow = s.cfg.responseHeader, int(s.cfg.window)
 		s.ups.IsRefusal = func(err error) bool { return errors.Is(err, ErrAppUnreachable) || errors.Is(err, ErrNoEndpoint) }
+		s.policies.Max, s.policies.Retry, s.policies.Timeout, s.policies.Now = maxCachedPolicies, policyRetry, policyCompileTimeout, s.now
 		s.auth = &limits.AuthGuard{PerMinute: s.cfg.authFailures, Log: s.log()}
 		s.pending.Max, s.pending.PerSource = s.cfg.pendingSessions, s.cfg.pendingPerSource
 		s.quotas.Edge, s.quotas.PerIdentity, s.quotas.PerSource = s.cfg.endpoints, s.cfg.endpointsPerID, s.cfg.endpointsPerSource
