@@ -438,7 +438,7 @@ func TestIDNALabels(t *testing.T) {
 		"xn--bcher-kva":  true,  // bücher
 		"xn--fiqs8s":     true,  // 中国
 		"xn--pple-43d":   false, // Cyrillic а, then Latin pple: a homograph of apple
-		"xn--80ak6aa92e": true,  // аррӏе, all Cyrillic: one script (a whole-script lookalike; see the note on checkLabel)
+		"xn--80ak6aa92e": true,  // аррӏе, all Cyrillic: one script (a whole-script lookalike; see the note on checkLabel in edge/internal/names)
 		"xn--a":          false, // not punycode of anything valid
 		"xn--zz-":        false,
 		"xn--ls8h":       false, // an emoji
