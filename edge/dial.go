@@ -189,16 +189,3 @@ func (p *proxyStream) Reset() {
 	p.Stream.Reset()
 	p.closeOnce.Do(p.ss.release)
 }
-
-// resetter is a conn that can be cut short rather than closed (a stream
-// to an agent, local or relayed).
-type resetter interface{ Reset() }
-
-// reset cuts c short when it can, and closes it otherwise.
-func reset(c net.Conn) {
-	if r, ok := c.(resetter); ok {
-		r.Reset()
-		return
-	}
-	c.Close()
-}
