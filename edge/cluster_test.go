@@ -16,6 +16,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/edge/relay"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
 	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/router"
@@ -25,7 +26,7 @@ import (
 // relay listener, sharing a router.Router with the others.
 type clusterEdge struct {
 	srv                                     *edge.Server
-	relay                                   *edge.Relay
+	relay                                   *relay.Relay
 	agentAddr, httpAddr, tlsAddr, relayAddr string
 }
 
@@ -40,7 +41,7 @@ func startCluster(t testing.TB, rt router.Router, hosts ...string) []*clusterEdg
 // startClusterOf is startCluster with the CA that issues the edges'
 // relay certificates, and configure (when not nil) called on each Server
 // and its Relay before they start.
-func startClusterOf(t testing.TB, ca *testpki.CA, rt router.Router, configure func(*edge.Server, *edge.Relay), hosts ...string) []*clusterEdge {
+func startClusterOf(t testing.TB, ca *testpki.CA, rt router.Router, configure func(*edge.Server, *relay.Relay), hosts ...string) []*clusterEdge {
 	t.Helper()
 	var edges []*clusterEdge
 	for _, host := range hosts {
@@ -54,22 +55,22 @@ func startClusterOf(t testing.TB, ca *testpki.CA, rt router.Router, configure fu
 			TCPPorts:      edge.PortRange{Min: 1024, Max: 65535},
 			TCPListenHost: host,
 		}
-		relay := &edge.Relay{Server: srv, TLSConfig: &tls.Config{
+		rl := &relay.Relay{Server: srv, TLSConfig: &tls.Config{
 			Certificates: []tls.Certificate{ca.IssueEdge(t, []string{srv.ID}, "127.0.0.1")},
 			RootCAs:      ca.Pool,
 			ClientCAs:    ca.Pool,
 		}}
-		srv.Dialer = relay
+		srv.Dialer = rl
 		if configure != nil {
-			configure(srv, relay)
+			configure(srv, rl)
 		}
 		var wg sync.WaitGroup
 		wg.Go(func() { srv.ServeAgents(agents) })
 		wg.Go(func() { srv.ServeHTTPListener(httpLn) })
 		wg.Go(func() { srv.ServeSNI(tlsLn) })
-		wg.Go(func() { relay.Serve(relayLn) })
-		t.Cleanup(func() { relay.Close(); srv.Close(); wg.Wait() })
-		edges = append(edges, &clusterEdge{srv: srv, relay: relay, agentAddr: agents.Addr().String(), httpAddr: httpLn.Addr().String(), tlsAddr: tlsLn.Addr().String(), relayAddr: relayLn.Addr().String()})
+		wg.Go(func() { rl.Serve(relayLn) })
+		t.Cleanup(func() { rl.Close(); srv.Close(); wg.Wait() })
+		edges = append(edges, &clusterEdge{srv: srv, relay: rl, agentAddr: agents.Addr().String(), httpAddr: httpLn.Addr().String(), tlsAddr: tlsLn.Addr().String(), relayAddr: relayLn.Addr().String()})
 	}
 	return edges
 }

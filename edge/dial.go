@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -135,46 +134,16 @@ type proxyStream struct {
 	ss        *session
 	raw       bool
 	closeOnce sync.Once
-	verdict   reply
+	verdict   wire.Verdict
 }
 
 func (p *proxyStream) Read(b []byte) (int, error) {
 	if !p.raw {
-		if err := p.verdict.read(p.Stream); err != nil {
+		if err := p.verdict.Read(p.Stream, ErrNoEndpoint, ErrAppUnreachable); err != nil {
 			return 0, err
 		}
 	}
 	return p.Stream.Read(b)
-}
-
-// reply is the agent's reply at the start of a proxy stream, read once.
-type reply struct {
-	mu   sync.Mutex
-	done bool
-	err  error // why the agent did not hand the conn to its app
-}
-
-// read reads the reply from r the first time; later calls return its
-// verdict.
-func (v *reply) read(r io.Reader) error {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.done {
-		return v.err
-	}
-	rep, err := wire.ReadReply(r)
-	if err != nil {
-		return err // the stream broke: not a verdict, Read reports it as is
-	}
-	v.done = true
-	switch rep.Status {
-	case wire.ReplyOK:
-	case wire.ReplyNoEndpoint:
-		v.err = fmt.Errorf("%w: %s", ErrNoEndpoint, wire.Printable(rep.Message, 200))
-	default:
-		v.err = fmt.Errorf("%w: %s", ErrAppUnreachable, wire.Printable(rep.Message, 200))
-	}
-	return v.err
 }
 
 func (p *proxyStream) Close() error {

@@ -25,9 +25,10 @@
 //
 // Several edges form a cluster when they share a Router that implements
 // router.RouteWatcher (router/etcdrouter) and reach each other's agents
-// through a [Relay]: each edge's relay certificate names it
-// (tunnelkit-edge://<ID>, see [PeerURI]), and an edge relays only for
-// members of its cluster, and only streams for routes it holds.
+// through a relay (package edge/relay): each edge's relay certificate
+// names it (tunnelkit-edge://<ID>, see relay.PeerURI), and an edge relays
+// only for members of its cluster, and only streams for routes it holds
+// (Server.ServeRelayStream).
 //
 // Each endpoint may carry a traffic policy (package policy): the agent
 // declares one with the bind, the operator adds its own (Server.Policy),

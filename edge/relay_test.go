@@ -19,6 +19,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/edge/relay"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
 	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
@@ -150,7 +151,7 @@ type relayCluster struct {
 func startRelayCluster(t *testing.T, hosts ...string) *relayCluster {
 	t.Helper()
 	c := &relayCluster{ca: testpki.New(t), rt: newMemberRouter(), app: &relayApp{}}
-	c.edges = startClusterOf(t, c.ca, c.rt, func(s *edge.Server, _ *edge.Relay) {
+	c.edges = startClusterOf(t, c.ca, c.rt, func(s *edge.Server, _ *relay.Relay) {
 		o := &tally{}
 		s.Observer = o
 		c.obs = append(c.obs, o)
@@ -225,7 +226,7 @@ func TestRelayAdmitsOnlyMembers(t *testing.T) {
 	c.wellBehaved(t, 1)
 
 	ip := net.ParseIP("127.0.0.1")
-	memberURI := &url.URL{Scheme: edge.PeerURIScheme, Host: b.srv.ID}
+	memberURI := &url.URL{Scheme: relay.PeerURIScheme, Host: b.srv.ID}
 	hostile := []struct {
 		name string
 		cert tls.Certificate
@@ -386,7 +387,7 @@ func TestRelayRefusalsLogBounded(t *testing.T) {
 	ca := testpki.New(t)
 	logs := &relayLogs{}
 	obs := &tally{}
-	edges := startClusterOf(t, ca, &router.MemoryRouter{}, func(s *edge.Server, r *edge.Relay) {
+	edges := startClusterOf(t, ca, &router.MemoryRouter{}, func(s *edge.Server, r *relay.Relay) {
 		s.Observer = obs
 		r.Logger = slog.New(logs)
 	}, "127.0.0.1")
@@ -468,7 +469,7 @@ func TestRelayServeChecksItsCertificate(t *testing.T) {
 	srv := &edge.Server{ID: ln.Addr().String(), Domain: "example.test"}
 	t.Cleanup(func() { srv.Close() })
 	for _, cert := range []tls.Certificate{ca.Issue(t, "127.0.0.1"), ca.IssueEdge(t, []string{"127.0.0.1:1"}, "127.0.0.1")} {
-		rl := &edge.Relay{Server: srv, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: ca.Pool, ClientCAs: ca.Pool}}
+		rl := &relay.Relay{Server: srv, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: ca.Pool, ClientCAs: ca.Pool}}
 		served := make(chan error, 1)
 		go func() { served <- rl.Serve(ln) }()
 		var err error

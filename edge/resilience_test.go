@@ -364,12 +364,12 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// relay forwards between a client and addr until frozen, when it stops
+// tcpRelay forwards between a client and addr until frozen, when it stops
 // moving bytes without closing anything: a network that stops delivering.
 // Cutting it closes only the client's side of each connection: the far
 // side still holds its end, as when an agent's network drops and the edge
 // has not noticed yet.
-type relay struct {
+type tcpRelay struct {
 	ln     net.Listener
 	frozen atomic.Bool
 	mu     sync.Mutex
@@ -378,8 +378,8 @@ type relay struct {
 	back   []net.Conn // addr's sides
 }
 
-func newRelay(t testing.TB, addr string) *relay {
-	r := &relay{ln: listen(t)}
+func newRelay(t testing.TB, addr string) *tcpRelay {
+	r := &tcpRelay{ln: listen(t)}
 	go func() {
 		for {
 			c, err := r.ln.Accept()
@@ -420,7 +420,7 @@ func newRelay(t testing.TB, addr string) *relay {
 }
 
 // cut closes the client's side of every relayed connection.
-func (r *relay) cut() {
+func (r *tcpRelay) cut() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, c := range r.front {
@@ -428,7 +428,7 @@ func (r *relay) cut() {
 	}
 }
 
-func (r *relay) copy(dst, src net.Conn) {
+func (r *tcpRelay) copy(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"sync"
 	"unicode/utf8"
 
 	"golang.org/x/crypto/cryptobyte"
@@ -359,6 +360,40 @@ func AppendReply(b []byte, r Reply) []byte {
 	b = append(b, r.Status)
 	b = binary.BigEndian.AppendUint16(b, uint16(len(msg)))
 	return append(b, msg...)
+}
+
+// Verdict is the agent's reply at the start of a proxy stream, read once
+// by the first Read of the stream's reader (see Read).
+type Verdict struct {
+	mu   sync.Mutex
+	done bool
+	err  error // why the agent did not hand the conn to its app
+}
+
+// Read reads the reply from r the first time, and returns nil when the
+// agent handed the conn to its app, an error wrapping noEndpoint or
+// unreachable (and the agent's message) when it did not; later calls
+// return the same verdict. A stream that broke before the reply is not a
+// verdict: its error is returned as it is, and the next call reads again.
+func (v *Verdict) Read(r io.Reader, noEndpoint, unreachable error) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.done {
+		return v.err
+	}
+	rep, err := ReadReply(r)
+	if err != nil {
+		return err
+	}
+	v.done = true
+	switch rep.Status {
+	case ReplyOK:
+	case ReplyNoEndpoint:
+		v.err = fmt.Errorf("%w: %s", noEndpoint, Printable(rep.Message, 200))
+	default:
+		v.err = fmt.Errorf("%w: %s", unreachable, Printable(rep.Message, 200))
+	}
+	return v.err
 }
 
 // ReadReply reads a reply written by AppendReply. A message longer than

@@ -28,7 +28,7 @@
 // their agent's session, this edge's own included, so the edge's Server.ID
 // must be Config.Edge: the edge stamps it on the routes it binds, and takes
 // a route with another Edge for one to reach through another edge (see
-// edge.Relay).
+// relay.Relay).
 //
 // While etcd cannot be reached, Lookup goes on answering from the cache,
 // and Bind and Unbind fail when their ctx ends, with errors that do not
@@ -59,7 +59,7 @@
 // Each Router registers its edge under <prefix>edges/, attached to its
 // lease, at New (and again under a new lease, if its lease expired): the
 // edges there are the cluster's members, which IsMember reports
-// ([router.MemberChecker]); an edge.Relay relays only for them. Whoever can
+// ([router.MemberChecker]); a relay.Relay relays only for them. Whoever can
 // write under the prefix can make an edge a member, or take routes: give
 // the edges, and only them, access to etcd, with TLS client certificates
 // (clientv3.Config.TLS) from a CA of their own, or etcd's users and roles.

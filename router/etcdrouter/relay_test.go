@@ -14,6 +14,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/edge/relay"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
 	"github.com/tunnelkit/tunnelkit/internal/testwait"
 )
@@ -40,7 +41,7 @@ func startRelayEdge(t *testing.T, ca *testpki.CA, prefix string) *relayEdge {
 	id := relayLn.Addr().String()
 	rt := newRouter(t, Config{Prefix: prefix, Edge: id})
 	srv := &edge.Server{ID: id, Domain: "example.test", Router: rt}
-	rl := &edge.Relay{Server: srv, TLSConfig: &tls.Config{
+	rl := &relay.Relay{Server: srv, TLSConfig: &tls.Config{
 		Certificates: []tls.Certificate{ca.IssueEdge(t, []string{id}, "127.0.0.1")},
 		RootCAs:      ca.Pool,
 		ClientCAs:    ca.Pool,

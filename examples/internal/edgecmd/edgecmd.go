@@ -35,6 +35,7 @@ import (
 	"golang.org/x/crypto/acme/autocert"
 
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/edge/relay"
 	"github.com/tunnelkit/tunnelkit/policy"
 	"github.com/tunnelkit/tunnelkit/sni"
 )
@@ -541,7 +542,7 @@ func certificates(certFile, keyFile, dir, caFile, email, cacheDir string) ([]tls
 
 // relayOf returns the Relay of -relay and its certificate flags, set as
 // srv's Dialer, and fills in srv.ID; nil without -relay.
-func relayOf(srv *edge.Server, addr, certFile, keyFile, caFile string) (*edge.Relay, error) {
+func relayOf(srv *edge.Server, addr, certFile, keyFile, caFile string) (*relay.Relay, error) {
 	if addr == "" {
 		if certFile != "" || keyFile != "" || caFile != "" {
 			return nil, errors.New("-relay-cert, -relay-key and -relay-ca need -relay")
@@ -569,9 +570,9 @@ func relayOf(srv *edge.Server, addr, certFile, keyFile, caFile string) (*edge.Re
 	if srv.ID == "" {
 		srv.ID = addr
 	}
-	relay := &edge.Relay{Server: srv, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ClientCAs: pool, MinVersion: tls.VersionTLS13}}
-	srv.Dialer = relay
-	return relay, nil
+	rl := &relay.Relay{Server: srv, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ClientCAs: pool, MinVersion: tls.VersionTLS13}}
+	srv.Dialer = rl
+	return rl, nil
 }
 
 // echKeygenTo writes a new ECH key for publicName to path (refusing to

@@ -1,4 +1,4 @@
-package edge
+package relay
 
 import (
 	"crypto/x509"
@@ -22,7 +22,7 @@ const PeerURIScheme = "tunnelkit-edge"
 func PeerURI(id string) (*url.URL, error) {
 	u := &url.URL{Scheme: PeerURIScheme, Host: id}
 	if back, err := url.Parse(u.String()); err != nil || id == "" || back.Host != id || !isPeerURI(back) {
-		return nil, fmt.Errorf("edge: edge ID %q cannot be the authority of a %s:// URI", id, PeerURIScheme)
+		return nil, fmt.Errorf("relay: edge ID %q cannot be the authority of a %s:// URI", id, PeerURIScheme)
 	}
 	return u, nil
 }
@@ -55,4 +55,4 @@ func isPeerURI(u *url.URL) bool {
 }
 
 // errNotAnEdge refuses a relay peer whose certificate names no edge.
-var errNotAnEdge = errors.New("edge: relay peer's certificate names no edge (want a tunnelkit-edge://<ID> URI SAN and the serverAuth and clientAuth extended key usages)")
+var errNotAnEdge = errors.New("relay: the peer's certificate names no edge (want a tunnelkit-edge://<ID> URI SAN and the serverAuth and clientAuth extended key usages)")

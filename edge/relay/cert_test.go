@@ -1,4 +1,4 @@
-package edge_test
+package relay_test
 
 import (
 	"crypto/x509"
@@ -8,13 +8,13 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/edge/relay"
 )
 
 // ExamplePeerURI makes the template of an edge's relay certificate: its
 // ID in a URI SAN, its address in an IP SAN, for serverAuth and clientAuth.
 func ExamplePeerURI() {
-	u, err := edge.PeerURI("10.0.0.2:7443")
+	u, err := relay.PeerURI("10.0.0.2:7443")
 	if err != nil {
 		panic(err)
 	}
@@ -25,7 +25,7 @@ func ExamplePeerURI() {
 	}
 	// ... x509.CreateCertificate(rand.Reader, tmpl, caCert, pub, caKey)
 	fmt.Println(u)
-	fmt.Println(edge.CertPeerIDs(tmpl))
+	fmt.Println(relay.CertPeerIDs(tmpl))
 	// Output:
 	// tunnelkit-edge://10.0.0.2:7443
 	// [10.0.0.2:7443]
@@ -36,7 +36,7 @@ func ExamplePeerURI() {
 func TestPeerURI(t *testing.T) {
 	t.Parallel()
 	for _, id := range []string{"edge-1", "10.0.0.2:7443", "[2001:db8::2]:7443", "edge-1.internal:7443"} {
-		u, err := edge.PeerURI(id)
+		u, err := relay.PeerURI(id)
 		if err != nil {
 			t.Errorf("PeerURI(%q) = %v", id, err)
 			continue
@@ -45,13 +45,13 @@ func TestPeerURI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids := edge.CertPeerIDs(&x509.Certificate{URIs: []*url.URL{back}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}})
+		ids := relay.CertPeerIDs(&x509.Certificate{URIs: []*url.URL{back}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}})
 		if !slices.Equal(ids, []string{id}) {
 			t.Errorf("the certificate of PeerURI(%q) = %s names %q", id, u, ids)
 		}
 	}
 	for _, id := range []string{"", "edge 1", "a/b", "user@edge", "edge?x", "edge#x"} {
-		if u, err := edge.PeerURI(id); err == nil {
+		if u, err := relay.PeerURI(id); err == nil {
 			t.Errorf("PeerURI(%q) = %s; want an error", id, u)
 		}
 	}
@@ -61,7 +61,7 @@ func TestPeerURI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ids := edge.CertPeerIDs(&x509.Certificate{URIs: []*url.URL{u}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}}); len(ids) > 0 {
+		if ids := relay.CertPeerIDs(&x509.Certificate{URIs: []*url.URL{u}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}}); len(ids) > 0 {
 			t.Errorf("a certificate with the URI %s names %q; want none", s, ids)
 		}
 	}

@@ -1,6 +1,8 @@
-package edge
+// Package relay connects the edges of a cluster (see Relay).
+package relay
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -9,11 +11,10 @@ import (
 	"log/slog"
 	"net"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/tunnelkit/tunnelkit/internal/pipe"
+	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
 )
@@ -21,8 +22,8 @@ import (
 // Relay connects the edges of a cluster: a public connection that lands on
 // one edge reaches an agent held by another, over a session between the two
 // edges (muxado over TLS, both sides authenticated by certificate). It is a
-// Dialer: set it as Server.Dialer, and serve its listener where the other
-// edges can reach it.
+// edge.Dialer: set it as the Server's Dialer, and serve its listener
+// where the other edges can reach it.
 //
 // The edge that took the public connection writes its forwarding headers
 // (one hop: the client's) and names the client in the stream's header; the
@@ -45,22 +46,20 @@ import (
 // DialRoute talks only to a peer whose certificate names the edge it
 // dialled. Any other certificate of the CA (another service's, one without
 // extended key usages) opens nothing. A refused peer is counted as
-// ReasonRelayRefused and logged at most once per 10 seconds (at the Warn
+// edge.ReasonRelayRefused and logged at most once per 10 seconds (at the Warn
 // level, with how many were refused since), so that strangers cannot
 // choose the log volume.
 //
 // A relay stream names an agent session, an endpoint of it, the client
-// and the host. The edge serves it only if it holds that session now,
-// with that endpoint bound, of the stream's protocol, answering for the
-// stream's host: the route a peer could have looked up. Otherwise it
-// closes the stream (ReasonRelayRefused, logged at the Debug level). The
-// client's address, and the forwarding headers in the stream's bytes, are
-// taken as the peer wrote them: they are trusted because the peer is a
-// member of the cluster, which is what admission is for.
+// and the host; the Server serves it (edge.Server.ServeRelayStream) only
+// if it holds that route now. The client's address, and the forwarding
+// headers in the stream's bytes, are taken as the peer wrote them: they
+// are trusted because the peer is a member of the cluster, which is what
+// admission is for.
 type Relay struct {
 	// Server is this edge. Routes whose Edge is its ID, or empty, are
-	// dialled on it directly.
-	Server *Server
+	// dialled on it directly. Required.
+	Server *edge.Server
 
 	// TLSConfig authenticates edges to each other, both ways: its
 	// Certificates are this edge's, its RootCAs and ClientCAs the
@@ -86,6 +85,11 @@ type Relay struct {
 	// Logger receives the relay's logs. Nil: the Server's.
 	Logger *slog.Logger
 
+	// HandshakeTimeout bounds the dial and TLS handshake of a relay
+	// session, and a relay stream's header. Zero: the Server's
+	// Timeouts.Handshake, or edge.DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
+
 	mu        sync.Mutex
 	closed    bool
 	peers     map[string]*peer
@@ -106,15 +110,28 @@ type peer struct {
 // bursts.
 const relayBacklog = 1024
 
-// ErrRelayClosed is returned by a Relay's methods after Close.
-var ErrRelayClosed = errors.New("edge: relay closed")
+// ErrClosed is returned by a Relay's methods after Close.
+var ErrClosed = errors.New("relay: closed")
+
+var _ edge.Dialer = (*Relay)(nil)
 
 func (rl *Relay) log() *slog.Logger {
-	if rl.Logger != nil {
+	switch {
+	case rl.Logger != nil:
 		return rl.Logger
+	case rl.Server.Logger != nil:
+		return rl.Server.Logger
 	}
-	return rl.Server.log()
+	return slog.New(slog.DiscardHandler)
 }
+
+// handshake is HandshakeTimeout resolved.
+func (rl *Relay) handshake() time.Duration {
+	return cmp.Or(rl.HandshakeTimeout, max(rl.Server.Timeouts.Handshake, 0), edge.DefaultHandshakeTimeout)
+}
+
+// window is the stream window of relay sessions: the Server's.
+func (rl *Relay) window() uint32 { return wire.ClampWindow(rl.Server.Limits.StreamWindow) }
 
 func (rl *Relay) peerIDs(cert *x509.Certificate) []string {
 	if rl.PeerIDs != nil {
@@ -130,22 +147,22 @@ func (rl *Relay) admit(ctx context.Context, cert *x509.Certificate) (string, err
 	if len(ids) == 0 {
 		return "", errNotAnEdge
 	}
-	mc, ok := rl.Server.router().(router.MemberChecker)
+	mc, ok := rl.Server.Router.(router.MemberChecker)
 	if !ok {
 		return ids[0], nil
 	}
-	var errs errorList
+	var errs []error
 	for _, id := range ids {
 		member, err := mc.IsMember(ctx, id)
 		if err == nil && member {
 			return id, nil
 		}
-		errs.add(err)
+		errs = append(errs, err)
 	}
-	if err := errs.err(); err != nil {
-		return "", fmt.Errorf("edge: relay peer: membership of %q unknown: %w", ids, err)
+	if err := errors.Join(errs...); err != nil {
+		return "", fmt.Errorf("relay: peer: membership of %q unknown: %w", ids, err)
 	}
-	return "", fmt.Errorf("edge: relay peer: %q not a member of the cluster", ids)
+	return "", fmt.Errorf("relay: peer: %q not a member of the cluster", ids)
 }
 
 // relayLogWindow is the least time between two log lines about refused
@@ -177,13 +194,15 @@ func (l *refusalLog) note(log *slog.Logger, peer string, err error) {
 
 // refuse counts and logs a refused relay peer.
 func (rl *Relay) refuse(peer net.Addr, err error) {
-	rl.Server.obs().Refused(ReasonRelayRefused)
+	if o := rl.Server.Observer; o != nil {
+		o.Refused(edge.ReasonRelayRefused)
+	}
 	rl.refusals.note(rl.log(), peer.String(), err)
 }
 
 // DialRoute opens the conn to r's agent: on this edge when it holds the
 // route, else through a relay stream to the edge that does.
-func (rl *Relay) DialRoute(ctx context.Context, r router.Route, c ConnInfo) (net.Conn, error) {
+func (rl *Relay) DialRoute(ctx context.Context, r router.Route, c edge.ConnInfo) (net.Conn, error) {
 	if r.Edge == "" || r.Edge == rl.Server.ID {
 		return rl.Server.DialRoute(ctx, r, c)
 	}
@@ -195,7 +214,7 @@ func (rl *Relay) DialRoute(ctx context.Context, r router.Route, c ConnInfo) (net
 	for attempt := 0; ; attempt++ {
 		sess, err := rl.session(ctx, r.Edge)
 		if err != nil {
-			return nil, fmt.Errorf("%w: edge %q: %w", ErrNoSession, r.Edge, err)
+			return nil, fmt.Errorf("%w: edge %q: %w", edge.ErrNoSession, r.Edge, err)
 		}
 		st, err := sess.OpenStream()
 		if err == nil {
@@ -207,18 +226,17 @@ func (rl *Relay) DialRoute(ctx context.Context, r router.Route, c ConnInfo) (net
 		// The session broke: forget it, and try once on a new one.
 		rl.drop(r.Edge, sess)
 		if attempt > 0 || ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: edge %q: %w", ErrNoSession, r.Edge, err)
+			return nil, fmt.Errorf("%w: edge %q: %w", edge.ErrNoSession, r.Edge, err)
 		}
 	}
 }
 
 // session returns the session to the edge id, dialling it if needed.
 func (rl *Relay) session(ctx context.Context, id string) (*wire.Session, error) {
-	rl.Server.init()
 	rl.mu.Lock()
 	if rl.closed {
 		rl.mu.Unlock()
-		return nil, ErrRelayClosed
+		return nil, ErrClosed
 	}
 	if rl.peers == nil {
 		rl.peers = map[string]*peer{}
@@ -243,7 +261,7 @@ func (rl *Relay) session(ctx context.Context, id string) (*wire.Session, error) 
 		}
 	}
 	if rl.TLSConfig == nil {
-		return nil, errors.New("edge: Relay.TLSConfig is required")
+		return nil, errors.New("relay: Relay.TLSConfig is required")
 	}
 	cfg := rl.TLSConfig.Clone()
 	if cfg.ServerName == "" {
@@ -251,13 +269,13 @@ func (rl *Relay) session(ctx context.Context, id string) (*wire.Session, error) 
 	}
 	cfg.VerifyConnection = rl.verifyWith(cfg.VerifyConnection, func(cert *x509.Certificate) error {
 		if !slices.Contains(rl.peerIDs(cert), id) {
-			return fmt.Errorf("edge: relay: the certificate of %s names edges %q, not %q", addr, rl.peerIDs(cert), id)
+			return fmt.Errorf("relay: the certificate of %s names edges %q, not %q", addr, rl.peerIDs(cert), id)
 		}
 		return nil
 	})
 	// The dial and the handshake within the handshake timeout, as
 	// tls.Dialer bounds them, with the TLS conn over BatchWrites.
-	dctx, cancel := context.WithTimeout(ctx, rl.Server.cfg.handshake)
+	dctx, cancel := context.WithTimeout(ctx, rl.handshake())
 	defer cancel()
 	raw, err := (&net.Dialer{KeepAlive: 15 * time.Second}).DialContext(dctx, "tcp", addr)
 	if err != nil {
@@ -268,7 +286,7 @@ func (rl *Relay) session(ctx context.Context, id string) (*wire.Session, error) 
 		raw.Close()
 		return nil, err
 	}
-	sess := wire.NewSession(conn, rl.Server.cfg.window, true, 0)
+	sess := wire.NewSession(conn, rl.window(), true, 0)
 	p.sess = sess
 	rl.log().Info("relay session opened", "edge", id, "addr", addr)
 	if !rl.goTracked(func() {
@@ -278,7 +296,7 @@ func (rl *Relay) session(ctx context.Context, id string) (*wire.Session, error) 
 	}) {
 		sess.Close()
 		p.sess = nil
-		return nil, ErrRelayClosed
+		return nil, ErrClosed
 	}
 	return sess, nil
 }
@@ -303,10 +321,9 @@ func (rl *Relay) drop(id string, sess *wire.Session) {
 // relay is closed, then returns an error (wrapping net.ErrClosed after
 // Close).
 func (rl *Relay) Serve(ln net.Listener) error {
-	rl.Server.init()
 	if rl.TLSConfig == nil {
 		ln.Close()
-		return errors.New("edge: Relay.TLSConfig is required")
+		return errors.New("relay: Relay.TLSConfig is required")
 	}
 	cfg := rl.TLSConfig.Clone()
 	cfg.ClientAuth = tls.RequireAndVerifyClientCert
@@ -318,7 +335,7 @@ func (rl *Relay) Serve(ln net.Listener) error {
 	if rl.closed {
 		rl.mu.Unlock()
 		ln.Close()
-		return fmt.Errorf("edge: %w", net.ErrClosed)
+		return fmt.Errorf("relay: %w", net.ErrClosed)
 	}
 	if rl.listeners == nil {
 		rl.listeners = map[net.Listener]struct{}{}
@@ -333,7 +350,7 @@ func (rl *Relay) Serve(ln net.Listener) error {
 			delete(rl.listeners, ln)
 			rl.mu.Unlock()
 			if closed || errors.Is(err, net.ErrClosed) {
-				return fmt.Errorf("edge: %w", net.ErrClosed)
+				return fmt.Errorf("relay: %w", net.ErrClosed)
 			}
 			return err
 		}
@@ -364,10 +381,10 @@ func (rl *Relay) checkOwnCertificate(cfg *tls.Config) error {
 	}
 	leaf, err := x509.ParseCertificate(cfg.Certificates[0].Certificate[0])
 	if err != nil {
-		return fmt.Errorf("edge: Relay.TLSConfig's certificate: %w", err)
+		return fmt.Errorf("relay: Relay.TLSConfig's certificate: %w", err)
 	}
 	if ids := rl.peerIDs(leaf); !slices.Contains(ids, id) {
-		return fmt.Errorf("edge: Relay.TLSConfig's certificate names edges %q, not this one (%q): the other edges would refuse it; issue it with the SAN URI:%s and the serverAuth and clientAuth extended key usages", ids, id, PeerURIScheme+"://"+id)
+		return fmt.Errorf("relay: Relay.TLSConfig's certificate names edges %q, not this one (%q): the other edges would refuse it; issue it with the SAN URI:%s and the serverAuth and clientAuth extended key usages", ids, id, PeerURIScheme+"://"+id)
 	}
 	return nil
 }
@@ -382,7 +399,7 @@ func (rl *Relay) verifyWith(next func(tls.ConnectionState) error, check func(*x5
 			}
 		}
 		if len(cs.PeerCertificates) == 0 {
-			return errors.New("edge: relay peer sent no certificate")
+			return errors.New("relay: the peer sent no certificate")
 		}
 		return check(cs.PeerCertificates[0])
 	}
@@ -391,7 +408,7 @@ func (rl *Relay) verifyWith(next func(tls.ConnectionState) error, check func(*x5
 // serveSession authenticates a peer edge and serves its relay streams.
 func (rl *Relay) serveSession(c net.Conn, base *tls.Config) {
 	var peerID string
-	ctx, cancel := context.WithTimeout(context.Background(), rl.Server.cfg.handshake)
+	ctx, cancel := context.WithTimeout(context.Background(), rl.handshake())
 	defer cancel()
 	cfg := base.Clone()
 	cfg.VerifyConnection = rl.verifyWith(cfg.VerifyConnection, func(cert *x509.Certificate) error {
@@ -400,7 +417,7 @@ func (rl *Relay) serveSession(c net.Conn, base *tls.Config) {
 		return err
 	})
 	tc := tls.Server(wire.BatchWrites(c), cfg)
-	tc.SetDeadline(time.Now().Add(rl.Server.cfg.handshake))
+	tc.SetDeadline(time.Now().Add(rl.handshake()))
 	if err := tc.HandshakeContext(ctx); err != nil {
 		rl.refuse(c.RemoteAddr(), err)
 		c.Close()
@@ -408,7 +425,7 @@ func (rl *Relay) serveSession(c net.Conn, base *tls.Config) {
 	}
 	cancel()
 	tc.SetDeadline(time.Time{})
-	sess := wire.NewSession(tc, rl.Server.cfg.window, false, relayBacklog)
+	sess := wire.NewSession(tc, rl.window(), false, relayBacklog)
 	rl.mu.Lock()
 	if rl.closed {
 		rl.mu.Unlock()
@@ -432,49 +449,11 @@ func (rl *Relay) serveSession(c net.Conn, base *tls.Config) {
 		if err != nil {
 			return
 		}
-		if !rl.goTracked(func() { rl.serveStream(st, peerID) }) {
+		if !rl.goTracked(func() { rl.Server.ServeRelayStream(st, peerID) }) {
 			st.Close()
 			return
 		}
 	}
-}
-
-// serveStream connects a relay stream from the edge peer to the agent it
-// names, if this edge holds the route it names.
-func (rl *Relay) serveStream(st *wire.Stream, peer string) {
-	defer st.Close()
-	s := rl.Server
-	st.SetReadDeadline(time.Now().Add(s.cfg.handshake))
-	session, h, err := wire.ReadRelayHeader(st)
-	if err != nil {
-		rl.log().Debug("relay stream header", "edge", peer, "err", err)
-		return
-	}
-	st.SetReadDeadline(time.Time{})
-	r, err := s.heldRoute(session, h)
-	if err != nil {
-		// A route that went while the stream was on its way, or a forged
-		// one: the other edge hears it as a stream ending before the
-		// agent's reply.
-		s.obs().Refused(ReasonRelayRefused)
-		rl.log().Debug("relay stream refused", "edge", peer, "err", err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.handshake)
-	up, err := s.dialRaw(ctx, r, ConnInfo{Client: h.Client, Host: h.Host})
-	cancel()
-	if err != nil {
-		// The other edge hears it as a stream ending before the agent's
-		// reply, and tries the route's other agents.
-		rl.log().Info("relay: agent unreachable", "edge", peer, "session", wire.Printable(session, 64), "err", err)
-		return
-	}
-	if !s.trackConn(up, true) {
-		up.Close()
-		return
-	}
-	defer s.trackConn(up, false)
-	pipe.JoinStreams(st, up, s.cfg.connIdle)
 }
 
 // Close closes the relay's listeners and sessions, and waits for its
@@ -506,65 +485,12 @@ func (rl *Relay) Close() error {
 // first read the agent's reply, which comes through untouched.
 type relayStream struct {
 	*wire.Stream
-	verdict reply
+	verdict wire.Verdict
 }
 
 func (c *relayStream) Read(b []byte) (int, error) {
-	if err := c.verdict.read(c.Stream); err != nil {
+	if err := c.verdict.Read(c.Stream, edge.ErrNoEndpoint, edge.ErrAppUnreachable); err != nil {
 		return 0, err
 	}
 	return c.Stream.Read(b)
-}
-
-// heldRoute returns the route a relay stream names, if this edge holds it
-// now: the stream's session is an agent session of this Server, its
-// tunnel an endpoint bound on that session, of the stream's protocol, and
-// its host one that the endpoint's name answers for.
-func (s *Server) heldRoute(session string, h wire.ProxyHeader) (router.Route, error) {
-	s.mu.Lock()
-	ss := s.sessions[session]
-	s.mu.Unlock()
-	if ss == nil {
-		return router.Route{}, fmt.Errorf("%w: %s", ErrNoSession, wire.Printable(session, 64))
-	}
-	ss.mu.Lock()
-	rp, ok := ss.routes.Get(h.TunnelID)
-	ss.mu.Unlock()
-	var r router.Route
-	if ok {
-		r = *rp
-	}
-	switch {
-	case !ok:
-		return router.Route{}, fmt.Errorf("edge: session %s holds no endpoint %s", wire.Printable(session, 64), wire.Printable(h.TunnelID, 64))
-	case r.Proto != h.Proto:
-		return router.Route{}, fmt.Errorf("edge: endpoint %s is %s, not %s", r.Name, r.Proto, wire.Printable(h.Proto, 16))
-	case !answersFor(r, h.Host):
-		return router.Route{}, fmt.Errorf("edge: endpoint %s %s does not answer for host %q", r.Proto, r.Name, wire.Printable(h.Host, 256))
-	}
-	return r, nil
-}
-
-// answersFor reports whether a connection for host may go to r: for tcp,
-// one without a host; otherwise, one whose host (an HTTP Host, with a
-// port or not, or a TLS server name) r's name or wildcard covers.
-func answersFor(r router.Route, host string) bool {
-	if r.Proto == wire.ProtoTCP {
-		return host == ""
-	}
-	if i := strings.LastIndexByte(host, ':'); i >= 0 && r.Proto != wire.ProtoTLS {
-		host = host[:i] // a port: an IPv6 literal would not be a name anyway
-	}
-	host, ok := router.Normalise(host)
-	if !ok {
-		return false
-	}
-	name, ok := router.NormalisePattern(r.Name)
-	if !ok {
-		return false
-	}
-	if base, wild := strings.CutPrefix(name, "*."); wild {
-		return strings.HasSuffix(host, "."+base)
-	}
-	return host == name
 }

@@ -1,0 +1,114 @@
+package edge
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/tunnelkit/tunnelkit/internal/pipe"
+	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"github.com/tunnelkit/tunnelkit/router"
+)
+
+// The edge's side of a relay stream (package relay): a stream that another
+// edge of the cluster opened for a route this edge holds.
+
+// ServeRelayStream serves a stream that another edge of the cluster
+// opened over a relay session (package relay), and closes it: it reads the
+// stream's header, which names an agent session, an endpoint of it, the
+// client and the host, and connects the stream to the agent, within
+// Timeouts.Handshake, only if this edge holds that session now, with that
+// endpoint bound, of the stream's protocol, answering for the stream's
+// host: the route a peer could have looked up. Otherwise it closes the
+// stream (ReasonRelayRefused, logged at the Debug level). peer names the
+// other edge, for the log. It returns when the connection ends.
+func (s *Server) ServeRelayStream(st net.Conn, peer string) {
+	defer st.Close()
+	s.init()
+	st.SetReadDeadline(time.Now().Add(s.cfg.handshake))
+	session, h, err := wire.ReadRelayHeader(st)
+	if err != nil {
+		s.log().Debug("relay stream header", "edge", peer, "err", err)
+		return
+	}
+	st.SetReadDeadline(time.Time{})
+	r, err := s.heldRoute(session, h)
+	if err != nil {
+		// A route that went while the stream was on its way, or a forged
+		// one: the other edge hears it as a stream ending before the
+		// agent's reply.
+		s.obs().Refused(ReasonRelayRefused)
+		s.log().Debug("relay stream refused", "edge", peer, "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.handshake)
+	up, err := s.dialRaw(ctx, r, ConnInfo{Client: h.Client, Host: h.Host})
+	cancel()
+	if err != nil {
+		// The other edge hears it as a stream ending before the agent's
+		// reply, and tries the route's other agents.
+		s.log().Info("relay: agent unreachable", "edge", peer, "session", wire.Printable(session, 64), "err", err)
+		return
+	}
+	if !s.trackConn(up, true) {
+		up.Close()
+		return
+	}
+	defer s.trackConn(up, false)
+	pipe.JoinStreams(st, up, s.cfg.connIdle)
+}
+
+// heldRoute returns the route a relay stream names, if this edge holds it
+// now: the stream's session is an agent session of this Server, its
+// tunnel an endpoint bound on that session, of the stream's protocol, and
+// its host one that the endpoint's name answers for.
+func (s *Server) heldRoute(session string, h wire.ProxyHeader) (router.Route, error) {
+	s.mu.Lock()
+	ss := s.sessions[session]
+	s.mu.Unlock()
+	if ss == nil {
+		return router.Route{}, fmt.Errorf("%w: %s", ErrNoSession, wire.Printable(session, 64))
+	}
+	ss.mu.Lock()
+	rp, ok := ss.routes.Get(h.TunnelID)
+	ss.mu.Unlock()
+	var r router.Route
+	if ok {
+		r = *rp
+	}
+	switch {
+	case !ok:
+		return router.Route{}, fmt.Errorf("edge: session %s holds no endpoint %s", wire.Printable(session, 64), wire.Printable(h.TunnelID, 64))
+	case r.Proto != h.Proto:
+		return router.Route{}, fmt.Errorf("edge: endpoint %s is %s, not %s", r.Name, r.Proto, wire.Printable(h.Proto, 16))
+	case !answersFor(r, h.Host):
+		return router.Route{}, fmt.Errorf("edge: endpoint %s %s does not answer for host %q", r.Proto, r.Name, wire.Printable(h.Host, 256))
+	}
+	return r, nil
+}
+
+// answersFor reports whether a connection for host may go to r: for tcp,
+// one without a host; otherwise, one whose host (an HTTP Host, with a
+// port or not, or a TLS server name) r's name or wildcard covers.
+func answersFor(r router.Route, host string) bool {
+	if r.Proto == wire.ProtoTCP {
+		return host == ""
+	}
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && r.Proto != wire.ProtoTLS {
+		host = host[:i] // a port: an IPv6 literal would not be a name anyway
+	}
+	host, ok := router.Normalise(host)
+	if !ok {
+		return false
+	}
+	name, ok := router.NormalisePattern(r.Name)
+	if !ok {
+		return false
+	}
+	if base, wild := strings.CutPrefix(name, "*."); wild {
+		return strings.HasSuffix(host, "."+base)
+	}
+	return host == name
+}
