@@ -33,7 +33,7 @@ func (s *Server) serveL4(ln net.Listener, handle func(net.Conn)) error {
 // until both sides are done.
 func (s *Server) proxyL4(c net.Conn, proto, name, host string) {
 	s.obs().Conn(proto)
-	routes, err := s.router().Lookup(context.Background(), proto, name)
+	routes, err := s.lookup(context.Background(), proto, name)
 	if err != nil {
 		s.log().Info("routing unavailable", "proto", proto, "name", name, "err", err)
 		s.obs().Refused(ReasonRoutingUnavailable)

@@ -486,7 +486,7 @@ func (s *Server) anonymousHint(ctx context.Context, r router.Route) string {
 	if !strings.HasPrefix(r.Identity, anonymousPrefix) {
 		return ""
 	}
-	routes, _ := s.router().Lookup(ctx, r.Proto, strings.TrimPrefix(r.Name, "*."))
+	routes, _ := s.lookup(ctx, r.Proto, strings.TrimPrefix(r.Name, "*."))
 	for _, o := range routes {
 		if o.Name == r.Name && o.Identity != r.Identity && strings.HasPrefix(o.Identity, anonymousPrefix) {
 			return "; agents without a token are each an identity of their own: to share a pool, give them the same token"
@@ -528,7 +528,7 @@ func (ss *session) bindRoute(ctx context.Context, r router.Route, previous strin
 // were some and no others: in a cluster, that session may live on another
 // edge, which has not seen the agent go.
 func (s *Server) dropPrevious(ctx context.Context, r router.Route, previous string) bool {
-	routes, err := s.router().Lookup(ctx, r.Proto, strings.TrimPrefix(r.Name, "*."))
+	routes, err := s.lookup(ctx, r.Proto, strings.TrimPrefix(r.Name, "*."))
 	if err != nil {
 		return false
 	}

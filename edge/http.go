@@ -171,10 +171,10 @@ func (s *Server) routeRequest(w http.ResponseWriter, r *http.Request, terminated
 	}
 	var routes []router.Route
 	if terminated || r.TLS != nil && s.servesHTTPS() {
-		routes, err = s.router().Lookup(r.Context(), wire.ProtoHTTPS, host)
+		routes, err = s.lookup(r.Context(), wire.ProtoHTTPS, host)
 	}
 	if err == nil && len(routes) == 0 && !terminated {
-		routes, err = s.router().Lookup(r.Context(), wire.ProtoHTTP, host)
+		routes, err = s.lookup(r.Context(), wire.ProtoHTTP, host)
 	}
 	if err != nil {
 		s.refuse(w, r, ReasonRoutingUnavailable, "routing is unavailable", err)
@@ -285,7 +285,7 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request, host string, te
 		return
 	}
 	if r.TLS == nil && s.servesHTTPS() {
-		routes, err := s.router().Lookup(r.Context(), wire.ProtoHTTPS, host)
+		routes, err := s.lookup(r.Context(), wire.ProtoHTTPS, host)
 		if err == nil && len(routes) > 0 {
 			s.httpsOnly(w, r, host)
 			return

@@ -292,7 +292,7 @@ func (s *Server) policyTLS(hello *tls.ClientHelloInfo, base *tls.Config) (*tls.C
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.handshake)
 	defer cancel()
-	routes, err := s.router().Lookup(ctx, wire.ProtoHTTPS, name)
+	routes, err := s.lookup(ctx, wire.ProtoHTTPS, name)
 	if err != nil || len(routes) == 0 {
 		return nil, nil
 	}

@@ -510,6 +510,21 @@ func (s *Server) router() router.Router {
 	return s.mem
 }
 
+// lookup asks the Router for the routes of name for proto. A Router of
+// the operator's (a store, a control plane) gets a deadline,
+// Timeouts.Handshake, whatever ctx (a public request's has none), and is
+// not cut short by a client that half-closes (net/http ends the request's
+// context then, while the client waits for its answer); the edge's own
+// in-memory router answers at once, and is asked as it is.
+func (s *Server) lookup(ctx context.Context, proto, name string) ([]router.Route, error) {
+	if s.Router == nil {
+		return s.router().Lookup(ctx, proto, name)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.handshake)
+	defer cancel()
+	return s.Router.Lookup(ctx, proto, name)
+}
+
 func (s *Server) dialer() Dialer {
 	if s.Dialer != nil {
 		return s.Dialer

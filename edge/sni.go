@@ -135,13 +135,13 @@ func (s *Server) handleSNI(c net.Conn) {
 // ACME challenge, which the edge answers.
 func (s *Server) chooseTLS(ctx context.Context, hello *sni.ClientHello) (proto string, routes []router.Route, err error) {
 	name := hello.ServerName
-	tlsRoutes, err := s.router().Lookup(ctx, wire.ProtoTLS, name)
+	tlsRoutes, err := s.lookup(ctx, wire.ProtoTLS, name)
 	if err != nil {
 		return "", nil, err
 	}
 	var httpsRoutes []router.Route
 	if s.servesHTTPS() {
-		if httpsRoutes, err = s.router().Lookup(ctx, wire.ProtoHTTPS, name); err != nil {
+		if httpsRoutes, err = s.lookup(ctx, wire.ProtoHTTPS, name); err != nil {
 			return "", nil, err
 		}
 	}

@@ -212,7 +212,7 @@ type acmeNames struct{ s *Server }
 
 func (n acmeNames) Holder(ctx context.Context, name string) (acme.Holder, bool, error) {
 	s := n.s
-	routes, err := s.router().Lookup(ctx, wire.ProtoHTTPS, name)
+	routes, err := s.lookup(ctx, wire.ProtoHTTPS, name)
 	for _, r := range routes {
 		if r.Name != name {
 			continue
