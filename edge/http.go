@@ -2,8 +2,6 @@ package edge
 
 import (
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/netip"
 	"net/textproto"
@@ -240,35 +238,6 @@ func clientAddr(remote string) netip.AddrPort {
 		return netip.AddrPort{}
 	}
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-}
-
-// refuse answers a request the edge does not pass on: with the Reason's
-// status, the Reason in a header and in a plain-text body, and logs why.
-func (s *Server) refuse(w http.ResponseWriter, r *http.Request, reason Reason, msg string, err error) {
-	status := reason.status()
-	// What a client did wrong is the client's business, and attackers
-	// would choose the log's volume: only what went wrong on the edge's or
-	// the agent's side is logged at Info.
-	level := slog.LevelDebug
-	if status >= 500 {
-		level = slog.LevelInfo
-	}
-	s.log().Log(r.Context(), level, "http error", "status", status, "code", string(reason), "host", wire.Printable(r.Host, 256), "client", r.RemoteAddr, "err", err)
-	s.obs().Refused(reason)
-	h := w.Header()
-	h.Set("Content-Type", "text/plain; charset=utf-8")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Tunnelkit-Error", string(reason))
-	if r.ContentLength != 0 && r.ProtoMajor == 1 {
-		// Close rather than read what is left of the body first, as
-		// net/http would: a client that sends it slowly, or never, would
-		// hold the connection for as long as it likes. (HTTP/2 resets
-		// the stream alone; "Connection: close" would end the whole
-		// connection, every other stream's too.)
-		h.Set("Connection", "close")
-	}
-	w.WriteHeader(status)
-	io.WriteString(w, string(reason)+": "+msg+"\n")
 }
 
 // noRoute answers a request whose host has no route for its scheme: a name
