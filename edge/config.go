@@ -1,13 +1,14 @@
 package edge
 
 import (
-	"errors"
+	"context"
 	"fmt"
+	"net"
 	"net/netip"
+	"strconv"
 	"time"
 
-	"github.com/tunnelkit/tunnelkit/edge/internal/names"
-	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // Limits bound what agents and public clients may hold on an edge. In
@@ -303,67 +304,47 @@ func positive(v, def time.Duration) time.Duration {
 	return v
 }
 
-// resolve works out the Server's settings, and says what is wrong with
-// them.
-func (s *Server) resolve() (config, error) {
-	l, t := s.Limits, s.Timeouts
-	c := config{
-		sessionsPerIdentity: limit(l.SessionsPerIdentity, DefaultSessionsPerIdentity),
-		pendingSessions:     limit(l.PendingSessions, DefaultPendingSessions),
-		pendingPerSource:    limit(l.PendingSessionsPerSource, DefaultPendingSessionsPerSource),
-		endpointsPerSession: limit(l.EndpointsPerSession, DefaultEndpointsPerSession),
-		endpointsPerID:      limit(l.EndpointsPerIdentity, DefaultEndpointsPerIdentity),
-		endpointsPerSource:  limit(l.EndpointsPerSource, DefaultEndpointsPerSource),
-		endpoints:           limit(l.Endpoints, DefaultEndpoints),
-		streamsPerSession:   limit(l.StreamsPerSession, DefaultStreamsPerSession),
-		sessionUnread:       limit(l.SessionUnread, DefaultSessionUnread),
-		authFailures:        limit(l.AuthFailures, DefaultAuthFailures),
-		clientShare:         l.ClientShare,
-		window:              wire.ClampWindow(l.StreamWindow),
-		connsPerSource:      limit(l.ConnsPerSource, DefaultConnsPerSource),
-		handshakesPerSource: limit(l.HandshakesPerSource, DefaultHandshakesPerSource),
+// PortRange is an inclusive range of TCP ports.
+type PortRange struct{ Min, Max int }
 
-		handshake:         timeout(t.Handshake, DefaultHandshakeTimeout),
-		heartbeatInterval: positive(t.HeartbeatInterval, wire.DefaultHeartbeatInterval),
-		heartbeatTimeout:  positive(t.HeartbeatTimeout, wire.DefaultHeartbeatTimeout),
-		connIdle:          timeout(t.ConnIdle, DefaultConnIdleTimeout),
-		httpIdle:          timeout(t.HTTPIdle, DefaultHTTPIdleTimeout),
-		responseHeader:    timeout(t.ResponseHeader, DefaultResponseHeaderTimeout),
-		body:              timeout(t.Body, DefaultBodyTimeout),
-		grace:             timeout(t.Grace, DefaultGrace),
-		ticketLifetime:    positive(t.TicketLifetime, DefaultTicketLifetime),
+// ParsePortRange parses "20000-20100" or a single port "20000".
+func ParsePortRange(s string) (PortRange, error) {
+	lo, hi, found := cutDash(s)
+	min, err1 := strconv.Atoi(lo)
+	max := min
+	var err2 error
+	if found {
+		max, err2 = strconv.Atoi(hi)
 	}
-	switch {
-	case c.clientShare == 0:
-		c.clientShare = DefaultClientShare
-	case c.clientShare < 0 || c.clientShare >= 1:
-		c.clientShare = 0
+	r := PortRange{min, max}
+	if err1 != nil || err2 != nil || !r.valid() {
+		return PortRange{}, fmt.Errorf("edge: bad port range %q: want MIN-MAX within 1-65535", s)
 	}
-	if s.StateDir != "" && s.Router == nil {
-		c.restartGrace = timeout(t.RestartGrace, c.grace)
-	}
-	var errs errorList
-	if n := len(s.TicketKey); n > 0 && n < names.MinTicketKey {
-		errs.add(fmt.Errorf("TicketKey has %d bytes, want at least %d", n, names.MinTicketKey))
-	}
-	if r := s.TCPPorts; r != (PortRange{}) && !r.valid() {
-		errs.add(fmt.Errorf("TCPPorts %d-%d: want MIN-MAX within 1-65535", r.Min, r.Max))
-	}
-	for _, p := range s.ProxyProtocolFrom {
-		if !p.IsValid() {
-			errs.add(fmt.Errorf("ProxyProtocolFrom: %q is not a valid prefix", p))
-			continue
+	return r, nil
+}
+
+func cutDash(s string) (string, string, bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '-' {
+			return s[:i], s[i+1:], true
 		}
-		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
-			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96) // peers are matched unmapped
-		}
-		c.proxyFrom = append(c.proxyFrom, p.Masked())
 	}
-	if c.handshake == 0 {
-		errs.add(errors.New("Timeouts.Handshake cannot be disabled: a peer that never speaks would hold its goroutine for good"))
-	}
-	if err := errs.err(); err != nil {
-		return c, fmt.Errorf("edge: %w", err)
-	}
-	return c, nil
+	return s, "", false
+}
+
+func (r PortRange) valid() bool { return 1 <= r.Min && r.Min <= r.Max && r.Max <= 65535 }
+
+func (r PortRange) contains(p int) bool { return r.valid() && r.Min <= p && p <= r.Max }
+
+// Dialer opens the conn that carries one public connection to the agent of
+// a route. The edge writes nothing to the returned conn before the client's
+// bytes and owns it afterwards (it closes it).
+type Dialer interface {
+	DialRoute(ctx context.Context, r router.Route, c ConnInfo) (net.Conn, error)
+}
+
+// ConnInfo describes a public connection.
+type ConnInfo struct {
+	Client netip.AddrPort // the public client's address
+	Host   string         // the HTTP Host or TLS server name
 }

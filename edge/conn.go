@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"net/netip"
 
 	"github.com/tunnelkit/tunnelkit/internal/pipe"
 	"github.com/tunnelkit/tunnelkit/router"
@@ -93,14 +92,4 @@ func (s *Server) proxyRoutesWrapped(c net.Conn, proto, name, host string, routes
 		level = slog.LevelInfo
 	}
 	s.log().Log(context.Background(), level, "conn", "proto", proto, "name", name, "client", info.Client.String(), "bytes_in", in, "bytes_out", out, "err", err)
-}
-
-// addrPort returns a conn address as a netip.AddrPort, IPv4 unmapped.
-func addrPort(a net.Addr) netip.AddrPort {
-	if ta, ok := a.(*net.TCPAddr); ok {
-		ap := ta.AddrPort()
-		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-	}
-	ap, _ := netip.ParseAddrPort(a.String())
-	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }

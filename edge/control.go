@@ -15,6 +15,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/edge/internal/limits"
 	"github.com/tunnelkit/tunnelkit/edge/internal/names"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"github.com/tunnelkit/tunnelkit/policy"
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
@@ -590,4 +591,39 @@ func (s *Server) endpointOptions(r *router.Route, opts map[string]string, rawPol
 // name.
 func (s *Server) endpointTicket(r router.Route) (string, error) {
 	return s.signer.Sign(names.Ticket{Kind: names.TicketEndpoint, Issued: s.now(), Identity: r.Identity, Proto: r.Proto, Name: r.Name})
+}
+
+// bindPolicy reads a bind's policy (raw, its JSON; empty for none), sets
+// r.Policy to the form routes carry, and compiles it with the operator's
+// for r's protocol and identity; it returns the combined spec too (safe to
+// log: it prints no secret). A policy the edge cannot read or enforce is
+// bad_request; one it cannot set up now (an OIDC provider out of reach)
+// is unavailable; the message is package policy's.
+func (s *Server) bindPolicy(ctx context.Context, r *router.Route, raw []byte) (*policy.Policy, policy.Spec, *wire.Error) {
+	if len(raw) == 0 {
+		raw = []byte("null")
+	}
+	spec, err := policy.Parse(raw)
+	if err == nil {
+		r.Policy, err = specJSON(spec)
+	}
+	if err == nil && r.Policy != "" {
+		// Compiled from the route's form, as the other edges compile it.
+		spec, err = policy.Parse([]byte(r.Policy))
+	}
+	if err != nil {
+		return nil, policy.Spec{}, policyFailure(err)
+	}
+	pol, combined, err := s.compilePolicy(ctx, r.Proto, r.Identity, spec)
+	if err != nil {
+		return nil, policy.Spec{}, policyFailure(err)
+	}
+	return pol, combined, nil
+}
+
+func policyFailure(err error) *wire.Error {
+	if errors.Is(err, policy.ErrUnavailable) {
+		return failure(wire.CodeUnavailable, "%s", err)
+	}
+	return failure(wire.CodeBadRequest, "%s", err)
 }

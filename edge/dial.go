@@ -12,19 +12,6 @@ import (
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
-// Dialer opens the conn that carries one public connection to the agent of
-// a route. The edge writes nothing to the returned conn before the client's
-// bytes and owns it afterwards (it closes it).
-type Dialer interface {
-	DialRoute(ctx context.Context, r router.Route, c ConnInfo) (net.Conn, error)
-}
-
-// ConnInfo describes a public connection.
-type ConnInfo struct {
-	Client netip.AddrPort // the public client's address
-	Host   string         // the HTTP Host or TLS server name
-}
-
 // DialRoute opens a stream to r's agent on the session this server holds,
 // starting with the proxy header that tells the agent who the client is. It
 // is the default Dialer; a custom Dialer can call it for local routes.
@@ -157,4 +144,21 @@ func (p *proxyStream) Close() error {
 func (p *proxyStream) Reset() {
 	p.Stream.Reset()
 	p.closeOnce.Do(p.ss.release)
+}
+
+// addrPort returns a conn address as a netip.AddrPort, IPv4 unmapped.
+func addrPort(a net.Addr) netip.AddrPort {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		ap := ta.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	ap, _ := netip.ParseAddrPort(a.String())
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+func (s *Server) dialer() Dialer {
+	if s.Dialer != nil {
+		return s.Dialer
+	}
+	return s
 }

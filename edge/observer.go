@@ -45,10 +45,3 @@ func (nopObserver) Conn(string)                        {}
 func (nopObserver) Bytes(string, int64, int64)         {}
 func (nopObserver) Request(string, int, time.Duration) {}
 func (nopObserver) Refused(Reason)                     {}
-
-func (s *Server) obs() Observer {
-	if s.Observer == nil {
-		return nopObserver{}
-	}
-	return s.Observer
-}

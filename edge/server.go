@@ -25,6 +25,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/edge/internal/policies"
 	"github.com/tunnelkit/tunnelkit/edge/internal/upstream"
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
+	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/policy"
 	"github.com/tunnelkit/tunnelkit/router"
 )
@@ -525,13 +526,6 @@ func (s *Server) lookup(ctx context.Context, proto, name string) ([]router.Route
 	return s.Router.Lookup(ctx, proto, name)
 }
 
-func (s *Server) dialer() Dialer {
-	if s.Dialer != nil {
-		return s.Dialer
-	}
-	return s
-}
-
 func (s *Server) log() *slog.Logger {
 	if s.Logger == nil {
 		return discard
@@ -860,4 +854,82 @@ func (s *Server) now() time.Time {
 		return s.Clock()
 	}
 	return time.Now()
+}
+
+// resolve works out the Server's settings, and says what is wrong with
+// them.
+func (s *Server) resolve() (config, error) {
+	l, t := s.Limits, s.Timeouts
+	c := config{
+		sessionsPerIdentity: limit(l.SessionsPerIdentity, DefaultSessionsPerIdentity),
+		pendingSessions:     limit(l.PendingSessions, DefaultPendingSessions),
+		pendingPerSource:    limit(l.PendingSessionsPerSource, DefaultPendingSessionsPerSource),
+		endpointsPerSession: limit(l.EndpointsPerSession, DefaultEndpointsPerSession),
+		endpointsPerID:      limit(l.EndpointsPerIdentity, DefaultEndpointsPerIdentity),
+		endpointsPerSource:  limit(l.EndpointsPerSource, DefaultEndpointsPerSource),
+		endpoints:           limit(l.Endpoints, DefaultEndpoints),
+		streamsPerSession:   limit(l.StreamsPerSession, DefaultStreamsPerSession),
+		sessionUnread:       limit(l.SessionUnread, DefaultSessionUnread),
+		authFailures:        limit(l.AuthFailures, DefaultAuthFailures),
+		clientShare:         l.ClientShare,
+		window:              wire.ClampWindow(l.StreamWindow),
+		connsPerSource:      limit(l.ConnsPerSource, DefaultConnsPerSource),
+		handshakesPerSource: limit(l.HandshakesPerSource, DefaultHandshakesPerSource),
+
+		handshake:         timeout(t.Handshake, DefaultHandshakeTimeout),
+		heartbeatInterval: positive(t.HeartbeatInterval, wire.DefaultHeartbeatInterval),
+		heartbeatTimeout:  positive(t.HeartbeatTimeout, wire.DefaultHeartbeatTimeout),
+		connIdle:          timeout(t.ConnIdle, DefaultConnIdleTimeout),
+		httpIdle:          timeout(t.HTTPIdle, DefaultHTTPIdleTimeout),
+		responseHeader:    timeout(t.ResponseHeader, DefaultResponseHeaderTimeout),
+		body:              timeout(t.Body, DefaultBodyTimeout),
+		grace:             timeout(t.Grace, DefaultGrace),
+		ticketLifetime:    positive(t.TicketLifetime, DefaultTicketLifetime),
+	}
+	switch {
+	case c.clientShare == 0:
+		c.clientShare = DefaultClientShare
+	case c.clientShare < 0 || c.clientShare >= 1:
+		c.clientShare = 0
+	}
+	if s.StateDir != "" && s.Router == nil {
+		c.restartGrace = timeout(t.RestartGrace, c.grace)
+	}
+	var errs errorList
+	if n := len(s.TicketKey); n > 0 && n < names.MinTicketKey {
+		errs.add(fmt.Errorf("TicketKey has %d bytes, want at least %d", n, names.MinTicketKey))
+	}
+	if r := s.TCPPorts; r != (PortRange{}) && !r.valid() {
+		errs.add(fmt.Errorf("TCPPorts %d-%d: want MIN-MAX within 1-65535", r.Min, r.Max))
+	}
+	for _, p := range s.ProxyProtocolFrom {
+		if !p.IsValid() {
+			errs.add(fmt.Errorf("ProxyProtocolFrom: %q is not a valid prefix", p))
+			continue
+		}
+		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96) // peers are matched unmapped
+		}
+		c.proxyFrom = append(c.proxyFrom, p.Masked())
+	}
+	if c.handshake == 0 {
+		errs.add(errors.New("Timeouts.Handshake cannot be disabled: a peer that never speaks would hold its goroutine for good"))
+	}
+	if err := errs.err(); err != nil {
+		return c, fmt.Errorf("edge: %w", err)
+	}
+	return c, nil
+}
+
+func (s *Server) obs() Observer {
+	if s.Observer == nil {
+		return nopObserver{}
+	}
+	return s.Observer
+}
+
+// tcpEndpoint is a public TCP listener the edge opened for bound routes.
+type tcpEndpoint struct {
+	ln   net.Listener
+	refs int // bound routes on this port
 }

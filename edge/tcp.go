@@ -17,44 +17,6 @@ import (
 // (on every edge of a cluster, see watchRoutes), whose connections are
 // joined to the agent byte for byte (conn.go).
 
-// PortRange is an inclusive range of TCP ports.
-type PortRange struct{ Min, Max int }
-
-// ParsePortRange parses "20000-20100" or a single port "20000".
-func ParsePortRange(s string) (PortRange, error) {
-	lo, hi, found := cutDash(s)
-	min, err1 := strconv.Atoi(lo)
-	max := min
-	var err2 error
-	if found {
-		max, err2 = strconv.Atoi(hi)
-	}
-	r := PortRange{min, max}
-	if err1 != nil || err2 != nil || !r.valid() {
-		return PortRange{}, fmt.Errorf("edge: bad port range %q: want MIN-MAX within 1-65535", s)
-	}
-	return r, nil
-}
-
-func cutDash(s string) (string, string, bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '-' {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
-}
-
-func (r PortRange) valid() bool { return 1 <= r.Min && r.Min <= r.Max && r.Max <= 65535 }
-
-func (r PortRange) contains(p int) bool { return r.valid() && r.Min <= p && p <= r.Max }
-
-// tcpEndpoint is a public TCP listener the edge opened for bound routes.
-type tcpEndpoint struct {
-	ln   net.Listener
-	refs int // bound routes on this port
-}
-
 // tcpPorts returns the ports to try for a TCP bind: the one requested, or
 // each port of the allowed range once, from a random start.
 func (s *Server) tcpPorts(req int) (iter.Seq[string], error) {

@@ -276,3 +276,15 @@ func (s *Server) initECH() error {
 	})
 	return e.err
 }
+
+// agentTLSConfig is the configuration of the TLS the edge terminates for
+// agents on its public TLS port: its own certificates, as for https
+// endpoints, and wire.ALPN alone, which a hello must offer to get here.
+func (s *Server) agentTLSConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion:               tls.VersionTLS12,
+		NextProtos:               []string{wire.ALPN},
+		GetCertificate:           s.certificate,
+		EncryptedClientHelloKeys: s.ECHKeys,
+	}
+}

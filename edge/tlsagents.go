@@ -37,18 +37,6 @@ func (s *Server) tlsAgent(route *sni.ClientHello, passThrough bool) bool {
 	return !passThrough && s.agentsOnTLS() && slices.Contains(route.ALPN, wire.ALPN)
 }
 
-// agentTLSConfig is the configuration of the TLS the edge terminates for
-// agents on its public TLS port: its own certificates, as for https
-// endpoints, and wire.ALPN alone, which a hello must offer to get here.
-func (s *Server) agentTLSConfig() *tls.Config {
-	return &tls.Config{
-		MinVersion:               tls.VersionTLS12,
-		NextProtos:               []string{wire.ALPN},
-		GetCertificate:           s.certificate,
-		EncryptedClientHelloKeys: s.ECHKeys,
-	}
-}
-
 // serveTLSAgent serves the session of an agent that came to a ServeSNI
 // listener as serveSession serves one from an agent port, once the edge
 // completed its TLS handshake: c is the conn with its hello still to be
