@@ -78,9 +78,11 @@
 //     counts the SYN sent: the next frame has none. A stream accepted from
 //     the peer never sends a SYN. A stream's Id() is the ID its frames carry:
 //     odd for those a client opens, even for a server's. Stream.write sends
-//     its SYN itself after such an empty muxado Write; Stream.CloseWrite
-//     waits for a first write under way; AcceptStream counts the peer's
-//     stream synced. TestMuxadoSYNRidesOnTheFirstDataFrame.
+//     its SYN itself after such an empty muxado Write, made before it looks
+//     whether the stream ended, so that a reset's muxado Close (whose FIN
+//     carries the SYN if nothing claimed it) and it never both send one;
+//     Stream.CloseWrite waits for a first write under way; AcceptStream
+//     counts the peer's stream synced. TestMuxadoSYNRidesOnTheFirstDataFrame.
 //  8. The accept queue. Streams the peer opens wait for AcceptStream in a
 //     queue of AcceptBacklog streams (128 when zero: defaultBacklog), and
 //     AcceptStream returns them in the order of their SYNs. A SYN that
