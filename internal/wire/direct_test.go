@@ -228,3 +228,65 @@ func TestCloseWriteDuringAFirstWrite(t *testing.T) {
 		t.Fatalf("the peer read %q, then %v; want %q, then EOF", got, err, msg)
 	}
 }
+
+// TestCloseDuringAFirstWrite: Close, called while another goroutine makes
+// a fresh stream's first write, leaves the stream's SYN sent once at most.
+// muxado counts a stream's SYN sent when a write of its own claims it, and
+// the Close of a reset (Close with a write under way resets the stream)
+// claims it when nothing had: its FIN then carries a SYN, and the peer
+// accepts an empty stream. A first write that had found the stream open
+// and then wrote its frame directly, SYN flag set, sent a second SYN for
+// the same stream, which ends the peer's session (ProtocolError): every
+// other stream of it with it. The first write is held just before it
+// claims the SYN until the reset is done.
+func TestCloseDuringAFirstWrite(t *testing.T) {
+	client, server := sessionPair(t, true)
+	st, err := client.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := func(s *Stream) {
+		if s != st {
+			return
+		}
+		st.Close()       // a write is under way: it resets the stream
+		client.wg.Wait() // the reset: its frames, and muxado's Close
+	}
+	testHookClaimSyn.Store(&hook)
+	defer testHookClaimSyn.Store(nil)
+	_, werr := st.Write([]byte("first write"))
+	t.Logf("the first write, the stream closed under it: %v", werr)
+
+	// The peer's session lives on: a new stream reaches it (after the
+	// empty one muxado's Close opened, if any).
+	next, err := client.OpenStream()
+	if err == nil {
+		_, err = next.Write([]byte("alive"))
+	}
+	if err != nil {
+		why := make(chan error, 1)
+		go func() { _, remote, _ := client.Wait(); why <- remote }()
+		select {
+		case remote := <-why:
+			t.Fatalf("%v: the peer's session ended: %v", err, remote)
+		case <-time.After(10 * time.Second):
+			t.Fatal(err)
+		}
+	}
+	for {
+		peer := acceptStream(t, server) // fails the test if the peer's session ended
+		peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if peer.Id() == st.Id() {
+			if got, err := io.ReadAll(peer); len(got) != 0 || err != nil {
+				t.Fatalf("the closed stream, at the peer: read %q, %v; want EOF at once", got, err)
+			}
+			continue
+		}
+		got := make([]byte, len("alive"))
+		n, err := io.ReadFull(peer, got)
+		if peer.Id() != next.Id() || err != nil {
+			t.Fatalf("the peer accepted stream %d and read %q, %v; want stream %d and %q", peer.Id(), got[:n], err, next.Id(), "alive")
+		}
+		return
+	}
+}

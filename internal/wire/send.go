@@ -183,19 +183,28 @@ func (st *Stream) send(b []byte) (int, error) {
 // The first frame of a stream opened here carries the SYN. muxado sends
 // it with the stream's first write, which marks the SYN sent even when it
 // writes nothing: an empty write marks it, and the frame written here
-// carries the flag. The caller holds st.wmu.
+// carries the flag. It is claimed so before the look at whether the stream
+// ended: a Close with a write under way resets the stream, ending it
+// before muxado's Close, which sends the SYN with its FIN when nothing
+// claimed it. Claimed here first, the SYN is this frame's and muxado's FIN
+// carries none; claimed there first, the stream is seen ended here, and
+// its SYN is not sent twice (a second SYN ends the peer's session). The
+// caller holds st.wmu.
 func (st *Stream) write(b []byte) (int, error) {
 	defer st.synced.Store(true)
+	var flags frame.Flags
+	if !st.deadline && !st.synced.Load() {
+		if hook := testHookClaimSyn.Load(); hook != nil {
+			(*hook)(st)
+		}
+		st.Stream.Write(nil)
+		flags.Set(frame.FlagDataSyn)
+	}
 	if st.deadline || st.over() {
 		return st.Stream.Write(b)
 	}
-	var flags frame.Flags
-	if !st.synced.Load() {
-		st.Stream.Write(nil)
-		flags.Set(frame.FlagDataSyn)
-		if hook := testHookFirstFrame.Load(); hook != nil {
-			(*hook)(st)
-		}
+	if hook := testHookFirstFrame.Load(); hook != nil && flags != 0 {
+		(*hook)(st)
 	}
 	if err := st.sess.fr.writeData(frame.StreamId(st.Id()), flags, b, &st.shut); err != nil {
 		return 0, err
@@ -207,6 +216,10 @@ func (st *Stream) write(b []byte) (int, error) {
 // SYN sent and the frame that carries it. (Atomic: the sessions of other
 // tests may still be writing while a test sets it.)
 var testHookFirstFrame atomic.Pointer[func(*Stream)]
+
+// testHookClaimSyn, when set, runs just before a stream's first frame
+// written here claims the stream's SYN from muxado (its empty Write).
+var testHookClaimSyn atomic.Pointer[func(*Stream)]
 
 // Writing frames together. The framer gets one frame at a time, and a
 // frame written alone costs a syscall. So while other DATA frames are on

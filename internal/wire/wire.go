@@ -1,6 +1,3 @@
-// Package wire is the protocol between an agent and an edge: the stream
-// types, the control messages and the header of a proxied connection. Its
-// byte layout is documented in PROTOCOL.md at the root of the module.
 package wire
 
 import (
