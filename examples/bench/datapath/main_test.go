@@ -8,26 +8,19 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/examples/bench/internal/benchproc"
 	"github.com/tunnelkit/tunnelkit/internal/testtools"
 )
 
 // TestMain makes the test binary the program's children too: the rows
-// start it again with -role, as the program starts itself, so that no
-// test builds anything.
+// start it again in a role (benchproc.Main), as the program starts
+// itself, so that no test builds anything.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "-role" {
-		os.Exit(childMain(os.Args[2:]))
-	}
-	// Under -race, each process sleeps a second before it exits
-	// (atexit_sleep_ms), and a row starts tens of them.
-	if g := os.Getenv("GORACE"); !strings.Contains(g, "atexit_sleep_ms") {
-		os.Setenv("GORACE", strings.TrimSpace(g+" atexit_sleep_ms=0"))
-	}
+	benchproc.Main("datapath.test", roles)
 	os.Exit(m.Run())
 }
 
@@ -232,28 +225,4 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
-}
-
-// TestParseStop checks the stop command's answer, as control writes it.
-func TestParseStop(t *testing.T) {
-	for _, tc := range []struct {
-		line string
-		d    time.Duration
-		io   ioCount
-		ok   bool
-	}{
-		{"cpu 1500 syscr 12 syscw 7", 1500, ioCount{12, 7}, true},
-		{"cpu 1500 syscr -1 syscw -1", 1500, ioCount{-1, -1}, true},
-		{"cpu 1500", 0, ioCount{}, false},
-		{"cpu x syscr 1 syscw 2", 0, ioCount{}, false},
-		{"mem heap=1", 0, ioCount{}, false},
-	} {
-		d, io, err := parseStop(tc.line)
-		if (err == nil) != tc.ok || d != tc.d || io != tc.io {
-			t.Errorf("parseStop(%q) = %v, %v, %v; want %v, %v, ok %v", tc.line, d, io, err, tc.d, tc.io, tc.ok)
-		}
-	}
-	if c := readIOCount(); runtime.GOOS == "linux" && (c.reads <= 0 || c.writes < 0) {
-		t.Errorf("readIOCount() = %+v on Linux", c)
-	}
 }

@@ -7,15 +7,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/examples/bench/internal/benchproc"
 )
 
-// TestMain lets the test binary serve as the edge child too (see
-// childEnv): the tests start the binary they run in, so that nothing is
-// compiled under a test's deadline.
+// TestMain lets the test binary serve as the edge child too
+// (benchproc.Main): the tests start the binary they run in, so that
+// nothing is compiled under a test's deadline.
 func TestMain(m *testing.M) {
-	if runEdgeChild() {
-		return
-	}
+	benchproc.Main("hostilemix.test", roles)
 	os.Exit(m.Run())
 }
 
