@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tunnelkit/tunnelkit/internal/testwait"
 )
@@ -37,7 +38,8 @@ var testRoles = map[string]Role{
 	// stubborn is ready, and ends neither with its stdin nor on SIGTERM.
 	"stubborn": func(ctx context.Context, ctl *Control, _ []string) error {
 		ctl.Ready()
-		select {}
+		time.Sleep(24 * time.Hour) // not a select{}, which the runtime could call a deadlock and end
+		return nil
 	},
 	// result prints a result and returns.
 	"result": func(_ context.Context, ctl *Control, args []string) error {
