@@ -3,9 +3,9 @@ package examples_test
 // The README, run as a newcomer runs it: TestREADMEShell runs its shell
 // blocks, TestREADMEGo builds its Go code and runs its programs, and
 // TestREADMEFlags holds the flags of its command lines against the
-// binaries'. What compiles (the README's `go install ./examples/...`, its
-// Go code, the demo's `go run`) is built by TestMain, before any test's
-// deadline starts.
+// binaries'. What compiles (the README's `go install ./examples/NAME...`,
+// its Go code, the demo's `go run`) is built by TestMain, before any
+// test's deadline starts.
 //
 // How the README's blocks are read:
 //   - an indented block, or a ```sh or ```bash fence, is shell: pasted into
@@ -156,7 +156,7 @@ type readmePrepared struct {
 	blocks []readmeBlock
 	err    error // reading or parsing the README
 
-	install    *readmeBlock // the block with `go install ./examples/...`
+	install    *readmeBlock // the block with `go install ./examples/NAME...`
 	installErr error        // running it, with its output
 	bin        string       // where it installed the binaries
 
@@ -195,7 +195,7 @@ func prepareREADME() (cleanup func()) {
 	// The install block, as written, into a GOPATH of its own (the module
 	// cache stays where it is: nothing is downloaded).
 	for i, b := range p.blocks {
-		if b.lang == "sh" && strings.Contains(b.text, "go install ./examples/...") {
+		if b.lang == "sh" && strings.Contains(b.text, "go install ./examples/") {
 			p.install = &p.blocks[i]
 			break
 		}
@@ -506,7 +506,7 @@ func TestREADMEShell(t *testing.T) {
 	testtools.Need(t, "bash", "curl", "openssl", "etcd")
 	needIsolation(t)
 	if p.install == nil {
-		t.Fatal("README: no block installs the binaries with `go install ./examples/...`")
+		t.Fatal("README: no block installs the binaries with `go install ./examples/NAME...`")
 	}
 	before, gitOK := untracked(p.root)
 	first := true
@@ -529,6 +529,17 @@ func TestREADMEShell(t *testing.T) {
 				for _, name := range examples {
 					if _, err := os.Stat(filepath.Join(p.bin, name)); err != nil {
 						t.Errorf("README.md:%d: the install block did not install %s: %v", b.line, name, err)
+					}
+				}
+				// Nothing else: the benchmark programs run with go run,
+				// and a user's PATH gets no binary named datapath.
+				installed, err := os.ReadDir(p.bin)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, f := range installed {
+					if !slices.Contains(examples, f.Name()) {
+						t.Errorf("README.md:%d: the install block installs %s, which is not one of the example binaries %q", b.line, f.Name(), examples)
 					}
 				}
 			default:

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/examples/bench/internal/benchproc"
 	"google.golang.org/grpc"
 )
 
@@ -30,8 +31,8 @@ const helloBody = "hello"
 // service of grpc.go), and a TCP echo that half-closes after its client
 // did.
 //
-//	-role app
-func runApp(ctx context.Context, ctl *control, args []string) error {
+//	role app, no arguments
+func runApp(ctx context.Context, ctl *benchproc.Control, args []string) error {
 	if len(args) > 0 {
 		return errors.New("app: no arguments")
 	}
@@ -54,7 +55,7 @@ func runApp(ctx context.Context, ctl *control, args []string) error {
 	echo := &connSet{}
 	wg.Go(func() { serveConns(lns[2], echo, echoConn) })
 
-	ctl.ready("http="+lns[0].Addr().String(), "grpc="+lns[1].Addr().String(), "echo="+lns[2].Addr().String())
+	ctl.Ready("http="+lns[0].Addr().String(), "grpc="+lns[1].Addr().String(), "echo="+lns[2].Addr().String())
 	<-ctx.Done()
 	hs.Close()
 	gs.Stop()
@@ -108,8 +109,8 @@ func echoConn(c net.Conn) {
 // HTTP/2 without TLS to -to (http.Transport with UnencryptedHTTP2), as
 // gRPC apps need.
 //
-//	-role rproxy -to http://ADDR [-tls DIR] [-h2c]
-func runReverseProxy(ctx context.Context, ctl *control, args []string) error {
+//	role rproxy: -to http://ADDR [-tls DIR] [-h2c]
+func runReverseProxy(ctx context.Context, ctl *benchproc.Control, args []string) error {
 	fs := flag.NewFlagSet("rproxy", flag.ContinueOnError)
 	to := fs.String("to", "", "the app's URL, http://ADDR")
 	tlsDir := fs.String("tls", "", "serve TLS with the certificate in this directory (empty: plain HTTP)")
@@ -159,7 +160,7 @@ func runReverseProxy(ctx context.Context, ctl *control, args []string) error {
 	} else {
 		go func() { served <- srv.Serve(ln) }()
 	}
-	ctl.ready("addr=" + ln.Addr().String())
+	ctl.Ready("addr=" + ln.Addr().String())
 	<-ctx.Done()
 	srv.Close()
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
@@ -173,8 +174,8 @@ func runReverseProxy(ctx context.Context, ctl *control, args []string) error {
 // sendfile: the conns are wrapped so that io.Copy cannot use
 // ReadFrom/WriteTo) and passes half-closes on.
 //
-//	-role relay -to ADDR
-func runRelay(ctx context.Context, ctl *control, args []string) error {
+//	role relay: -to ADDR
+func runRelay(ctx context.Context, ctl *benchproc.Control, args []string) error {
 	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
 	to := fs.String("to", "", "the address to relay to")
 	if err := fs.Parse(args); err != nil {
@@ -201,7 +202,7 @@ func runRelay(ctx context.Context, ctl *control, args []string) error {
 			relayConns(c, up)
 		})
 	})
-	ctl.ready("addr=" + ln.Addr().String())
+	ctl.Ready("addr=" + ln.Addr().String())
 	<-ctx.Done()
 	ln.Close()
 	conns.closeAll()

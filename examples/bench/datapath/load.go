@@ -2,8 +2,8 @@
 
 package main
 
-// The Go load generators: each run is a process of its own ("-role load
-// -kind KIND"), which prints one "result {json}" line and exits.
+// The Go load generators: each run is a process of its own (role load,
+// -kind KIND), which prints one "result {json}" line and exits.
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/examples/bench/internal/benchproc"
 	"google.golang.org/grpc"
 )
 
@@ -56,8 +57,8 @@ const warmRoundTrips = 10
 
 // runLoad runs one load and prints its result.
 //
-//	-role load -kind http|download|grpc-unary|grpc-bidi|bulk|rtt|conns|interactive [flags]
-func runLoad(ctx context.Context, ctl *control, args []string) error {
+//	role load: -kind http|download|grpc-unary|grpc-bidi|bulk|rtt|conns|interactive [flags]
+func runLoad(ctx context.Context, ctl *benchproc.Control, args []string) error {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	kind := fs.String("kind", "", "the load")
 	target := fs.String("url", "", "http, download: the URL; grpc: the authority (host:port)")
@@ -108,7 +109,7 @@ func runLoad(ctx context.Context, ctl *control, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctl.result(string(b))
+	ctl.Result(string(b))
 	return nil
 }
 

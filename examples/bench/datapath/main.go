@@ -16,9 +16,10 @@
 // the edge (the example edge's code, internal/edgecmd), the agent
 // (agent.Client and package forward, as examples/agent composes them), the
 // app, the baselines' hops (an httputil.ReverseProxy, two plain TCP
-// relays) and the Go load generators are this binary again, started with a
-// hidden -role flag; wrk and h2load generate the HTTP load where they are
-// installed. See README.md for what each row measures.
+// relays) and the Go load generators are this binary again, started in a
+// role (examples/bench/internal/benchproc); wrk and h2load generate the
+// HTTP load where they are installed. See README.md for what each row
+// measures.
 package main
 
 import (
@@ -34,12 +35,12 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/examples/bench/internal/benchproc"
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "-role" {
-		os.Exit(childMain(os.Args[2:]))
-	}
+	benchproc.Main("datapath", roles) // in a child: runs its role, and exits
 	cfg, err := parseFlags(os.Args[1:], os.Stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -8,27 +8,34 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/examples/bench/internal/benchproc"
 	"github.com/tunnelkit/tunnelkit/internal/testtools"
 )
 
 // TestMain makes the test binary the program's children too: the rows
-// start it again with -role, as the program starts itself, so that no
-// test builds anything.
+// start it again in a role (benchproc.Main), as the program starts
+// itself, so that no test builds anything.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "-role" {
-		os.Exit(childMain(os.Args[2:]))
-	}
-	// Under -race, each process sleeps a second before it exits
-	// (atexit_sleep_ms), and a row starts tens of them.
-	if g := os.Getenv("GORACE"); !strings.Contains(g, "atexit_sleep_ms") {
-		os.Setenv("GORACE", strings.TrimSpace(g+" atexit_sleep_ms=0"))
-	}
+	benchproc.Main("datapath.test", roles)
 	os.Exit(m.Run())
+}
+
+// fullEnv names the variable that, set to 1, runs the tests that take
+// tens of seconds (every row, the Go generator on the HTTP rows, two runs
+// with profiles). The README's test command runs TestQuick alone of the
+// rows; .ci/run runs these too.
+const fullEnv = "TUNNELKIT_BENCH_FULL"
+
+// needFull skips t unless fullEnv is 1.
+func needFull(t *testing.T) {
+	t.Helper()
+	if os.Getenv(fullEnv) != "1" {
+		t.Skipf("takes tens of seconds: runs with %s=1", fullEnv)
+	}
 }
 
 // tinyConfig runs rows with the smallest loads that still measure
@@ -53,14 +60,20 @@ func tinyConfig(t *testing.T, rows ...string) *config {
 // each of its lines.
 func runRows(t *testing.T, cfg *config) *report {
 	t.Helper()
+	var out bytes.Buffer
+	return runRowsTo(t, cfg, &out)
+}
+
+// runRowsTo is runRows, the report written to out.
+func runRowsTo(t *testing.T, cfg *config, out *bytes.Buffer) *report {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var out bytes.Buffer
-	rep, err := run(ctx, cfg, exe, &out)
+	rep, err := run(ctx, cfg, exe, out)
 	t.Logf("report:\n%s", out.String())
 	if err != nil {
 		t.Fatal(err)
@@ -96,9 +109,47 @@ func runRows(t *testing.T, cfg *config) *report {
 	return rep
 }
 
+// TestQuick runs the rtt and idle rows once, with tiny loads and both
+// kinds of profiles: the app, the relays, an edge and an agent, the idle
+// row's agents, the Go generator, every command of a child, and the
+// report. It leaves profiles where -cpuprofile and -memprofile say.
+func TestQuick(t *testing.T) {
+	cfg := tinyConfig(t, "rtt", "idle")
+	cfg.CPUProfile, cfg.MemProfile = t.TempDir(), t.TempDir()
+	var out bytes.Buffer
+	rep := runRowsTo(t, cfg, &out)
+	for _, f := range []string{
+		filepath.Join(cfg.CPUProfile, "rtt-base.relay1.cpu.pprof"),
+		filepath.Join(cfg.CPUProfile, "rtt-plain.edge.cpu.pprof"),
+		filepath.Join(cfg.CPUProfile, "rtt-plain.agent.cpu.pprof"),
+		filepath.Join(cfg.MemProfile, "rtt-plain.agent.alloc.pprof"),
+		filepath.Join(cfg.MemProfile, "rtt-plain.agent.alloc-start.pprof"),
+	} {
+		if st, err := os.Stat(f); err != nil || st.Size() == 0 {
+			t.Errorf("profile %s: %v", filepath.Base(f), err)
+		}
+	}
+	// The idle row's heaps: its edge's at each mem command, its agents'
+	// before, after the first session and after the others, for each link.
+	for _, pattern := range []string{"mem-*-1.heap.pprof", "mem-*-2.heap.pprof", "agents-*-0.heap.pprof", "agents-*-2.heap.pprof"} {
+		if m, _ := filepath.Glob(filepath.Join(cfg.MemProfile, pattern)); len(m) != 2 {
+			t.Errorf("heap profiles %s: %d, want one per link", pattern, len(m))
+		}
+	}
+	if len(groupResults(rep.results)) != 2+4 {
+		t.Errorf("%d lines, want 2 for rtt and 4 for idle", len(groupResults(rep.results)))
+	}
+	for _, want := range []string{"| TCP 64 B round trip on an open connection, p50 µs: plaintext link |", "| rtt-plain | 50 RTT | edge "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the report has no line %q", want)
+		}
+	}
+}
+
 // TestRows runs every row once with tiny loads; the rows that use wrk or
 // h2load skip where they are missing (fail with TUNNELKIT_REQUIRE_TOOLS=1).
 func TestRows(t *testing.T) {
+	needFull(t)
 	tools := map[string][]string{"http": {"wrk"}, "https": {"wrk", "h2load"}}
 	for _, name := range rowNames() {
 		t.Run(name, func(t *testing.T) {
@@ -115,6 +166,7 @@ func TestRows(t *testing.T) {
 // TestGoLoad runs the HTTP rows with the Go load generator, which stands
 // in for wrk and h2load where they are missing.
 func TestGoLoad(t *testing.T) {
+	needFull(t)
 	cfg := tinyConfig(t, "http", "https")
 	cfg.GoLoad = true
 	rep := runRows(t, cfg)
@@ -129,6 +181,7 @@ func TestGoLoad(t *testing.T) {
 // per measurement and server process, and that two runs give a ratio
 // range.
 func TestProfiles(t *testing.T) {
+	needFull(t)
 	cfg := tinyConfig(t, "rtt")
 	cfg.CPUProfile, cfg.MemProfile = t.TempDir(), t.TempDir()
 	cfg.Runs = 2
@@ -232,28 +285,4 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
-}
-
-// TestParseStop checks the stop command's answer, as control writes it.
-func TestParseStop(t *testing.T) {
-	for _, tc := range []struct {
-		line string
-		d    time.Duration
-		io   ioCount
-		ok   bool
-	}{
-		{"cpu 1500 syscr 12 syscw 7", 1500, ioCount{12, 7}, true},
-		{"cpu 1500 syscr -1 syscw -1", 1500, ioCount{-1, -1}, true},
-		{"cpu 1500", 0, ioCount{}, false},
-		{"cpu x syscr 1 syscw 2", 0, ioCount{}, false},
-		{"mem heap=1", 0, ioCount{}, false},
-	} {
-		d, io, err := parseStop(tc.line)
-		if (err == nil) != tc.ok || d != tc.d || io != tc.io {
-			t.Errorf("parseStop(%q) = %v, %v, %v; want %v, %v, ok %v", tc.line, d, io, err, tc.d, tc.io, tc.ok)
-		}
-	}
-	if c := readIOCount(); runtime.GOOS == "linux" && (c.reads <= 0 || c.writes < 0) {
-		t.Errorf("readIOCount() = %+v on Linux", c)
-	}
 }

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/examples/bench/internal/benchproc"
 )
 
 // printReport prints the table of results, the failures, and the CPU
@@ -180,14 +182,14 @@ func printCPU(w io.Writer, recs []cpuRecord) {
 		ops   float64
 		order []string
 		cpu   map[string]time.Duration
-		io    map[string]ioCount
+		io    map[string]benchproc.IO
 	}
 	var cases []string
 	by := map[string]*sum{}
 	for _, r := range recs {
 		s := by[r.Case]
 		if s == nil {
-			s = &sum{unit: r.Unit, cpu: map[string]time.Duration{}, io: map[string]ioCount{}}
+			s = &sum{unit: r.Unit, cpu: map[string]time.Duration{}, io: map[string]benchproc.IO{}}
 			by[r.Case] = s
 			cases = append(cases, r.Case)
 		}
@@ -198,10 +200,10 @@ func printCPU(w io.Writer, recs []cpuRecord) {
 			}
 			s.cpu[p.Name] += p.CPU
 			io, seen := s.io[p.Name]
-			if p.IO.reads < 0 || (seen && io.reads < 0) {
-				s.io[p.Name] = ioCount{-1, -1}
+			if p.IO.Reads < 0 || (seen && io.Reads < 0) {
+				s.io[p.Name] = benchproc.IO{Reads: -1, Writes: -1}
 			} else {
-				s.io[p.Name] = ioCount{io.reads + p.IO.reads, io.writes + p.IO.writes}
+				s.io[p.Name] = benchproc.IO{Reads: io.Reads + p.IO.Reads, Writes: io.Writes + p.IO.Writes}
 			}
 		}
 	}
@@ -227,8 +229,8 @@ func printCPU(w io.Writer, recs []cpuRecord) {
 
 // syscallsPerOp writes io per operation (per MB for GB), after a comma;
 // nothing when it is not known.
-func syscallsPerOp(io ioCount, ops float64, unit string) string {
-	if io.reads < 0 || ops <= 0 || unit == "" {
+func syscallsPerOp(io benchproc.IO, ops float64, unit string) string {
+	if io.Reads < 0 || ops <= 0 || unit == "" {
 		return ""
 	}
 	per := "/" + unit
@@ -236,7 +238,7 @@ func syscallsPerOp(io ioCount, ops float64, unit string) string {
 		ops *= 1000
 		per = "/MB"
 	}
-	return fmt.Sprintf(", %.1f+%.1f syscalls%s", float64(io.reads)/ops, float64(io.writes)/ops, per)
+	return fmt.Sprintf(", %.1f+%.1f syscalls%s", float64(io.Reads)/ops, float64(io.Writes)/ops, per)
 }
 
 func formatCPU(d time.Duration) string {

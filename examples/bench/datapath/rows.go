@@ -11,6 +11,8 @@ import (
 	"net"
 	"strconv"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/examples/bench/internal/benchproc"
 )
 
 // row is a part of the table, selected with -rows.
@@ -95,9 +97,9 @@ func rowHTTP(ctx context.Context, e *env) ([]result, error) {
 	var base loadResult
 	tun := map[string]loadResult{}
 	steps := []func() error{func() error {
-		return e.withProxy(ctx, "http-base", []string{"-to", "http://" + e.appHTTP}, func(rp *child) (err error) {
-			t := target{url: "http://bench." + domain + "/", connect: rp.fields["addr"]}
-			base, err = e.timedHTTP(ctx, "http-base", []*child{rp, e.app}, t, false)
+		return e.withProxy(ctx, "http-base", []string{"-to", "http://" + e.appHTTP}, func(rp *benchproc.Proc) (err error) {
+			t := target{url: "http://bench." + domain + "/", connect: rp.Fields["addr"]}
+			base, err = e.timedHTTP(ctx, "http-base", []*benchproc.Proc{rp, e.app}, t, false)
 			return err
 		})
 	}}
@@ -130,7 +132,7 @@ func rowHTTP(ctx context.Context, e *env) ([]result, error) {
 // agent modes.
 func rowHTTPS(ctx context.Context, e *env) ([]result, error) {
 	got := map[string]loadResult{}
-	both := func(variant string, procs []*child, t target) error {
+	both := func(variant string, procs []*benchproc.Proc, t target) error {
 		for _, v := range []struct {
 			name string
 			h2   bool
@@ -145,8 +147,8 @@ func rowHTTPS(ctx context.Context, e *env) ([]result, error) {
 		return nil
 	}
 	steps := []func() error{func() error {
-		return e.withProxy(ctx, "https-base", []string{"-to", "http://" + e.appHTTP, "-tls", e.dir}, func(rp *child) error {
-			return both("base", []*child{rp, e.app}, target{url: "https://bench." + domain + ":" + port(rp.fields["addr"]) + "/", connect: rp.fields["addr"]})
+		return e.withProxy(ctx, "https-base", []string{"-to", "http://" + e.appHTTP, "-tls", e.dir}, func(rp *benchproc.Proc) error {
+			return both("base", []*benchproc.Proc{rp, e.app}, target{url: "https://bench." + domain + ":" + port(rp.Fields["addr"]) + "/", connect: rp.Fields["addr"]})
 		})
 	}}
 	for _, m := range modes {
@@ -172,15 +174,15 @@ func rowHTTPS(ctx context.Context, e *env) ([]result, error) {
 // against an https endpoint in both agent modes.
 func rowDownload(ctx context.Context, e *env) ([]result, error) {
 	got := map[string]loadResult{}
-	download := func(name string, procs []*child, t target) error {
+	download := func(name string, procs []*benchproc.Proc, t target) error {
 		args := []string{"-kind", "download", "-url", t.url, "-connect", t.connect, "-ca", e.caFile}
 		res, err := e.goLoad(ctx, name, procs, "GB", args, "-size", e.cfg.Download)
 		got[name] = res
 		return err
 	}
 	steps := []func() error{func() error {
-		return e.withProxy(ctx, "download-base", []string{"-to", "http://" + e.appHTTP, "-tls", e.dir}, func(rp *child) error {
-			return download("download-base", []*child{rp, e.app}, target{url: "https://bench." + domain + ":" + port(rp.fields["addr"]) + "/bytes", connect: rp.fields["addr"]})
+		return e.withProxy(ctx, "download-base", []string{"-to", "http://" + e.appHTTP, "-tls", e.dir}, func(rp *benchproc.Proc) error {
+			return download("download-base", []*benchproc.Proc{rp, e.app}, target{url: "https://bench." + domain + ":" + port(rp.Fields["addr"]) + "/bytes", connect: rp.Fields["addr"]})
 		})
 	}}
 	for _, m := range modes {
@@ -207,7 +209,7 @@ func rowDownload(ctx context.Context, e *env) ([]result, error) {
 // endpoint.
 func rowGRPC(ctx context.Context, e *env) ([]result, error) {
 	got := map[string]loadResult{}
-	grpcLoad := func(name, kind string, procs []*child, authority, connect string, tls bool) error {
+	grpcLoad := func(name, kind string, procs []*benchproc.Proc, authority, connect string, tls bool) error {
 		args := []string{"-kind", kind, "-url", authority, "-connect", connect}
 		if tls {
 			args = append(args, "-ca", e.caFile)
@@ -223,11 +225,11 @@ func rowGRPC(ctx context.Context, e *env) ([]result, error) {
 	steps := []func() error{
 		func() error {
 			e.caseName = "grpc-bidi-direct"
-			return grpcLoad("grpc-bidi-direct", "grpc-bidi", []*child{e.app}, e.appGRPC, e.appGRPC, false)
+			return grpcLoad("grpc-bidi-direct", "grpc-bidi", []*benchproc.Proc{e.app}, e.appGRPC, e.appGRPC, false)
 		},
 		func() error {
-			return e.withProxy(ctx, "grpc-unary-base", []string{"-to", "http://" + e.appGRPC, "-tls", e.dir, "-h2c"}, func(rp *child) error {
-				return grpcLoad("grpc-unary-base", "grpc-unary", []*child{rp, e.app}, "grpc."+domain+":"+port(rp.fields["addr"]), rp.fields["addr"], true)
+			return e.withProxy(ctx, "grpc-unary-base", []string{"-to", "http://" + e.appGRPC, "-tls", e.dir, "-h2c"}, func(rp *benchproc.Proc) error {
+				return grpcLoad("grpc-unary-base", "grpc-unary", []*benchproc.Proc{rp, e.app}, "grpc."+domain+":"+port(rp.Fields["addr"]), rp.Fields["addr"], true)
 			})
 		},
 	}
@@ -264,9 +266,9 @@ func rowGRPC(ctx context.Context, e *env) ([]result, error) {
 // tcpCases runs the TCP baseline (two relays) and the tunnel's tcp://
 // endpoint over each of links, measuring each with measure, in the order
 // of the run.
-func (e *env) tcpCases(ctx context.Context, row string, links []string, measure func(name string, procs []*child, connect string) error) error {
+func (e *env) tcpCases(ctx context.Context, row string, links []string, measure func(name string, procs []*benchproc.Proc, connect string) error) error {
 	steps := []func() error{func() error {
-		return e.withRelays(ctx, row+"-base", func(procs []*child, connect string) error {
+		return e.withRelays(ctx, row+"-base", func(procs []*benchproc.Proc, connect string) error {
 			return measure(row+"-base", procs, connect)
 		})
 	}}
@@ -285,7 +287,7 @@ func (e *env) tcpCases(ctx context.Context, row string, links []string, measure 
 // against a tcp:// endpoint over both links.
 func rowBulk(ctx context.Context, e *env) ([]result, error) {
 	got := map[string]loadResult{}
-	err := e.tcpCases(ctx, "bulk", []string{plainLink, tlsLink}, func(name string, procs []*child, connect string) error {
+	err := e.tcpCases(ctx, "bulk", []string{plainLink, tlsLink}, func(name string, procs []*benchproc.Proc, connect string) error {
 		res, err := e.goLoad(ctx, name, procs, "GB", []string{"-kind", "bulk", "-connect", connect}, "-size", e.cfg.Bulk)
 		got[name] = res
 		return err
@@ -303,7 +305,7 @@ func rowBulk(ctx context.Context, e *env) ([]result, error) {
 // rowRTT: 64-byte round trips on an open connection.
 func rowRTT(ctx context.Context, e *env) ([]result, error) {
 	got := map[string]loadResult{}
-	err := e.tcpCases(ctx, "rtt", []string{plainLink}, func(name string, procs []*child, connect string) error {
+	err := e.tcpCases(ctx, "rtt", []string{plainLink}, func(name string, procs []*benchproc.Proc, connect string) error {
 		res, err := e.goLoad(ctx, name, procs, "RTT", []string{"-kind", "rtt", "-connect", connect}, "-n", int64(e.cfg.RTTs))
 		got[name] = res
 		return err
@@ -319,7 +321,7 @@ func rowRTT(ctx context.Context, e *env) ([]result, error) {
 // rowConns: new connections per second, each with one 64-byte round trip.
 func rowConns(ctx context.Context, e *env) ([]result, error) {
 	got := map[string]loadResult{}
-	err := e.tcpCases(ctx, "conns", []string{plainLink}, func(name string, procs []*child, connect string) error {
+	err := e.tcpCases(ctx, "conns", []string{plainLink}, func(name string, procs []*benchproc.Proc, connect string) error {
 		args := []string{"-kind", "conns", "-connect", connect, "-c", strconv.Itoa(e.cfg.ConnWorkers)}
 		res, err := e.goLoad(ctx, name, procs, "conn", args, "-d", int64(e.cfg.Duration))
 		got[name] = res
@@ -340,7 +342,7 @@ func rowConns(ctx context.Context, e *env) ([]result, error) {
 // streams of one agent session.
 func rowInteractive(ctx context.Context, e *env) ([]result, error) {
 	got := map[string]loadResult{}
-	err := e.tcpCases(ctx, "interactive", []string{plainLink, tlsLink}, func(name string, procs []*child, connect string) error {
+	err := e.tcpCases(ctx, "interactive", []string{plainLink, tlsLink}, func(name string, procs []*benchproc.Proc, connect string) error {
 		// No unit: the CPU time is the bulk stream's, not the round trips'.
 		res, err := e.goLoad(ctx, name, procs, "", []string{"-kind", "interactive", "-connect", connect}, "-n", int64(e.cfg.RTTs))
 		got[name] = res
@@ -417,11 +419,11 @@ func (e *env) idleSessions(ctx context.Context, link string) (edgeCost, agentOne
 		return
 	}
 	defer closeInto(&err, edge)
-	m0, err := edge.mem(ctx)
+	m0, err := edge.Mem(ctx)
 	if err != nil {
 		return
 	}
-	args := []string{"-edge", edge.fields["agents"], "-n", strconv.Itoa(e.cfg.Sessions)}
+	args := []string{"-edge", edge.Fields["agents"], "-n", strconv.Itoa(e.cfg.Sessions)}
 	if link == tlsLink {
 		args = append(args, "-edge-ca", e.caFile)
 	}
@@ -430,25 +432,25 @@ func (e *env) idleSessions(ctx context.Context, link string) (edgeCost, agentOne
 		return
 	}
 	defer closeInto(&err, agents)
-	m1, err := edge.mem(ctx)
+	m1, err := edge.Mem(ctx)
 	if err != nil {
 		return
 	}
 	n := float64(e.cfg.Sessions)
-	d := m1.sub(m0)
-	edgeCost = perSession{float64(d.heap) / n, float64(d.stack) / n, float64(d.goroutines) / n}
-	one, err := parseMem(agents.fields, "one_")
+	d := m1.Sub(m0)
+	edgeCost = perSession{float64(d.Heap) / n, float64(d.Stack) / n, float64(d.Goroutines) / n}
+	one, err := benchproc.ParseMem(agents.Fields, "one_")
 	if err != nil {
 		return
 	}
-	agentOne = perSession{float64(one.heap), float64(one.stack), float64(one.goroutines)}
-	each, err := parseMem(map[string]string{
-		"heap": agents.fields["per_heap"], "stack": agents.fields["per_stack"], "goroutines": agents.fields["per_milligoroutines"],
+	agentOne = perSession{float64(one.Heap), float64(one.Stack), float64(one.Goroutines)}
+	each, err := benchproc.ParseMem(map[string]string{
+		"heap": agents.Fields["per_heap"], "stack": agents.Fields["per_stack"], "goroutines": agents.Fields["per_milligoroutines"],
 	}, "")
 	if err != nil {
 		return
 	}
-	agentEach = perSession{float64(each.heap), float64(each.stack), float64(each.goroutines) / 1000}
+	agentEach = perSession{float64(each.Heap), float64(each.Stack), float64(each.Goroutines) / 1000}
 	return
 }
 

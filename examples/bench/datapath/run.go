@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/examples/bench/internal/benchproc"
 )
 
 // env is one run of the program: its directory, the tools found, the app
@@ -27,15 +29,15 @@ type env struct {
 	wrk    string // path; empty: the Go generator instead
 	h2load string // path; empty: the Go generator instead
 
-	app                       *child // the app, for the whole run
-	appHTTP, appGRPC, appEcho string // its addresses
+	app                       *benchproc.Proc // the app, for the whole run
+	appHTTP, appGRPC, appEcho string          // its addresses
 
 	run      int    // the run under way, from 1
 	caseName string // the case under way, which names the log files
 
 	mu       sync.Mutex
-	seq      int      // children started so far
-	children []*child // every child started, closed at the end
+	seq      int               // children started so far
+	children []*benchproc.Proc // every child started, closed at the end
 	cpu      []cpuRecord
 }
 
@@ -101,7 +103,7 @@ func (e *env) runRows(ctx context.Context, rep *report) error {
 	if err != nil {
 		return err
 	}
-	e.app, e.appHTTP, e.appGRPC, e.appEcho = app, app.fields["http"], app.fields["grpc"], app.fields["echo"]
+	e.app, e.appHTTP, e.appGRPC, e.appEcho = app, app.Fields["http"], app.Fields["grpc"], app.Fields["echo"]
 	for e.run = 1; e.run <= e.cfg.Runs; e.run++ {
 		for _, name := range e.cfg.Rows {
 			r := rowByName(name)
@@ -120,11 +122,11 @@ func (e *env) runRows(ctx context.Context, rep *report) error {
 			rep.results = append(rep.results, res...)
 		}
 	}
-	return e.app.close()
+	return e.app.Close()
 }
 
 // track registers a child to close at the end whatever happens.
-func (e *env) track(c *child) {
+func (e *env) track(c *benchproc.Proc) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.children = append(e.children, c)
@@ -136,7 +138,7 @@ func (e *env) closeAll() {
 	children := slices.Clone(e.children)
 	e.mu.Unlock()
 	for _, c := range slices.Backward(children) {
-		c.close()
+		c.Close()
 	}
 }
 
@@ -172,35 +174,35 @@ type cpuRecord struct {
 type procCPU struct {
 	Name string
 	CPU  time.Duration
-	IO   ioCount // read and write syscalls; negative: not known
+	IO   benchproc.IO // read and write syscalls; negative: not known
 }
 
 // measure runs load while procs count their CPU time (and profile, when
 // asked), and records each one's time, and the load generator's, under
 // name.
-func (e *env) measure(ctx context.Context, name string, procs []*child, unit string, load func() (loadResult, error)) (loadResult, error) {
+func (e *env) measure(ctx context.Context, name string, procs []*benchproc.Proc, unit string, load func() (loadResult, error)) (loadResult, error) {
 	profile := name
 	if e.cfg.Runs > 1 {
 		profile += "-run" + strconv.Itoa(e.run)
 	}
 	for _, p := range procs {
-		if err := p.start(ctx, profile); err != nil {
+		if err := p.StartMeasure(ctx, profile+"."+p.Name); err != nil {
 			return loadResult{}, err
 		}
 	}
 	res, err := load()
 	rec := cpuRecord{Case: name, Unit: unit}
 	for _, p := range procs {
-		d, io, serr := p.stop(ctx)
+		d, io, serr := p.StopMeasure(ctx)
 		if err == nil {
 			err = serr
 		}
-		rec.Procs = append(rec.Procs, procCPU{p.name, d, io})
+		rec.Procs = append(rec.Procs, procCPU{p.Name, d, io})
 	}
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", name, err)
 	}
-	rec.Procs = append(rec.Procs, procCPU{res.Tool, res.CPU, ioCount{-1, -1}})
+	rec.Procs = append(rec.Procs, procCPU{res.Tool, res.CPU, benchproc.IO{Reads: -1, Writes: -1}})
 	switch unit {
 	case "":
 	case "GB":
@@ -217,7 +219,7 @@ func (e *env) measure(ctx context.Context, name string, procs []*child, unit str
 
 // timedHTTP warms t up for -warmup, then measures small GET requests on
 // it for -duration while procs count their CPU time.
-func (e *env) timedHTTP(ctx context.Context, name string, procs []*child, t target, h2 bool) (loadResult, error) {
+func (e *env) timedHTTP(ctx context.Context, name string, procs []*benchproc.Proc, t target, h2 bool) (loadResult, error) {
 	if e.cfg.Warmup > 0 {
 		if _, err := e.httpLoad(ctx, t, e.cfg.Warmup, h2); err != nil {
 			return loadResult{}, fmt.Errorf("%s: warm-up: %w", name, err)
@@ -231,7 +233,7 @@ func (e *env) timedHTTP(ctx context.Context, name string, procs []*child, t targ
 // goLoad runs the Go load generator with args plus scale=full while procs
 // count their CPU time, after a warm-up run with a tenth of full (or
 // -warmup for -d), unless -warmup is 0.
-func (e *env) goLoad(ctx context.Context, name string, procs []*child, unit string, args []string, scale string, full int64) (loadResult, error) {
+func (e *env) goLoad(ctx context.Context, name string, procs []*benchproc.Proc, unit string, args []string, scale string, full int64) (loadResult, error) {
 	if e.cfg.Warmup > 0 {
 		warm := strconv.FormatInt(max(full/10, 1), 10)
 		if scale == "-d" {
@@ -252,13 +254,15 @@ func (e *env) goLoad(ctx context.Context, name string, procs []*child, unit stri
 
 // tunnel is an edge and an agent exposing an endpoint.
 type tunnel struct {
-	edge, agent *child
+	edge, agent *benchproc.Proc
 	url         *url.URL // the public URL
 	connect     string   // the loopback address it is served on
 }
 
 // procs returns the tunnel's processes and the app's.
-func (t *tunnel) procs(app *child) []*child { return []*child{t.edge, t.agent, app} }
+func (t *tunnel) procs(app *benchproc.Proc) []*benchproc.Proc {
+	return []*benchproc.Proc{t.edge, t.agent, app}
+}
 
 // endpoint is what an agent exposes.
 type endpoint struct {
@@ -287,7 +291,7 @@ func (e *env) withTunnel(ctx context.Context, name, link string, ep endpoint, f 
 		return err
 	}
 	defer closeInto(&err, edge)
-	agentArgs := []string{"-edge", edge.fields["agents"], "-url", ep.url, "-to", ep.to}
+	agentArgs := []string{"-edge", edge.Fields["agents"], "-url", ep.url, "-to", ep.to}
 	if ep.appProto != "" {
 		agentArgs = append(agentArgs, "-app-protocol", ep.appProto)
 	}
@@ -305,16 +309,16 @@ func (e *env) withTunnel(ctx context.Context, name, link string, ep endpoint, f 
 		return err
 	}
 	defer closeInto(&err, agent)
-	u, err := url.Parse(agent.fields["url"])
+	u, err := url.Parse(agent.Fields["url"])
 	if err != nil || u.Port() == "" {
-		return fmt.Errorf("agent: public URL %q: want one with a port", agent.fields["url"])
+		return fmt.Errorf("agent: public URL %q: want one with a port", agent.Fields["url"])
 	}
 	return f(&tunnel{edge: edge, agent: agent, url: u, connect: "127.0.0.1:" + u.Port()})
 }
 
 // withProxy starts the baseline ReverseProxy with args, runs f, and stops
 // it.
-func (e *env) withProxy(ctx context.Context, name string, args []string, f func(rp *child) error) (err error) {
+func (e *env) withProxy(ctx context.Context, name string, args []string, f func(rp *benchproc.Proc) error) (err error) {
 	e.caseName = name
 	rp, err := e.spawn(ctx, "rproxy", "rproxy", readyTimeout, args...)
 	if err != nil {
@@ -326,24 +330,24 @@ func (e *env) withProxy(ctx context.Context, name string, args []string, f func(
 
 // withRelays starts the TCP baseline, two relays in a chain to the echo,
 // runs f with them and the address of the first, and stops them.
-func (e *env) withRelays(ctx context.Context, name string, f func(procs []*child, connect string) error) (err error) {
+func (e *env) withRelays(ctx context.Context, name string, f func(procs []*benchproc.Proc, connect string) error) (err error) {
 	e.caseName = name
 	r2, err := e.spawn(ctx, "relay2", "relay", readyTimeout, "-to", e.appEcho)
 	if err != nil {
 		return err
 	}
 	defer closeInto(&err, r2)
-	r1, err := e.spawn(ctx, "relay1", "relay", readyTimeout, "-to", r2.fields["addr"])
+	r1, err := e.spawn(ctx, "relay1", "relay", readyTimeout, "-to", r2.Fields["addr"])
 	if err != nil {
 		return err
 	}
 	defer closeInto(&err, r1)
-	return f([]*child{r1, r2, e.app}, r1.fields["addr"])
+	return f([]*benchproc.Proc{r1, r2, e.app}, r1.Fields["addr"])
 }
 
 // closeInto closes c and keeps its error in *err unless *err holds one.
-func closeInto(err *error, c *child) {
-	if cerr := c.close(); *err == nil && cerr != nil {
+func closeInto(err *error, c *benchproc.Proc) {
+	if cerr := c.Close(); *err == nil && cerr != nil {
 		*err = cerr
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"regexp"
 	"strconv"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/examples/bench/internal/benchproc"
 )
 
 // target is a URL to load and the loopback address that serves it: the
@@ -108,7 +110,7 @@ func (e *env) runH2load(ctx context.Context, t target, d time.Duration) (loadRes
 func (e *env) runTool(ctx context.Context, path string, args ...string) ([]byte, time.Duration, error) {
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.WaitDelay = 5 * time.Second
-	killWithParent(cmd)
+	benchproc.KillWithParent(cmd)
 	e.logf("running %s %v", filepath.Base(path), args)
 	out, err := cmd.CombinedOutput()
 	if err != nil {

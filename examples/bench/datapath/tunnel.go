@@ -7,7 +7,6 @@ package main
 // composes it.
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -15,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -24,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/examples/bench/internal/benchproc"
 	"github.com/tunnelkit/tunnelkit/examples/internal/logbuf"
 
 	"github.com/tunnelkit/tunnelkit/agent"
@@ -40,8 +39,8 @@ const domain = "example.test"
 // certificate for https endpoints and, with -link tls, for the agents'
 // port; its log goes to stderr.
 //
-//	-role edge -dir DIR [-link tls] [-access-log=false]
-func runEdge(ctx context.Context, ctl *control, args []string) error {
+//	role edge: -dir DIR [-link tls] [-access-log=false]
+func runEdge(ctx context.Context, ctl *benchproc.Control, args []string) error {
 	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
 	dir := fs.String("dir", "", "directory of the run's certificate")
 	link := fs.String("link", "plain", "the agents' link: plain or tls")
@@ -55,11 +54,11 @@ func runEdge(ctx context.Context, ctl *control, args []string) error {
 	// fails the start, which is tried again on other ports.
 	var lastErr error
 	for range 5 {
-		ports, err := freePorts(6)
+		ports, err := benchproc.FreePorts(6)
 		if err != nil {
 			return err
 		}
-		addrs := map[string]string{"agents": loopback(ports[0]), "http": loopback(ports[1]), "tls": loopback(ports[2])}
+		addrs := map[string]string{"agents": benchproc.Loopback(ports[0]), "http": benchproc.Loopback(ports[1]), "tls": benchproc.Loopback(ports[2])}
 		edgeArgs := []string{
 			"-agents", addrs["agents"], "-http", addrs["http"], "-tls", addrs["tls"],
 			"-domain", domain, "-tcp-ports", fmt.Sprintf("%d-%d", ports[3], ports[5]),
@@ -75,13 +74,12 @@ func runEdge(ctx context.Context, ctl *control, args []string) error {
 		default:
 			return fmt.Errorf("-link %q: want plain or tls", *link)
 		}
-		up := make(chan struct{})
-		logw := &upWatcher{w: os.Stderr, up: up}
+		logw, up := benchproc.WatchFor(os.Stderr, `msg="edge up"`)
 		done := make(chan error, 1)
 		go func() { done <- edgecmd.Run(ctx, "edge", edgeArgs, io.Discard, logw, nil) }()
 		select {
 		case <-up:
-			ctl.ready("agents="+addrs["agents"], "http="+addrs["http"], "tls="+addrs["tls"])
+			ctl.Ready("agents="+addrs["agents"], "http="+addrs["http"], "tls="+addrs["tls"])
 			return <-done // after ctx is done: the edge shut down
 		case err := <-done:
 			if ctx.Err() != nil {
@@ -93,46 +91,14 @@ func runEdge(ctx context.Context, ctl *control, args []string) error {
 	return fmt.Errorf("the edge did not start: %w", lastErr)
 }
 
-// upWatcher passes an edge's log through to w and closes up once the line
-// that says that it listens ("edge up") went by.
-type upWatcher struct {
-	w    io.Writer
-	up   chan struct{}
-	mu   sync.Mutex
-	line []byte
-	seen bool
-}
-
-func (u *upWatcher) Write(p []byte) (int, error) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if !u.seen {
-		u.line = append(u.line, p...)
-		for {
-			i := bytes.IndexByte(u.line, '\n')
-			if i < 0 {
-				break
-			}
-			if bytes.Contains(u.line[:i], []byte(`msg="edge up"`)) {
-				u.seen = true
-				close(u.up)
-				u.line = nil
-				break
-			}
-			u.line = u.line[i+1:]
-		}
-	}
-	return u.w.Write(p)
-}
-
 // runAgent exposes -to at -url through the edge at -edge, as
 // examples/agent does: an agent.Client, its listener, and a forward.HTTP
 // that forwards request by request for http and https URLs
 // (-log-requests, the example's default), or a forward.Bytes that copies
 // bytes.
 //
-//	-role agent -edge ADDR -url URL -to ADDR [-app-protocol h2c] [-log-requests=false] [-edge-ca FILE] [-quiet]
-func runAgent(ctx context.Context, ctl *control, args []string) error {
+//	role agent: -edge ADDR -url URL -to ADDR [-app-protocol h2c] [-log-requests=false] [-edge-ca FILE] [-quiet]
+func runAgent(ctx context.Context, ctl *benchproc.Control, args []string) error {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	edgeAddr := fs.String("edge", "", "the edge's agent address")
 	url := fs.String("url", "", "the endpoint's URL")
@@ -169,7 +135,7 @@ func runAgent(ctx context.Context, ctl *control, args []string) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- fwd.Serve(l) }()
-	ctl.ready("url=" + l.URL())
+	ctl.Ready("url=" + l.URL())
 	select {
 	case <-ctx.Done():
 		l.Close()
@@ -186,8 +152,8 @@ func runAgent(ctx context.Context, ctl *control, args []string) error {
 // per_goroutines, averaged). Each session is an agent.Client and its
 // listener, with no forwarder: nothing reaches them.
 //
-//	-role agents -edge ADDR -n N [-edge-ca FILE]
-func runAgents(ctx context.Context, ctl *control, args []string) error {
+//	role agents: -edge ADDR -n N [-edge-ca FILE]
+func runAgents(ctx context.Context, ctl *benchproc.Control, args []string) error {
 	fs := flag.NewFlagSet("agents", flag.ContinueOnError)
 	edgeAddr := fs.String("edge", "", "the edge's agent address")
 	n := fs.Int("n", 100, "sessions")
@@ -228,19 +194,19 @@ func runAgents(ctx context.Context, ctl *control, args []string) error {
 		return nil
 	}
 	heapProfile := func(name string) error {
-		if ctl.memDir == "" {
+		if ctl.MemDir == "" {
 			return nil
 		}
-		return writeProfile("heap", filepath.Join(ctl.memDir, name))
+		return benchproc.WriteProfile("heap", filepath.Join(ctl.MemDir, name))
 	}
-	m0 := readMem()
+	m0 := benchproc.ReadMem()
 	if err := heapProfile(fmt.Sprintf("agents-%d-0.heap.pprof", os.Getpid())); err != nil {
 		return err
 	}
 	if err := open(0); err != nil {
 		return err
 	}
-	m1 := readMem()
+	m1 := benchproc.ReadMem()
 	if err := heapProfile(fmt.Sprintf("agents-%d-1.heap.pprof", os.Getpid())); err != nil {
 		return err
 	}
@@ -277,17 +243,17 @@ func runAgents(ctx context.Context, ctl *control, args []string) error {
 	if firstErr != nil {
 		return firstErr
 	}
-	m2 := readMem()
+	m2 := benchproc.ReadMem()
 	if err := heapProfile(fmt.Sprintf("agents-%d-2.heap.pprof", os.Getpid())); err != nil {
 		return err
 	}
-	one, rest := m1.sub(m0), m2.sub(m1)
+	one, rest := m1.Sub(m0), m2.Sub(m1)
 	others := int64(*n - 1)
-	ctl.ready(
-		fmt.Sprintf("one_heap=%d", one.heap), fmt.Sprintf("one_stack=%d", one.stack), fmt.Sprintf("one_goroutines=%d", one.goroutines),
+	ctl.Ready(
+		fmt.Sprintf("one_heap=%d", one.Heap), fmt.Sprintf("one_stack=%d", one.Stack), fmt.Sprintf("one_goroutines=%d", one.Goroutines),
 		// Per session, in thousandths, so that integers carry fractions.
-		fmt.Sprintf("per_heap=%d", rest.heap/others), fmt.Sprintf("per_stack=%d", rest.stack/others),
-		fmt.Sprintf("per_milligoroutines=%d", int64(rest.goroutines)*1000/others))
+		fmt.Sprintf("per_heap=%d", rest.Heap/others), fmt.Sprintf("per_stack=%d", rest.Stack/others),
+		fmt.Sprintf("per_milligoroutines=%d", int64(rest.Goroutines)*1000/others))
 	<-ctx.Done()
 	return nil
 }
@@ -313,34 +279,3 @@ func urlScheme(u string) string {
 	}
 	return strings.ToLower(scheme)
 }
-
-// freePorts returns n consecutive loopback ports that are free now, below
-// the kernel's ephemeral range so that no client conn takes one meanwhile.
-func freePorts(n int) ([]int, error) {
-	for range 100 {
-		base := 10000 + rand.IntN(20000)
-		var lns []net.Listener
-		ok := true
-		for p := base; p < base+n; p++ {
-			ln, err := net.Listen("tcp", loopback(p))
-			if err != nil {
-				ok = false
-				break
-			}
-			lns = append(lns, ln)
-		}
-		for _, ln := range lns {
-			ln.Close()
-		}
-		if ok {
-			ports := make([]int, n)
-			for i := range ports {
-				ports[i] = base + i
-			}
-			return ports, nil
-		}
-	}
-	return nil, errors.New("no free loopback port range")
-}
-
-func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }

@@ -43,12 +43,12 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/examples/bench/internal/benchproc"
 )
 
 func main() {
-	if runEdgeChild() {
-		return
-	}
+	benchproc.Main("hostilemix", roles) // in the edge child: runs it, and exits
 	cfg := defaultConfig()
 	fs := flag.NewFlagSet("hostilemix", flag.ExitOnError)
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long the well-behaved client runs in each phase")

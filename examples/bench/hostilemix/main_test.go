@@ -7,27 +7,28 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/examples/bench/internal/benchproc"
 )
 
-// TestMain lets the test binary serve as the edge child too (see
-// childEnv): the tests start the binary they run in, so that nothing is
-// compiled under a test's deadline.
+// TestMain lets the test binary serve as the edge child too
+// (benchproc.Main): the tests start the binary they run in, so that
+// nothing is compiled under a test's deadline.
 func TestMain(m *testing.M) {
-	if runEdgeChild() {
-		return
-	}
+	benchproc.Main("hostilemix.test", roles)
 	os.Exit(m.Run())
 }
 
-// TestHostileMix runs the whole benchmark, both phases, with short phases
-// and small attacks: the well-behaved client must see no failure.
+// TestHostileMix runs the whole benchmark, both phases and every attack,
+// with 1 s phases and small attacks: the well-behaved client must see no
+// failure.
 func TestHostileMix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the edge for two phases")
 	}
 	cfg := defaultConfig()
-	cfg.Duration = 3 * time.Second
-	cfg.Ramp = 500 * time.Millisecond
+	cfg.Duration = time.Second
+	cfg.Ramp = 300 * time.Millisecond
 	// Small attacks: well within the race detector's 8128 goroutines.
 	cfg.HelloLoops, cfg.PreHelloConns, cfg.PreHelloStreams = 1, 4, 256
 	cfg.FloodConcurrency, cfg.HalfClose, cfg.BadChunked = 8, 2, 2

@@ -11,8 +11,9 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/examples/bench/internal/benchproc"
 )
 
 // result is what a run measured.
@@ -106,7 +107,7 @@ func runPhase(ctx context.Context, cfg *config, exe, logDir, tokens, name string
 			e.stop()
 		}
 	}()
-	cfg.logf("%s: edge pid %d up (agents %s, http %s), log %s", name, e.cmd.Process.Pid, e.agentAddr, e.httpAddr, e.logPath)
+	cfg.logf("%s: edge pid %d up (agents %s, http %s), log %s", name, e.p.Pid(), e.agentAddr, e.httpAddr, e.logPath)
 	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	b, err := startBackend(sctx, e.agentAddr)
 	if err == nil {
@@ -125,7 +126,7 @@ func runPhase(ctx context.Context, cfg *config, exe, logDir, tokens, name string
 	defer stopFDs()
 	fdDone := make(chan int, 1)
 	go func() { fdDone <- samplePeakFDs(fdCtx) }()
-	cpu0 := selfCPU()
+	cpu0 := benchproc.SelfCPU()
 	busy0, total0 := machineCPU()
 
 	var attacks []*attack
@@ -159,7 +160,7 @@ func runPhase(ctx context.Context, cfg *config, exe, logDir, tokens, name string
 	}
 	p.AttackStop = time.Since(t0)
 	p.Attacks = attacks
-	p.SelfCPU = selfCPU() - cpu0
+	p.SelfCPU = benchproc.SelfCPU() - cpu0
 	if busy1, total1 := machineCPU(); total1 > total0 {
 		p.MachineCPU = float64(busy1-busy0) / float64(total1-total0)
 	}
@@ -206,15 +207,6 @@ func buildState() string {
 	return "revision " + rev
 }
 
-// selfCPU returns this process's user and system time so far.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // machineCPU returns the busy and total jiffies of every CPU so far, from
 // /proc/stat.
 func machineCPU() (busy, total int64) {
@@ -241,7 +233,7 @@ func samplePeakFDs(ctx context.Context) int {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	for {
-		peak = max(peak, countFDs(os.Getpid()))
+		peak = max(peak, benchproc.FDs(os.Getpid()))
 		select {
 		case <-ctx.Done():
 			return peak
