@@ -1,6 +1,8 @@
 package forward
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,8 +20,20 @@ import (
 // Its zero value with To set is ready to use; it holds no state, so one
 // Bytes may serve several listeners at once.
 type Bytes struct {
-	// To is the local address each conn is forwarded to, "127.0.0.1:3000".
+	// To is the local address each conn is forwarded to, "127.0.0.1:3000",
+	// or the path of a Unix socket (see Network).
 	To string
+
+	// Network is To's network: "tcp", or "unix" for a Unix socket's
+	// path. Empty: "tcp".
+	Network string
+
+	// TLSConfig, when not nil, makes each connection to To speak TLS,
+	// the app's certificate checked as the config says: against its
+	// RootCAs (nil: the system's roots), for its ServerName (empty: To's
+	// host, a name or an IP address). The public conn's bytes go inside
+	// the TLS; a PROXY protocol header goes before it. Nil: plaintext.
+	TLSConfig *tls.Config
 
 	// ProxyProtocol, when 1 or 2, makes Serve send a PROXY protocol header
 	// of that version to To first, so that the app sees the public
@@ -44,6 +58,10 @@ type Bytes struct {
 func (b Bytes) Serve(l net.Listener) error {
 	if b.ProxyProtocol < 0 || b.ProxyProtocol > 2 {
 		return fmt.Errorf("forward: PROXY protocol version %d: want 0, 1 or 2", b.ProxyProtocol)
+	}
+	d, err := newAppDialer(b.Network, b.To, b.TLSConfig, b.DialTimeout)
+	if err != nil {
+		return err
 	}
 	var (
 		mu    sync.Mutex
@@ -78,7 +96,7 @@ func (b Bytes) Serve(l net.Listener) error {
 		track(c, true)
 		wg.Go(func() {
 			defer track(c, false)
-			b.forwardConn(c, track)
+			b.forwardConn(c, d, track)
 		})
 	}
 }
@@ -100,16 +118,20 @@ func limitAppBuffers(c net.Conn) {
 	}
 }
 
-// forwardConn dials b.To for one public conn and copies until both are
-// done; track registers the upstream conn so that Serve can close it.
-func (b Bytes) forwardConn(c net.Conn, track func(net.Conn, bool)) {
+// forwardConn dials b.To with d for one public conn and copies until both
+// are done; track registers the upstream conn so that Serve can close it.
+func (b Bytes) forwardConn(c net.Conn, d *appDialer, track func(net.Conn, bool)) {
 	logger := orDiscard(b.Logger)
 	start := time.Now()
 	client := c.RemoteAddr().String()
-	up, err := net.DialTimeout("tcp", b.To, dialTimeout(b.DialTimeout))
-	if err == nil {
-		limitAppBuffers(up)
+	var header func(net.Conn) error
+	if b.ProxyProtocol != 0 {
+		// On the connection itself, before any TLS.
+		header = func(up net.Conn) error {
+			return proxyproto.Write(up, b.ProxyProtocol, addrPortOf(c.RemoteAddr()), addrPortOf(up.RemoteAddr()))
+		}
 	}
+	up, err := d.dial(context.Background(), header)
 	if err != nil {
 		logger.Warn("forward", "client", client, "to", b.To, "err", err)
 		// Tell the edge why, so that its client hears that the app, not
@@ -123,15 +145,6 @@ func (b Bytes) forwardConn(c net.Conn, track func(net.Conn, bool)) {
 	}
 	track(up, true)
 	defer track(up, false)
-	if b.ProxyProtocol != 0 {
-		err := proxyproto.Write(up, b.ProxyProtocol, addrPortOf(c.RemoteAddr()), addrPortOf(up.RemoteAddr()))
-		if err != nil {
-			logger.Warn("forward: PROXY header", "client", client, "to", b.To, "err", err)
-			c.Close()
-			up.Close()
-			return
-		}
-	}
 	in, out, err := pipe.JoinStreams(c, up, 0)
 	attrs := []any{"client", client, "to", b.To, "bytes_in", in, "bytes_out", out, "duration", time.Since(start).Round(time.Millisecond)}
 	if err != nil {

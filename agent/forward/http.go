@@ -2,6 +2,7 @@ package forward
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -42,8 +43,8 @@ const (
 // forwards each to To over pooled connections: the app gets each request
 // less the hop-by-hop headers, header names in canonical case.
 //
-// Either way, Host, X-Forwarded-For, -Proto and -Host reach the app
-// unchanged, and no header is added. Bodies and trailers stream both
+// Either way, Host (unless the Host field sets another), X-Forwarded-For,
+// -Proto and -Host reach the app unchanged, and no header is added. Bodies and trailers stream both
 // ways, as do upgraded connections (WebSocket), whose line comes when
 // they end. When To cannot be reached, the client gets 502 with
 // Tunnelkit-Error app_unreachable, as from the edge; 502 app_error when
@@ -60,8 +61,28 @@ const (
 // HTTP may serve several listeners at once.
 type HTTP struct {
 	// To is the local address the requests are forwarded to,
-	// "127.0.0.1:3000".
+	// "127.0.0.1:3000", or the path of a Unix socket (see Network).
 	To string
+
+	// Network is To's network: "tcp", or "unix" for a Unix socket's
+	// path. Empty: "tcp".
+	Network string
+
+	// TLSConfig, when not nil, makes the connections to To speak TLS (an
+	// app that serves https), the app's certificate checked as the config
+	// says: against its RootCAs (nil: the system's roots), for its
+	// ServerName (empty: To's host, a name or an IP address). Its
+	// NextProtos, when empty, offer "http/1.1", or "h2" for the app
+	// protocol h2c, which is then HTTP/2 over TLS. Nil: plaintext.
+	TLSConfig *tls.Config
+
+	// Host, when not empty, is the Host header of every request to the
+	// app, in place of the one the client sent (which the app still finds
+	// in X-Forwarded-Host, when the edge set it): for an app that answers
+	// only to its own name, as ngrok's --host-header does. The requests
+	// then go through the ReverseProxy way, as with an Inspector. Empty:
+	// the client's Host reaches the app unchanged.
+	Host string
 
 	// AppProtocol is what the conns carry and the app at To speaks:
 	// "http1" for HTTP/1.1, "h2c" for HTTP/2 without TLS (prior
@@ -105,7 +126,10 @@ func (h HTTP) Serve(l net.Listener) error {
 		proto = appProtocolHTTP1
 	}
 
-	p := newHTTPProxy(h, proto)
+	p, err := newHTTPProxy(h, proto)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.ctx = ctx
 	var protos http.Protocols
@@ -129,8 +153,7 @@ func (h HTTP) Serve(l net.Listener) error {
 		},
 		ErrorLog: slog.NewLogLogger(p.logger.Handler(), slog.LevelDebug),
 	}
-	var err error
-	if p.insp == nil {
+	if p.insp == nil && p.host == "" {
 		err = p.serveConns(l, srv, proto == appProtocolH2C)
 	} else {
 		err = srv.Serve(l)
@@ -151,6 +174,8 @@ func (h HTTP) Serve(l net.Listener) error {
 // logs each request.
 type httpProxy struct {
 	to        string
+	host      string     // the Host of requests to the app; "": the client's
+	app       *appDialer // connects to the app
 	logger    *slog.Logger
 	insp      *inspect.Inspector // nil: none
 	ctx       context.Context    // done when Serve returns
@@ -163,9 +188,16 @@ type httpProxy struct {
 	upstream map[*appConn]struct{} // open connections to the app
 }
 
-func newHTTPProxy(h HTTP, proto string) *httpProxy {
-	p := &httpProxy{to: h.To, logger: orDiscard(h.Logger), insp: h.Inspector, upstream: map[*appConn]struct{}{}}
-	dialer := &net.Dialer{Timeout: dialTimeout(h.DialTimeout)}
+func newHTTPProxy(h HTTP, proto string) (*httpProxy, error) {
+	alpn := "http/1.1"
+	if proto == appProtocolH2C {
+		alpn = "h2"
+	}
+	app, err := newAppDialer(h.Network, h.To, h.TLSConfig, h.DialTimeout, alpn)
+	if err != nil {
+		return nil, err
+	}
+	p := &httpProxy{to: h.To, host: h.Host, app: app, logger: orDiscard(h.Logger), insp: h.Inspector, upstream: map[*appConn]struct{}{}}
 	var protos http.Protocols
 	if proto == appProtocolH2C {
 		protos.SetUnencryptedHTTP2(true)
@@ -173,12 +205,14 @@ func newHTTPProxy(h HTTP, proto string) *httpProxy {
 		protos.SetHTTP1(true)
 	}
 	p.transport = &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := dialer.DialContext(ctx, network, addr)
+		// To's address whatever the URL's, and TLS when the app speaks
+		// it: the transport writes HTTP/1.1, or HTTP/2 with prior
+		// knowledge, on the conn either way.
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			c, err := app.dial(ctx, nil)
 			if err != nil {
 				return nil, &dialError{err}
 			}
-			limitAppBuffers(c)
 			return p.track(c)
 		},
 		Protocols:           &protos,
@@ -204,7 +238,7 @@ func newHTTPProxy(h HTTP, proto string) *httpProxy {
 		ErrorLog:     slog.NewLogLogger(p.logger.Handler(), slog.LevelDebug),
 		ErrorHandler: p.proxyError,
 	}
-	return p
+	return p, nil
 }
 
 // forwardingHeaders are the headers that ReverseProxy's Rewrite mode takes
@@ -217,7 +251,10 @@ var forwardingHeaders = [...]string{"Forwarded", "X-Forwarded-For", "X-Forwarded
 // after the body.
 func (p *httpProxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Scheme = "http"
-	pr.Out.URL.Host = p.to
+	pr.Out.URL.Host = p.app.urlHost()
+	if p.host != "" {
+		pr.Out.Host = p.host
+	}
 	// Rewrite mode drops query parameters it cannot parse.
 	pr.Out.URL.RawQuery = pr.In.URL.RawQuery
 	// Out.Trailer is a copy, and the server fills In.Trailer when the body

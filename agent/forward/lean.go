@@ -88,7 +88,7 @@ func (p *httpProxy) serveConns(l net.Listener, srv interface{ Serve(net.Listener
 // forwardConn forwards the requests of one conn over a connection of its
 // own to the app (see serveConns).
 func (p *httpProxy) forwardConn(c net.Conn, q *pipe.Queue, h2c bool) {
-	up, err := p.transport.DialContext(p.ctx, "tcp", p.to)
+	up, err := p.transport.DialContext(p.ctx, "", "")
 	if err != nil {
 		if !q.Push(c) {
 			c.Close()
