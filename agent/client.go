@@ -51,6 +51,18 @@ type Client struct {
 	// Token is presented to the edge in the hello. Empty: none.
 	Token string
 
+	// ResumeTicket is a session ticket that an earlier Client of the same
+	// agent got from the edge (its Ticket, kept across a restart of the
+	// process, as the example agent's -state file keeps it). The first
+	// hello presents it: the edge then closes that client's session if it
+	// still holds it, so that this one's binds get its endpoints at once,
+	// and gives an agent of an edge without authentication its identity
+	// back, and with it the names kept for that identity after its
+	// session ended. An edge ignores a ticket it did not sign (another
+	// ticket key), and one of another identity than the token's. Empty:
+	// none; later hellos present the latest session's ticket either way.
+	ResumeTicket string
+
 	// TLSConfig is the configuration for TLS to the edges. An empty
 	// ServerName stands for the host of each edge's address, as with
 	// tls.Dial; set one only when every edge's certificate carries it. Nil:
@@ -192,7 +204,8 @@ func (c *Client) Listen(ctx context.Context, url string) (*Listener, error) {
 // whose failures include one that waiting would not cure: ErrUnauthorized
 // (and ErrNoToken), ErrNameTaken, ErrRefused, ErrNotAgentPort,
 // ErrTLSExpected, ErrPlaintextExpected, the edge's certificate refused,
-// ErrProxy. When ctx ends first, the error wraps its cause and the latest
+// ErrProxy (but for a proxy out of reach, or one that cannot reach the
+// edge, which is waited for as an edge is). When ctx ends first, the error wraps its cause and the latest
 // failure of each edge. A context without a deadline waits for good, or
 // until Close, after which it fails with an error wrapping net.ErrClosed.
 func (c *Client) ListenEndpoint(ctx context.Context, ep Endpoint) (*Listener, error) {
@@ -201,6 +214,7 @@ func (c *Client) ListenEndpoint(ctx context.Context, ep Endpoint) (*Listener, er
 		return nil, err
 	}
 	bind.Pool = ep.Pool
+	bind.Ticket = ep.Ticket
 	switch ep.AppProtocol {
 	case "", wire.AppProtocolHTTP1:
 	case wire.AppProtocolH2C:
@@ -225,10 +239,23 @@ func (c *Client) ListenEndpoint(ctx context.Context, ep Endpoint) (*Listener, er
 // c.mu is held.
 func (c *Client) initLocked() {
 	if c.listeners == nil {
+		c.ticket = c.ResumeTicket
 		c.listeners = map[*Listener]struct{}{}
 		c.byTunnel = map[string]*Listener{}
 		c.ctx, c.cancel = context.WithCancel(context.Background())
 	}
+}
+
+// Ticket returns the session ticket the edge gave the latest session, to
+// keep for a later Client's ResumeTicket; before the first session,
+// ResumeTicket. It changes at each session (Connected event).
+func (c *Client) Ticket() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.listeners == nil {
+		return c.ResumeTicket
+	}
+	return c.ticket
 }
 
 // Close unbinds every listener, ends the session and waits for the

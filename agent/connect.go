@@ -43,7 +43,7 @@ func (c *Client) proxyTLSConfig(host string) *tls.Config {
 func (p *proxyDial) connect(ctx context.Context, tlsCfg *tls.Config) (net.Conn, error) {
 	conn, err := p.dial(ctx, "tcp", p.hostport)
 	if err != nil {
-		return nil, p.fail(ctx, "cannot connect to it", err)
+		return nil, p.unreachable(ctx, "cannot connect to it", err)
 	}
 	ok := false
 	defer func() {
@@ -101,6 +101,10 @@ func (p *proxyDial) connect(ctx context.Context, tlsCfg *tls.Config) (net.Conn, 
 		return nil, p.fail(ctx, "asks for credentials: it answered CONNECT "+p.edge+" with "+status+" (give them in the proxy URL: scheme://user:password@host:port)", nil)
 	case auth:
 		return nil, p.fail(ctx, fmt.Sprintf("refused the credentials of the proxy URL's user %q: it answered CONNECT %s with %s", wire.Printable(p.user.Username(), 100), p.edge, status), nil)
+	case resp.StatusCode == http.StatusBadGateway || resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusGatewayTimeout:
+		// The proxy could not reach the edge, as the agent cannot reach
+		// an edge that is down.
+		return nil, p.unreachable(ctx, "could not reach the edge: it answered CONNECT "+p.edge+" with "+status, nil)
 	case resp.StatusCode/100 != 2:
 		return nil, p.fail(ctx, "refused the tunnel: it answered CONNECT "+p.edge+" with "+status, nil)
 	}

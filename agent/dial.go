@@ -178,9 +178,18 @@ func (p *proxyDial) fail(ctx context.Context, msg string, cause error) error {
 		<-ctx.Done()
 	}
 	if ctx.Err() != nil {
-		return &proxyError{proxy: p.name, msg: "no answer in time to open the tunnel to the edge " + p.edge, err: context.Cause(ctx)}
+		return &proxyError{proxy: p.name, msg: "no answer in time to open the tunnel to the edge " + p.edge, err: context.Cause(ctx), passing: true}
 	}
 	return &proxyError{proxy: p.name, msg: msg, err: cause}
+}
+
+// unreachable is fail for a failure that may pass, as an edge's that
+// cannot be reached: the proxy cannot be reached, or cannot reach the
+// edge.
+func (p *proxyDial) unreachable(ctx context.Context, msg string, cause error) error {
+	err := p.fail(ctx, msg, cause)
+	err.(*proxyError).passing = true
+	return err
 }
 
 // socks5 opens the tunnel through a SOCKS5 proxy, with username and
@@ -211,7 +220,7 @@ func (p *proxyDial) socks5(ctx context.Context) (net.Conn, error) {
 		return conn, nil
 	}
 	if dialErr != nil {
-		return nil, p.fail(ctx, "cannot connect to it", dialErr)
+		return nil, p.unreachable(ctx, "cannot connect to it", dialErr)
 	}
 	// The SOCKS client wraps its error in a net.OpError that names the
 	// path; the message says it already.
@@ -226,9 +235,10 @@ func (p *proxyDial) socks5(ctx context.Context) (net.Conn, error) {
 
 // proxyError is the failure of a proxy; it wraps ErrProxy and its cause.
 type proxyError struct {
-	proxy string // scheme://host:port, never the credentials; empty when unknown
-	msg   string // what happened
-	err   error  // the cause, or nil
+	proxy   string // scheme://host:port, never the credentials; empty when unknown
+	msg     string // what happened
+	err     error  // the cause, or nil
+	passing bool   // waiting may cure it: the proxy, or the edge beyond it, cannot be reached
 }
 
 func (e *proxyError) Error() string {

@@ -48,6 +48,13 @@ type Endpoint struct {
 	// the edge). An edge that cannot enforce all of it refuses the
 	// endpoint (ErrRefused) rather than serve it without. Nil: none.
 	Policy *policy.Spec
+
+	// Ticket is the endpoint ticket of an earlier listener of this
+	// endpoint (Listener.Ticket, kept across a restart of the process),
+	// sent with the first bind as a reconnection sends it. The edge
+	// decides nothing on it (PROTOCOL.md, Tickets): getting a name back
+	// is the session ticket's business (Client.ResumeTicket). Empty: none.
+	Ticket string
 }
 
 // parseEndpoint turns an endpoint URL into a bind request. Its errors

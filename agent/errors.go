@@ -45,7 +45,9 @@ var (
 	// connection, answered something other than its protocol, or did not
 	// answer in time. The error names the proxy (scheme://host:port, never its
 	// credentials) and says what it answered; an error of the edge itself
-	// does not wrap ErrProxy.
+	// does not wrap ErrProxy. A proxy that cannot be reached, or that
+	// answers that it cannot reach the edge (502, 503, 504), is tried
+	// again as an edge that cannot be reached is; the others end Listen.
 	ErrProxy = errors.New("agent: proxy failed")
 )
 

@@ -55,6 +55,15 @@ func (l *Listener) AppProtocol() string {
 	return wire.AppProtocolHTTP1
 }
 
+// Ticket returns the endpoint ticket the edge gave with the latest bind
+// or renewal of the endpoint, to keep for a later listener's
+// Endpoint.Ticket.
+func (l *Listener) Ticket() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.bind.Ticket
+}
+
 // Addr returns the endpoint's public URL as a net.Addr of network "tunnel".
 func (l *Listener) Addr() net.Addr { return Addr{URL: l.URL()} }
 

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,6 +97,40 @@ func proxyFailure(t *testing.T, ctx context.Context, u *url.URL, tlsCfg *tls.Con
 	return err
 }
 
+// proxyRetried runs Listen through the proxy at u, which cannot be
+// reached or cannot reach the edge, and checks that it is tried again as
+// an edge that cannot be reached is: Listen is still waiting after the
+// third attempt, and the error it returns when its context then ends
+// wraps ErrProxy and says each of wants, without the password.
+func proxyRetried(t *testing.T, u *url.URL, wants ...string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var attempts atomic.Int32
+	c := &agent.Client{Addrs: []string{hostileEdge}, Proxy: agent.ProxyURL(u), MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
+		OnEvent: func(e agent.Event) {
+			if e.Kind == agent.Reconnecting && attempts.Add(1) == 3 {
+				cancel()
+			}
+		}}
+	defer c.Close()
+	_, err := c.Listen(ctx, "http://app")
+	if attempts.Load() < 3 || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Listen through %s: %v after %d attempts; want it to try again until its context ended", u.Redacted(), err, attempts.Load())
+	}
+	if !errors.Is(err, agent.ErrProxy) {
+		t.Errorf("the error does not wrap ErrProxy: %v", err)
+	}
+	for _, w := range wants {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("the error lacks %q: %v", w, err)
+		}
+	}
+	if strings.Contains(err.Error(), hostilePassword) {
+		t.Errorf("the error shows the password: %v", err)
+	}
+}
+
 func proxyURL(scheme, addr string) *url.URL {
 	return &url.URL{Scheme: scheme, Host: addr, User: url.UserPassword("agent", hostilePassword)}
 }
@@ -114,7 +149,6 @@ func TestHostileConnectProxy(t *testing.T) {
 			[]string{`refused the credentials of the proxy URL's user "agent": it answered CONNECT ` + hostileEdge + " with 407 Proxy Authentication Required"}},
 		{"403", "HTTP/1.1 403 Forbidden\r\nContent-Type: text/html\r\nContent-Length: 22\r\n\r\n<h1>Access denied</h1>",
 			[]string{"refused the tunnel: it answered CONNECT " + hostileEdge + " with 403 Forbidden"}},
-		{"502 without a body length", "HTTP/1.0 502 Bad Gateway\r\n\r\n<html>unreachable</html>", []string{"refused the tunnel", "502 Bad Gateway"}},
 		{"huge header line", huge, []string{"answered CONNECT " + hostileEdge + " with a header of more than 64 KiB"}},
 		{"endless header", manyLines, []string{"with a header of more than 64 KiB"}},
 		{"closes after the request", "", []string{"closed the connection before answering CONNECT " + hostileEdge}},
@@ -148,7 +182,15 @@ func TestHostileConnectProxy(t *testing.T) {
 		ln := testnet.Listen(t)
 		addr := ln.Addr().String()
 		ln.Close()
-		proxyFailure(t, t.Context(), proxyURL("http", addr), nil, "cannot connect to it", "connection refused")
+		proxyRetried(t, proxyURL("http", addr), "cannot connect to it", "connection refused")
+	})
+	t.Run("cannot reach the edge", func(t *testing.T) {
+		// 502, 503, 504: the proxy could not reach the edge.
+		for _, answer := range []string{"HTTP/1.0 502 Bad Gateway\r\n\r\n<html>unreachable</html>", "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n", "HTTP/1.1 504 Gateway Timeout\r\nContent-Length: 0\r\n\r\n"} {
+			peer := &connectPeer{}
+			addr := peer.serve(t, func(c net.Conn) { io.WriteString(c, answer) })
+			proxyRetried(t, proxyURL("http", addr), "could not reach the edge: it answered CONNECT "+hostileEdge+" with "+answer[9:21])
+		}
 	})
 	t.Run("https with a certificate from an unknown CA", func(t *testing.T) {
 		ca := testpki.New(t)
@@ -270,6 +312,6 @@ func TestHostileSOCKSProxy(t *testing.T) {
 		ln := testnet.Listen(t)
 		addr := ln.Addr().String()
 		ln.Close()
-		proxyFailure(t, t.Context(), proxyURL("socks5", addr), nil, "cannot connect to it", "connection refused")
+		proxyRetried(t, proxyURL("socks5", addr), "cannot connect to it", "connection refused")
 	})
 }

@@ -168,10 +168,14 @@ func (c *Client) session(ctx context.Context, edges []string) (*wire.Session, st
 // permanent reports whether err is a failure that trying again would not
 // cure: the edge refused the request for good (a token, a name, a
 // version), the address is not an edge's agent port as the client speaks
-// to it, the edge's certificate or TLS refused, a proxy failed. Others (no
-// answer, a refused or reset connection, an edge closing the connection,
-// ErrUnavailable) may pass.
+// to it, the edge's certificate or TLS refused, a proxy failed otherwise
+// than by being out of reach. Others (no answer, a refused or reset
+// connection, an edge closing the connection, ErrUnavailable, a proxy that
+// cannot be reached or cannot reach the edge) may pass.
 func permanent(err error) bool {
+	if pe := (*proxyError)(nil); errors.As(err, &pe) && pe.passing {
+		return false
+	}
 	for _, s := range [...]error{ErrUnauthorized, ErrNameTaken, ErrRefused, ErrNotAgentPort, ErrTLSExpected, ErrPlaintextExpected, ErrProxy} {
 		if errors.Is(err, s) {
 			return true
@@ -235,7 +239,7 @@ type waitError struct {
 
 func (e *waitError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "agent: gave up after %d attempts, when the setup's context ended (%v): ", e.attempts, e.cause)
+	fmt.Fprintf(&b, "agent: gave up waiting for the edge after %d attempts (%v): ", e.attempts, e.cause)
 	if len(e.failed.errs) == 1 {
 		b.WriteString("the last failed: ")
 		b.WriteString(strings.TrimPrefix(e.failed.errs[0].Error(), "agent: "))

@@ -470,7 +470,8 @@ func (ss *session) bindFirst(ctx context.Context, r router.Route, names iter.Seq
 		case errors.Is(err, errPortUnavailable):
 			return r, failure(wire.CodeUnavailable, "port unavailable: %s", name)
 		case errors.Is(err, router.ErrNameTaken):
-			return r, failure(wire.CodeNameTaken, "%s%s", strings.TrimPrefix(err.Error(), router.ErrNameTaken.Error()+": "), s.anonymousHint(ctx, r))
+			msg := strings.TrimPrefix(err.Error(), router.ErrNameTaken.Error()+": ")
+			return r, failure(wire.CodeNameTaken, "%s%s%s", msg, s.keptHint(r, msg), s.anonymousHint(ctx, r))
 		default:
 			ss.log.Warn("bind", "err", err)
 			return r, failure(wire.CodeUnavailable, "bind failed")
@@ -491,6 +492,30 @@ func (s *Server) anonymousHint(ctx context.Context, r router.Route) string {
 	for _, o := range routes {
 		if o.Name == r.Name && o.Identity != r.Identity && strings.HasPrefix(o.Identity, anonymousPrefix) {
 			return "; agents without a token are each an identity of their own: to share a pool, give them the same token"
+		}
+	}
+	return ""
+}
+
+// keptHint tells, for r's name taken while a reservation keeps it for
+// another identity (the grace after that identity's session ended, rule 4
+// of router.Router), until when: unless its owner comes back, it is free
+// then. "" otherwise, when msg says it already (a restart's), and for a
+// Router that does not tell (router.MemoryRouter and the record do).
+func (s *Server) keptHint(r router.Route, msg string) string {
+	h, ok := s.router().(interface {
+		Holder(proto, name string) (string, time.Time, bool)
+	})
+	if !ok || strings.Contains(msg, " until ") {
+		return ""
+	}
+	protos := []string{r.Proto}
+	if r.Proto != wire.ProtoTCP {
+		protos = []string{wire.ProtoHTTP, wire.ProtoHTTPS, wire.ProtoTLS} // one namespace
+	}
+	for _, p := range protos {
+		if identity, until, held := h.Holder(p, r.Name); held && identity != r.Identity && !until.IsZero() {
+			return fmt.Sprintf("; its owner's session ended, and the name is kept for them until %s UTC", until.UTC().Format(time.TimeOnly))
 		}
 	}
 	return ""
