@@ -47,6 +47,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
+	// The agents' state files (-state's default place) go into the
+	// tests' directory, not the user's.
+	os.Setenv("XDG_STATE_HOME", filepath.Join(dir, "state"))
 	cleanup := prepareREADME()
 	code := m.Run()
 	cleanup()

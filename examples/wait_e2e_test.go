@@ -95,7 +95,7 @@ func TestAgentWaitBound(t *testing.T) {
 		t.Fatalf("agent -wait 1s without an edge: %v, want exit 2\n%s", err, out)
 	}
 	last := lastLine(out)
-	if want := "agent: gave up after "; !strings.HasPrefix(last, want) || !strings.Contains(last, "when the setup's context ended (-wait 1s passed): the last failed: dial edge: ") || !strings.HasSuffix(last, "connection refused") {
+	if want := "agent: gave up waiting for the edge after "; !strings.HasPrefix(last, want) || !strings.Contains(last, " attempts (-wait 1s passed): the last failed: dial edge: ") || !strings.HasSuffix(last, "connection refused") {
 		t.Errorf("agent -wait 1s without an edge said %q; want %s... (-wait 1s passed): the last failed: dial edge: ...connection refused", last, want)
 	}
 }

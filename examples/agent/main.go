@@ -1,41 +1,59 @@
-// Command agent exposes a local address through a tunnel edge. It prints
-// the public URL alone on one stdout line and logs to stderr: for an http
-// or https URL a line per request (method, path, status, bytes, duration,
-// client), for the others a line per connection. -edge takes one edge's
-// agent address or several, separated by commas: edges that share their
-// names, which the agent moves between when its session ends. An edge's
-// agent address is its agent port, or its public TLS port (443) when it
-// takes agents there.
+// Command agent exposes local apps through a tunnel edge: one session to
+// the edge, any number of endpoints on it. It prints each endpoint's
+// public URL alone on a stdout line as the edge grants it, and logs to
+// stderr: for an http or https URL a line per request (method, path,
+// status, bytes, duration, client), for the others a line per connection.
 //
-//	agent -edge 127.0.0.1:7000 -url http://abc.example.test -to 127.0.0.1:3001
-//	agent -edge 127.0.0.1:7000 -url https://abc.example.test -inspect 127.0.0.1:4040 -to 127.0.0.1:3001
-//	agent -edge 127.0.0.1:7000 -url https://grpc.example.test -app-protocol h2c -to 127.0.0.1:50051
-//	agent -edge 127.0.0.1:7000 -url http://abc.example.test -log-requests=false -proxy-proto 1 -to 127.0.0.1:3001
-//	agent -edge 127.0.0.1:7000 -url tls://app.example.test -to 127.0.0.1:9443
-//	agent -edge 127.0.0.1:7000 -url tcp://:20001 -proxy-proto 2 -pool -to 127.0.0.1:22
-//	agent -edge edge1.example.com:7000,edge2.example.com:7000 -url https://abc.example.com -to 127.0.0.1:3001
-//	agent -edge edge.example.com:7000 -token T -wait 1m -url https://abc.example.com -to 127.0.0.1:3001
-//	agent -edge example.com:443 -url https://abc.example.com -to 127.0.0.1:3001
-//	agent -edge edge.example.com:7000 -proxy http://user:password@proxy.corp:3128 -url https://abc.example.com -to 127.0.0.1:3001
-//	HTTPS_PROXY=socks5://proxy.corp:1080 agent -edge edge.example.com:7000 -url https://abc.example.com -to 127.0.0.1:3001
+//	agent http 3000                                   # http://localhost:3000 at a new random name
+//	agent -edge edge.example.com:443 -url https://app.example.com -to 3000
+//	agent -config agent.yml                           # many endpoints, one session
+//
+// The shorthand "agent PROTO TO" (http, https, tcp or tls) binds a new
+// random name, or -url, forwarding to TO. -to takes a port (on
+// 127.0.0.1), host:port, http://host:port, https://host:port (an app that
+// speaks TLS, whose certificate is checked against the system's roots or
+// -to-ca, for -to-server-name when the name differs from the address) or
+// unix:/path.
+//
+// A -config file holds the session's settings and a list of endpoints, in
+// YAML, read strictly (an unknown key is an error at its line); ${VAR}
+// takes its value from the environment. Flags win over the file. SIGHUP
+// reads the file again: endpoints added are bound, endpoints removed
+// unbound, and the connections of the others go on untouched.
+//
+//	edge: edge.example.com:443
+//	token: ${TUNNELKIT_TOKEN}
+//	endpoints:
+//	  - url: https://app.example.com
+//	    to: 3000
+//	  - url: https://admin.example.com
+//	    to: https://127.0.0.1:8443
+//	    to_ca: dev-ca.pem
+//	    policy:
+//	      basic_auth: ["ann:${ADMIN_PASSWORD}"]
+//	  - url: tcp://
+//	    to: 127.0.0.1:22
+//
+// -state FILE keeps the session's and endpoints' tickets, so that an agent
+// started again, even after kill -9, gets the same URLs back at once. By
+// default it is $XDG_STATE_HOME/tunnelkit/agent-HASH.json
+// (~/.local/state/tunnelkit/... when the variable is not set), one file for
+// each -config file or each command line's edges and endpoint.
+//
+// The agent waits for its edge at startup: while the edge (or the proxy on
+// the way) cannot be reached, or refuses for now, it tries again with
+// backoff, logging a line for each attempt (what failed, when the next
+// comes), for good or for -wait. A token refused, a name taken or an
+// address that is not an edge's agent port end it at once, with a message
+// that says which flag to change.
 //
 // Without -proxy, the agent takes its proxy from HTTPS_PROXY, else
 // ALL_PROXY, unless NO_PROXY lists the edge (agent.ProxyFromEnvironment).
 //
-// The agent waits for its edge at startup: while the edge is not up, or
-// refuses for now, it tries again with backoff, logging a line for each
-// attempt (what failed, when the next comes), for good or for -wait. A
-// token refused, a name taken or an address that is not an edge's agent
-// port end it at once, with a message that says which flag to change.
-//
 // The traffic policy flags (-cidr-allow, -basic-auth, -oidc-issuer,
 // -rate-limit, -verify-webhook, ...) declare rules the edge enforces before
-// a connection or request reaches -to; list flags repeat. See package
+// a connection or request reaches the app; list flags repeat. See package
 // policy.
-//
-//	agent -edge edge.example.com:7000 -url https://abc.example.com -to 127.0.0.1:3001 \
-//	      -basic-auth ann:s3cret -cidr-deny 203.0.113.0/24 -rate-limit 20/s \
-//	      -request-header-add 'X-Env: prod' -response-header-remove Server
 package main
 
 import (
@@ -52,6 +70,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -61,22 +80,45 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tunnelkit/tunnelkit/agent"
-	"github.com/tunnelkit/tunnelkit/agent/forward"
 	"github.com/tunnelkit/tunnelkit/agent/inspect"
+	"github.com/tunnelkit/tunnelkit/examples/internal/cli"
 	"github.com/tunnelkit/tunnelkit/examples/internal/logbuf"
+	"github.com/tunnelkit/tunnelkit/examples/internal/yamlcfg"
 	"github.com/tunnelkit/tunnelkit/metrics"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0) // the usage is out
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, hup); err != nil {
+		if errors.Is(err, cli.ErrExit) {
+			os.Exit(0) // -h, -version: printed
 		}
 		fmt.Fprintln(os.Stderr, message(err))
 		os.Exit(2)
 	}
+}
+
+// command is the agent's help.
+var command = cli.Command{
+	Name:     "agent",
+	Synopsis: "expose local apps through a tunnel edge",
+	Examples: []string{
+		"agent http 3000  http://localhost:3000 at a new random name on the edge at 127.0.0.1:7000",
+		"agent -edge edge.example.com:443 -url https://app.example.com -to 3000  https://app.example.com (TLS ends at the edge) to the app at 127.0.0.1:3000",
+		"agent -config agent.yml  many endpoints on one session, as the file lists them",
+	},
+	More: `The shorthand 'agent PROTO TO' (PROTO: http, https, tcp or tls) binds a new random
+name (or -url) and forwards to TO, which takes what -to takes: a port (on 127.0.0.1),
+host:port, http://host:port, https://host:port (an app that speaks TLS) or unix:/path.
+
+A -config file is YAML: edge, token, proxy, edge_ca... at the top (the flags' names,
+with _ for -), then endpoints, a list of url, to, to_ca, to_server_name, host_header,
+app_protocol, log_requests, pool, proxy_proto and policy (the traffic policy, in the
+form the edge's -policy takes). ${VAR} takes its value from the environment. Flags
+win over the file. SIGHUP reads the file again.`,
 }
 
 // message is err as the agent prints it: once prefixed "agent: " (the
@@ -102,78 +144,233 @@ func message(err error) string {
 	return msg
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// shorthands are the first words of "agent PROTO TO".
+var shorthands = map[string]bool{"http": true, "https": true, "tcp": true, "tls": true}
+
+// cmdline is what the command line says.
+type cmdline struct {
+	fs       *flag.FlagSet
+	g        globals
+	config   string
+	endpoint endpointSpec // of the endpoint flags
+	pf       policyFlags
+	edgeList string
+}
+
+// endpointFlags are the flags of one endpoint, which a -config file's
+// endpoints take as keys (with _ for -).
+var endpointFlags = []string{"url", "to", "to-ca", "to-server-name", "host-header", "app-protocol", "log-requests", "pool", "proxy-proto"}
+
+// parseArgs parses the command line, the shorthand "PROTO TO" first or
+// last among the flags.
+func parseArgs(args []string, stdout, stderr io.Writer) (*cmdline, error) {
+	cl := &cmdline{}
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	edgeList := fs.String("edge", "127.0.0.1:7000", "the edge's agent address (its agent port, or its public TLS port when it takes agents there), or several separated by commas (edges that share their names): the agent connects to the first that answers and, when its session ends, moves on to the next")
-	url := fs.String("url", "", "public URL to ask for: http://abc.example.test, https://abc.example.test (TLS ends at the edge), tls://app.example.test (TLS passed through to -to), tcp:// (any port) or tcp://:20001 (empty: http with a random name)")
-	to := fs.String("to", "", "local address to forward connections to, e.g. 127.0.0.1:3001")
-	appProto := fs.String("app-protocol", "", "for an http or https URL, what -to speaks: http1 (HTTP/1.1) or h2c (HTTP/2 without TLS, as gRPC servers do) (empty: http1)")
-	logRequests := fs.Bool("log-requests", true, "for an http or https URL, forward request by request and log a line for each; false: copy each connection's bytes and log a line per connection")
-	proxyProto := fs.Int("proxy-proto", 0, "send a PROXY protocol header of this version (1 or 2) to -to at the start of each connection (with an http or https URL, needs -log-requests=false); 0: none")
-	pool := fs.Bool("pool", false, "join the endpoint's pool rather than fail when it is already bound")
-	token := fs.String("token", "", "token to present to the edge")
-	edgeCA := fs.String("edge-ca", "", "PEM file of the CA that signed the edges' certificates, each checked against its -edge host name; given, it turns TLS on for a loopback edge too (default: the system's roots)")
-	plaintext := fs.Bool("plaintext", false, "connect to the edges without TLS (the default for a loopback edge, unless -edge-ca is given)")
-	proxyFlag := fs.String("proxy", "", "reach the edges through this proxy: http://[user:password@]host:port or https://... (CONNECT), socks5://[user:password@]host:port or socks5h://... (default: HTTPS_PROXY, else ALL_PROXY, from the environment, except for edges NO_PROXY lists and loopback edges)")
-	proxyCA := fs.String("proxy-ca", "", "PEM file of the CA that signed an https:// proxy's certificate (default: the system's roots)")
-	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (empty: none)")
-	wait := fs.Duration("wait", 0, "how long to wait for the edge at startup: while it is not up, or refuses for now, the agent tries again with backoff and logs each attempt; a token refused, a name taken or a wrong port end it at once (0: for good)")
-	inspectAddr := fs.String("inspect", "", "serve the request inspector (the last requests, live, with replay) on this loopback address, e.g. 127.0.0.1:4040; http and https URLs with -log-requests (empty: none)")
-	var pf policyFlags
-	pf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
+	cl.fs = fs
+	e := &cl.endpoint
+	fs.StringVar(&cl.edgeList, "edge", "127.0.0.1:7000", "the edge's agent address: its agent port, or its public TLS port when it takes agents there; or several, separated by commas (edges that share their names): the agent connects to the first that answers and, when its session ends, moves on to the next")
+	fs.StringVar(&cl.config, "config", "", "read the session's settings and its endpoints from this YAML file (see below); flags given win over the file, and SIGHUP reads it again")
+	fs.StringVar(&e.URL, "url", "", "the public URL to ask for: http://abc.example.test, https://abc.example.test (TLS ends at the edge), tls://app.example.test (TLS passed through to the app), tcp:// (any port) or tcp://:20001 (empty: http at a new random name)")
+	fs.StringVar(&e.To, "to", "", "the app to forward connections to: a port (3000, on 127.0.0.1), host:port, http://host:port, https://host:port (an app that speaks TLS) or unix:/path")
+	fs.StringVar(&e.ToCA, "to-ca", "", "with -to https://..., a PEM file of the CA that signed the app's certificate (default: the system's roots); the agent always checks the app's certificate, and has no way to skip the check")
+	fs.StringVar(&e.ToServerName, "to-server-name", "", "with -to https://..., the name the app's certificate must carry, when it is not -to's host (e.g. -to https://127.0.0.1:8443 -to-server-name dev.local)")
+	fs.StringVar(&e.HostHeader, "host-header", "", "the Host header the app gets: empty keeps the client's; \"rewrite\" sets -to's host:port; any other value is sent as it is (http and https URLs)")
+	fs.StringVar(&e.AppProtocol, "app-protocol", "", "for an http or https URL, what the app speaks: http1 (HTTP/1.1) or h2c (HTTP/2 without TLS, as gRPC servers do; with -to https://, HTTP/2 over TLS) (empty: http1)")
+	fs.BoolVar(&e.LogRequests, "log-requests", true, "for an http or https URL, forward request by request and log a line for each; false: copy each connection's bytes and log a line per connection")
+	fs.IntVar(&e.ProxyProto, "proxy-proto", 0, "send a PROXY protocol header of this version (1 or 2) to the app at the start of each connection, naming the client (with an http or https URL, needs -log-requests=false); 0: none")
+	fs.BoolVar(&e.Pool, "pool", false, "join the endpoint's pool, when agents of the same token hold it already, rather than fail")
+	fs.StringVar(&cl.g.token, "token", "", "the token to present to the edge (empty: none)")
+	fs.StringVar(&cl.g.edgeCA, "edge-ca", "", "PEM file of the CA that signed the edges' certificates, each checked against its -edge host name; given, it turns TLS on for an edge on loopback too (default: the system's roots)")
+	fs.BoolVar(&cl.g.plaintext, "plaintext", false, "connect to the edges without TLS (the default for an edge on loopback, unless -edge-ca is given)")
+	fs.StringVar(&cl.g.proxy, "proxy", "", "reach the edges through this proxy: http://[user:password@]host:port or https://... (CONNECT), socks5://[user:password@]host:port or socks5h://... (default: HTTPS_PROXY, else ALL_PROXY, from the environment, except for edges NO_PROXY lists and edges on loopback)")
+	fs.StringVar(&cl.g.proxyCA, "proxy-ca", "", "PEM file of the CA that signed an https:// proxy's certificate (default: the system's roots)")
+	fs.StringVar(&cl.g.metrics, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (empty: none)")
+	fs.DurationVar(&cl.g.wait, "wait", 0, "how long to wait for the edge at startup: while it, or the proxy on the way, cannot be reached or refuses for now, the agent tries again with backoff and logs each attempt; a token refused, a name taken or a wrong port end it at once (0: for good)")
+	fs.StringVar(&cl.g.inspect, "inspect", "", "serve the request inspector (the last requests, live, with replay) on this loopback address, e.g. 127.0.0.1:4040; http and https URLs with -log-requests (empty: none)")
+	fs.StringVar(&cl.g.state, "state", "", "the file where the agent keeps its session's and endpoints' tickets, so that it gets the same URLs back at once when it starts again, even after kill -9 (default: $XDG_STATE_HOME/tunnelkit/agent-HASH.json, or ~/.local/state/tunnelkit/..., one for each -config file or command line; -state '' keeps none)")
+	cl.pf.register(fs)
+
+	// "agent http 3000 -flags": the shorthand first.
+	var pos []string
+	if len(args) >= 1 && shorthands[args[0]] {
+		n := min(2, len(args))
+		pos, args = args[:n], args[n:]
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	if err := command.Parse(fs, args, stdout, stderr); err != nil {
+		return nil, err
 	}
-	edges, err := parseEdges(*edgeList)
-	if err != nil {
-		return err
+	if pos == nil {
+		pos = fs.Args()
+	} else if fs.NArg() > 0 {
+		return nil, usageError("unexpected argument %q after the flags", fs.Arg(0))
 	}
-	if *to == "" {
-		return errors.New("-to is required")
-	}
-	if _, _, err := net.SplitHostPort(*to); err != nil {
-		return fmt.Errorf("-to %q: %v", *to, err)
-	}
-	if *wait < 0 {
-		return fmt.Errorf("-wait %v: want a duration, or 0 for good", *wait)
-	}
-	if *proxyProto < 0 || *proxyProto > 2 {
-		return fmt.Errorf("-proxy-proto %d: want 1 or 2 (0: none)", *proxyProto)
-	}
-	scheme := urlScheme(*url)
-	isHTTP := scheme == "http" || scheme == "https"
-	switch *appProto {
-	case "", "http1", "h2c":
-	default:
-		return fmt.Errorf("-app-protocol %q: want http1 or h2c", *appProto)
-	}
-	if *appProto != "" && !isHTTP {
-		return fmt.Errorf("-app-protocol %s: only for an http or https URL (a %s endpoint's bytes reach -to as the client sent them)", *appProto, scheme)
-	}
-	httpMode := isHTTP && *logRequests
-	if httpMode && *proxyProto != 0 {
-		return fmt.Errorf("-proxy-proto %d: for an http or https URL the agent forwards request by request (-log-requests) over connections to -to that clients share, so no PROXY header could name the client (-to gets X-Forwarded-For instead); pass -log-requests=false to forward each connection's bytes after a PROXY header", *proxyProto)
-	}
-	pol, err := pf.spec(os.ReadFile)
-	if err != nil {
-		return err
-	}
-	if pol != nil {
-		if err := pol.Validate(scheme); err != nil {
-			return fmt.Errorf("traffic policy for a %s URL: %w", scheme, err)
+	if len(pos) > 0 {
+		if err := cl.shorthand(pos); err != nil {
+			return nil, err
 		}
+	}
+	cl.g.stateSet = cli.FlagGiven(fs, "state")
+	return cl, nil
+}
+
+// shorthand reads "PROTO TO" into the endpoint.
+func (cl *cmdline) shorthand(pos []string) error {
+	if !shorthands[pos[0]] {
+		if cl.endpoint.To == "" && len(pos) == 1 {
+			return usageError("unexpected argument %q: to expose a port, write 'agent http %s' or -to %s", pos[0], pos[0], pos[0])
+		}
+		return usageError("unexpected argument %q: the shorthand is 'agent PROTO TO', PROTO one of http, https, tcp, tls", pos[0])
+	}
+	proto := pos[0]
+	if len(pos) != 2 {
+		return usageError("'agent %s' needs what to forward to: 'agent %s 3000'", proto, proto)
+	}
+	if cli.FlagGiven(cl.fs, "to") {
+		return usageError("'agent %s %s' names the app already: leave out -to", proto, pos[1])
+	}
+	if cl.config != "" {
+		return usageError("'agent %s %s' and -config: list the endpoint in the file, or leave out -config", proto, pos[1])
+	}
+	cl.endpoint.To = pos[1]
+	u := cl.endpoint.URL
+	switch {
+	case u == "":
+		if proto == "tls" {
+			return usageError("'agent tls %s' needs -url tls://NAME: a tls endpoint is found by the name clients ask for", pos[1])
+		}
+		cl.endpoint.URL = proto + "://"
+	case !strings.Contains(u, "://"):
+		cl.endpoint.URL = proto + "://" + u
+	case !strings.EqualFold(cl.endpoint.scheme(), proto):
+		return usageError("'agent %s' and -url %s: the schemes differ", proto, u)
+	}
+	return nil
+}
+
+func usageError(format string, args ...any) error {
+	return &cli.UsageError{Msg: fmt.Sprintf(format, args...) + "\nRun 'agent -h' for every flag."}
+}
+
+// load returns the settings and endpoints the command line and its
+// -config file, if any, say; lookup reads the environment for the file's
+// ${VAR}.
+func (cl *cmdline) load(lookup func(string) (string, bool)) (globals, []endpointSpec, error) {
+	g := globals{}
+	var specs []endpointSpec
+	if cl.config != "" {
+		f, err := yamlcfg.Load(cl.config, lookup)
+		if err != nil {
+			return g, nil, err
+		}
+		if specs, err = g.fromFile(f); err != nil {
+			return g, nil, err
+		}
+		for _, name := range []string{"url", "to"} {
+			if cli.FlagGiven(cl.fs, name) {
+				return g, nil, fmt.Errorf("-%s names one endpoint, and -config lists them: add it to %s", name, cl.config)
+			}
+		}
+	}
+	// Flags given win over the file.
+	given := func(name string) bool { return cli.FlagGiven(cl.fs, name) }
+	if given("edge") || len(g.edges) == 0 {
+		edges, err := parseEdges(cl.edgeList)
+		if err != nil {
+			return g, nil, err
+		}
+		g.edges = edges
+	}
+	for name, dst := range map[string]*string{"token": &g.token, "proxy": &g.proxy, "proxy-ca": &g.proxyCA, "edge-ca": &g.edgeCA, "metrics": &g.metrics, "inspect": &g.inspect} {
+		if given(name) {
+			*dst = cl.fs.Lookup(name).Value.String()
+		}
+	}
+	if given("plaintext") {
+		g.plaintext = cl.g.plaintext
+	}
+	if given("wait") {
+		g.wait = cl.g.wait
+	}
+	if given("state") {
+		g.state, g.stateSet = cl.g.state, true
+	}
+	if g.wait < 0 {
+		return g, nil, fmt.Errorf("-wait %v: want a duration, or 0 for good", g.wait)
+	}
+	pol, err := cl.pf.spec(os.ReadFile)
+	if err != nil {
+		return g, nil, err
+	}
+	if cl.config == "" {
+		e := cl.endpoint
+		e.Policy, e.flags, e.where = pol, true, "the command line"
+		if e.To == "" {
+			return g, nil, errNoEndpoint
+		}
+		specs = []endpointSpec{e}
+	} else {
+		// The endpoint flags given win over each endpoint's keys.
+		for i := range specs {
+			s, f := &specs[i], cl.endpoint
+			for _, name := range endpointFlags {
+				if !given(name) {
+					continue
+				}
+				switch name {
+				case "to-ca":
+					s.ToCA = f.ToCA
+				case "to-server-name":
+					s.ToServerName = f.ToServerName
+				case "host-header":
+					s.HostHeader = f.HostHeader
+				case "app-protocol":
+					s.AppProtocol = f.AppProtocol
+				case "log-requests":
+					s.LogRequests = f.LogRequests
+				case "pool":
+					s.Pool = f.Pool
+				case "proxy-proto":
+					s.ProxyProto = f.ProxyProto
+				}
+			}
+			if pol != nil {
+				s.Policy = pol
+			}
+		}
+	}
+	seen := map[string]string{}
+	for i := range specs {
+		if err := specs[i].check(os.ReadFile); err != nil {
+			return g, nil, err
+		}
+		if prev, dup := seen[specs[i].stateKey()]; dup && specs[i].URL != "" && !strings.HasSuffix(specs[i].URL, "://") {
+			return g, nil, fmt.Errorf("%s: the same URL and app as %s", specs[i].where, prev)
+		}
+		seen[specs[i].stateKey()] = specs[i].where
+	}
+	return g, specs, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-chan os.Signal) error {
+	cl, err := parseArgs(args, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	g, specs, err := cl.load(os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	httpAny := false
+	for _, s := range specs {
+		httpAny = httpAny || s.httpMode()
 	}
 	var insp *inspect.Inspector
-	if *inspectAddr != "" {
-		if !httpMode {
+	if g.inspect != "" {
+		if !httpAny {
 			return errors.New("-inspect: for an http or https URL with -log-requests")
 		}
-		if err := loopback(*inspectAddr); err != nil {
-			return fmt.Errorf("-inspect %q: %v", *inspectAddr, err)
+		if err := loopback(g.inspect); err != nil {
+			return fmt.Errorf("-inspect %q: %v", g.inspect, err)
 		}
 		insp = new(inspect.Inspector)
 	}
@@ -182,23 +379,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	lw := logbuf.New(stderr, 50*time.Millisecond)
 	defer lw.Close()
 	log := slog.New(slog.NewTextHandler(lw, nil))
-	c := &agent.Client{Addrs: edges, Token: *token, Plaintext: *plaintext, Logger: log}
-	if *proxyFlag != "" {
-		u, err := parseProxy(*proxyFlag)
+
+	state, err := cl.openState(g, specs, log)
+	if err != nil {
+		return err
+	}
+	defer state.close()
+
+	c := &agent.Client{Addrs: g.edges, Token: g.token, Plaintext: g.plaintext, Logger: log, ResumeTicket: state.session()}
+	if g.proxy != "" {
+		u, err := parseProxy(g.proxy)
 		if err != nil {
 			return err
 		}
 		c.Proxy = agent.ProxyURL(u) // the environment's proxy variables no longer count
 	}
-	if *proxyCA != "" {
-		roots, err := readCA(*proxyCA)
+	if g.proxyCA != "" {
+		roots, err := readCA(g.proxyCA, os.ReadFile)
 		if err != nil {
 			return fmt.Errorf("-proxy-ca: %w", err)
 		}
 		c.ProxyTLSConfig = &tls.Config{RootCAs: roots}
 	}
-	if *edgeCA != "" {
-		roots, err := readCA(*edgeCA)
+	if g.edgeCA != "" {
+		roots, err := readCA(g.edgeCA, os.ReadFile)
 		if err != nil {
 			return fmt.Errorf("-edge-ca: %w", err)
 		}
@@ -206,11 +410,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		c.TLSConfig = &tls.Config{RootCAs: roots}
 	}
 	defer c.Close()
-	if *metricsAddr != "" {
+	// The session ticket changes at each session: kept at once.
+	saved := make(chan struct{}, 1)
+	c.OnEvent = func(e agent.Event) {
+		if e.Kind == agent.Connected {
+			select {
+			case saved <- struct{}{}:
+			default:
+			}
+		}
+	}
+	if g.metrics != "" {
 		m := metrics.NewAgent()
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		ln, err := net.Listen("tcp", *metricsAddr)
+		ln, err := net.Listen("tcp", g.metrics)
 		if err != nil {
 			return fmt.Errorf("-metrics: %w", err)
 		}
@@ -219,25 +433,53 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go hs.Serve(ln)
 		defer hs.Close()
-		c.Observer, c.OnEvent = m, m.Event
+		c.Observer = m
+		c.OnEvent = func(e agent.Event) {
+			m.Event(e)
+			if e.Kind == agent.Connected {
+				select {
+				case saved <- struct{}{}:
+				default:
+				}
+			}
+		}
 		log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 	}
-	// The wait for the edge: for good, or -wait.
-	setup, cancel := ctx, context.CancelFunc(func() {})
-	if *wait > 0 {
-		setup, cancel = context.WithTimeoutCause(ctx, *wait, fmt.Errorf("-wait %v passed", *wait))
-	}
-	defer cancel()
-	l, err := c.ListenEndpoint(setup, agent.Endpoint{URL: *url, AppProtocol: *appProto, Pool: *pool, Policy: pol})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil // interrupted while it waited
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	r := &runner{c: c, log: log, insp: insp, stdout: stdout, state: state, failed: cancel, many: cl.config != ""}
+	defer r.stopAll()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-saved:
+				if err := state.update(func(d *stateData) { d.Session = c.Ticket() }); err != nil {
+					log.Warn("state file not written", "file", state.path, "err", err)
+				}
+			}
 		}
-		return err
+	}()
+
+	// The wait for the edge: for good, or -wait.
+	setup, cancelSetup := ctx, context.CancelFunc(func() {})
+	if g.wait > 0 {
+		setup, cancelSetup = context.WithTimeoutCause(ctx, g.wait, fmt.Errorf("-wait %v passed", g.wait))
 	}
-	fmt.Fprintln(stdout, l.URL())
+	for _, s := range specs {
+		if err := r.start(setup, s); err != nil {
+			cancelSetup()
+			if ctx.Err() != nil && context.Cause(ctx) == context.Canceled {
+				return nil // interrupted while it waited
+			}
+			return err
+		}
+	}
+	cancelSetup()
 	if insp != nil {
-		ln, err := net.Listen("tcp", *inspectAddr)
+		ln, err := net.Listen("tcp", g.inspect)
 		if err != nil {
 			return fmt.Errorf("-inspect: %w", err)
 		}
@@ -246,24 +488,57 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer hs.Close()
 		log.Info("inspector", "url", "http://"+ln.Addr().String()+"/")
 	}
-	if httpMode {
-		log.Info("forwarding requests", "url", l.URL(), "to", *to, "app_protocol", l.AppProtocol())
-	} else {
-		log.Info("forwarding", "url", l.URL(), "to", *to)
+	for {
+		select {
+		case <-ctx.Done():
+			if err := context.Cause(ctx); err != context.Canceled {
+				return err // an endpoint lost for good
+			}
+			return nil
+		case <-hup:
+			if cl.config == "" {
+				log.Warn("SIGHUP: there is no -config file to read again")
+				continue
+			}
+			r.reload(ctx, cl, g)
+		}
 	}
-	go func() { <-ctx.Done(); l.Close() }()
-	var fwd interface{ Serve(net.Listener) error } = forward.Bytes{To: *to, ProxyProtocol: *proxyProto, Logger: log}
-	if httpMode {
-		// The app protocol is l's.
-		fwd = forward.HTTP{To: *to, Logger: log, Inspector: insp}
+}
+
+// openState opens the state file that g says (or the default one for
+// this configuration), locked; nil when it keeps none.
+func (cl *cmdline) openState(g globals, specs []endpointSpec, log *slog.Logger) (*stateFile, error) {
+	path := g.state
+	if !g.stateSet {
+		key := "config " + cl.config
+		if abs, err := filepath.Abs(cl.config); cl.config != "" && err == nil {
+			key = "config " + abs
+		}
+		if cl.config == "" {
+			key = strings.Join(g.edges, ",") + " " + specs[0].stateKey()
+		}
+		p, err := defaultStatePath(key)
+		if err != nil {
+			log.Warn("no state file: the agent will not get its URLs back at once when it starts again", "err", err)
+			return nil, nil
+		}
+		path = p
 	}
-	if err := fwd.Serve(l); err != nil {
-		return err
+	if path == "" {
+		return nil, nil
 	}
-	if ctx.Err() == nil {
-		return errors.New("session to the edge ended")
+	s, err := openState(path)
+	switch {
+	case errors.Is(err, errStateBusy) && !g.stateSet:
+		log.Warn("another agent runs with the same settings and holds their state file: this one keeps none", "file", path)
+		return nil, nil
+	case errors.Is(err, errStateBusy):
+		return nil, fmt.Errorf("-state %s: %w (each agent needs a state file of its own)", path, err)
+	case err != nil:
+		return nil, fmt.Errorf("-state: %w", err)
 	}
-	return nil
+	log.Info("state", "file", path)
+	return s, nil
 }
 
 // parseProxy parses -proxy's URL; without a scheme it is an http:// proxy,
@@ -291,9 +566,9 @@ func parseProxy(s string) (*url.URL, error) {
 	return u, nil
 }
 
-// readCA reads a PEM file of CA certificates.
-func readCA(file string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(file)
+// readCA reads a PEM file of CA certificates with readFile.
+func readCA(file string, readFile func(string) ([]byte, error)) (*x509.CertPool, error) {
+	pem, err := readFile(file)
 	if err != nil {
 		return nil, err
 	}
@@ -315,16 +590,6 @@ func parseEdges(list string) ([]string, error) {
 		edges = append(edges, a)
 	}
 	return edges, nil
-}
-
-// urlScheme returns the scheme of an endpoint URL as the agent package
-// reads it: "http" for "" and for a bare name.
-func urlScheme(u string) string {
-	scheme, _, ok := strings.Cut(u, "://")
-	if u == "" || !ok {
-		return "http"
-	}
-	return strings.ToLower(scheme)
 }
 
 // loopback checks that addr is a loopback address: the inspector shows

@@ -104,7 +104,7 @@ func TestRunRefusesPolicyForURL(t *testing.T) {
 		{[]string{"-url", "https://app", "-verify-webhook", "gitlab", "-verify-webhook-secret", "s"}, policy.ErrInvalid},
 	} {
 		args := append([]string{"-edge", "127.0.0.1:1", "-to", "127.0.0.1:2"}, tc.args...)
-		err := run(t.Context(), args, io.Discard, io.Discard)
+		err := run(t.Context(), args, io.Discard, io.Discard, nil)
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%q: %v; want %v", tc.args, err, tc.want)
 		}

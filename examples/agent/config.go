@@ -1,0 +1,273 @@
+package main
+
+import (
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/tunnelkit/tunnelkit/examples/internal/yamlcfg"
+	"github.com/tunnelkit/tunnelkit/policy"
+)
+
+// fileConfig is an agent's -config file: the settings of the session at
+// the top, then the endpoints, all on the one session.
+//
+//	edge: edge.example.com:443
+//	token: ${TUNNELKIT_TOKEN}
+//	endpoints:
+//	  - url: https://app.example.com
+//	    to: 3000
+type fileConfig struct {
+	Edge      yamlcfg.Strings `yaml:"edge"`     // -edge: one address, or a list
+	Token     string          `yaml:"token"`    // -token
+	Proxy     string          `yaml:"proxy"`    // -proxy
+	ProxyCA   string          `yaml:"proxy_ca"` // -proxy-ca
+	EdgeCA    string          `yaml:"edge_ca"`  // -edge-ca
+	Plaintext *bool           `yaml:"plaintext"`
+	Wait      string          `yaml:"wait"`    // -wait, a duration
+	Metrics   string          `yaml:"metrics"` // -metrics
+	Inspect   string          `yaml:"inspect"` // -inspect
+	State     *string         `yaml:"state"`   // -state
+	Endpoints []fileEndpoint  `yaml:"endpoints"`
+}
+
+// fileEndpoint is one endpoint of a -config file: the keys are the
+// endpoint flags' names, with _ for -, and policy the traffic policy in
+// the form the edge takes.
+type fileEndpoint struct {
+	URL          string    `yaml:"url"`
+	To           string    `yaml:"to"`
+	ToCA         string    `yaml:"to_ca"`
+	ToServerName string    `yaml:"to_server_name"`
+	HostHeader   string    `yaml:"host_header"`
+	AppProtocol  string    `yaml:"app_protocol"`
+	LogRequests  *bool     `yaml:"log_requests"`
+	Pool         bool      `yaml:"pool"`
+	ProxyProto   int       `yaml:"proxy_proto"`
+	Policy       yaml.Node `yaml:"policy"`
+}
+
+// endpointSpec is an endpoint as the agent runs it: from the command line
+// or a -config file, checked.
+type endpointSpec struct {
+	URL          string       `json:"url"`
+	To           string       `json:"to"`
+	ToCA         string       `json:"to_ca,omitempty"`
+	ToServerName string       `json:"to_server_name,omitempty"`
+	HostHeader   string       `json:"host_header,omitempty"`
+	AppProtocol  string       `json:"app_protocol,omitempty"`
+	LogRequests  bool         `json:"log_requests"`
+	Pool         bool         `json:"pool,omitempty"`
+	ProxyProto   int          `json:"proxy_proto,omitempty"`
+	Policy       *policy.Spec `json:"policy,omitempty"`
+
+	where  string      // for errors: "agent.yml:12: endpoint 2", or "" for the command line's
+	flags  bool        // from the command line: errors name flags, not keys
+	target target      // To, parsed
+	toTLS  *tls.Config // TLS to the app, when target.tls
+}
+
+// key tells endpoints apart across a reload: an endpoint whose key is
+// the same is left as it is.
+func (e endpointSpec) key() string {
+	b, _ := json.Marshal(e)
+	return string(b)
+}
+
+// stateKey names the endpoint in the state file: its URL and app as
+// written, which a change of its other settings keeps.
+func (e endpointSpec) stateKey() string { return e.URL + " -> " + e.To }
+
+// scheme returns the endpoint's scheme, as the agent package reads its
+// URL: "http" for "" and for a bare name.
+func (e endpointSpec) scheme() string {
+	scheme, _, ok := strings.Cut(e.URL, "://")
+	if e.URL == "" || !ok {
+		return "http"
+	}
+	return strings.ToLower(scheme)
+}
+
+// httpMode reports whether the agent forwards the endpoint request by
+// request.
+func (e endpointSpec) httpMode() bool {
+	s := e.scheme()
+	return (s == "http" || s == "https") && e.LogRequests
+}
+
+// name returns the name of the endpoint's key as the user gave it: the
+// file's key (to_ca), or the flag (-to-ca).
+func (e *endpointSpec) name(key string) string {
+	if e.flags {
+		return "-" + strings.ReplaceAll(key, "_", "-")
+	}
+	return key
+}
+
+// check checks the endpoint's settings against each other, and reads its
+// target and to_ca. The error names where the endpoint was given.
+func (e *endpointSpec) check(readFile func(string) ([]byte, error)) error {
+	fail := func(format string, args ...any) error {
+		msg := fmt.Sprintf(format, args...)
+		if e.flags {
+			return errors.New(msg)
+		}
+		return fmt.Errorf("%s: %s", e.where, msg)
+	}
+	n := e.name
+	if e.To == "" {
+		return fail("nothing to forward to: give %s, as 3000, host:port, https://host:port or unix:/path", n("to"))
+	}
+	t, err := parseTarget(e.To)
+	if err != nil {
+		return fail("%s %v", n("to"), err)
+	}
+	e.target = t
+	scheme := e.scheme()
+	isHTTP := scheme == "http" || scheme == "https"
+	if e.ProxyProto < 0 || e.ProxyProto > 2 {
+		return fail("%s %d: want 1 or 2 (0: none)", n("proxy_proto"), e.ProxyProto)
+	}
+	switch e.AppProtocol {
+	case "", "http1", "h2c":
+	default:
+		return fail("%s %q: want http1 or h2c", n("app_protocol"), e.AppProtocol)
+	}
+	if e.AppProtocol != "" && !isHTTP {
+		return fail("%s %s: only for an http or https URL (a %s endpoint's bytes reach the app as the client sent them)", n("app_protocol"), e.AppProtocol, scheme)
+	}
+	if e.httpMode() && e.ProxyProto != 0 {
+		return fail("%s %d: for an http or https URL the agent forwards request by request (%s) over connections to the app that clients share, so no PROXY header could name the client (the app gets X-Forwarded-For instead); turn %s off to forward each connection's bytes after a PROXY header", n("proxy_proto"), e.ProxyProto, n("log_requests"), n("log_requests"))
+	}
+	if e.ProxyProto != 0 && t.network == "unix" {
+		return fail("%s %d: a PROXY header names TCP addresses, and %s is a Unix socket", n("proxy_proto"), e.ProxyProto, e.To)
+	}
+	if e.HostHeader != "" && !e.httpMode() {
+		return fail("%s: only for an http or https URL forwarded request by request (%s)", n("host_header"), n("log_requests"))
+	}
+	if scheme == "tls" && t.tls {
+		return fail("%s %s: a tls endpoint passes the client's own TLS through to the app: give the app's address as host:port", n("to"), e.To)
+	}
+	if (e.ToCA != "" || e.ToServerName != "") && !t.tls {
+		return fail("%s and %s check the certificate of an app that speaks TLS: give %s as https://host:port", n("to_ca"), n("to_server_name"), n("to"))
+	}
+	if t.tls {
+		// The app's certificate is checked, always: against the system's
+		// roots, or to_ca's. There is no way to skip the check here.
+		e.toTLS = &tls.Config{ServerName: e.ToServerName, MinVersion: tls.VersionTLS12}
+		if e.ToCA != "" {
+			roots, err := readCA(e.ToCA, readFile)
+			if err != nil {
+				return fail("%s: %v", n("to_ca"), err)
+			}
+			e.toTLS.RootCAs = roots
+		}
+	}
+	if e.Policy != nil {
+		if err := e.Policy.Validate(scheme); err != nil {
+			if e.flags {
+				return fmt.Errorf("traffic policy for a %s URL: %w", scheme, err)
+			}
+			return fmt.Errorf("%s: traffic policy for a %s URL: %w", e.where, scheme, err)
+		}
+	}
+	return nil
+}
+
+// globals are the settings of the session, from the flags and the file.
+type globals struct {
+	edges     []string
+	token     string
+	proxy     string
+	proxyCA   string
+	edgeCA    string
+	plaintext bool
+	wait      time.Duration
+	metrics   string
+	inspect   string
+	state     string
+	stateSet  bool // -state or state given: "" keeps none
+}
+
+// fromFile reads the settings of a -config file into g and returns its
+// endpoints, each with the defaults of the endpoint flags where the file
+// gives no value.
+func (g *globals) fromFile(f *yamlcfg.File) ([]endpointSpec, error) {
+	var fc fileConfig
+	if err := f.Decode(f.Root, "", &fc); err != nil {
+		return nil, err
+	}
+	if len(fc.Edge) > 0 {
+		g.edges = nil
+		for _, e := range fc.Edge {
+			list, err := parseEdges(e)
+			if err != nil {
+				return nil, fmt.Errorf("%s: edge: %v", f.Name, err)
+			}
+			g.edges = append(g.edges, list...)
+		}
+	}
+	set := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	set(&g.token, fc.Token)
+	set(&g.proxy, fc.Proxy)
+	set(&g.proxyCA, fc.ProxyCA)
+	set(&g.edgeCA, fc.EdgeCA)
+	set(&g.metrics, fc.Metrics)
+	set(&g.inspect, fc.Inspect)
+	if fc.Plaintext != nil {
+		g.plaintext = *fc.Plaintext
+	}
+	if fc.State != nil {
+		g.state, g.stateSet = *fc.State, true
+	}
+	if fc.Wait != "" {
+		d, err := time.ParseDuration(fc.Wait)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("%s: wait %q: want a duration such as 30s or 5m, or 0 for good", f.Name, fc.Wait)
+		}
+		g.wait = d
+	}
+	if f.Root == nil || len(fc.Endpoints) == 0 {
+		return nil, fmt.Errorf("%s: no endpoints: list them under endpoints, each with url and to", f.Name)
+	}
+	var specs []endpointSpec
+	for i, fe := range fc.Endpoints {
+		node := endpointNode(f.Root, i)
+		pol, err := f.Policy(&fe.Policy)
+		if err != nil {
+			return nil, err
+		}
+		spec := endpointSpec{
+			URL: fe.URL, To: fe.To, ToCA: fe.ToCA, ToServerName: fe.ToServerName, HostHeader: fe.HostHeader,
+			AppProtocol: fe.AppProtocol, LogRequests: true, Pool: fe.Pool, ProxyProto: fe.ProxyProto, Policy: pol,
+			where: fmt.Sprintf("%s:%d: endpoint %d", f.Name, node.Line, i+1),
+		}
+		if fe.LogRequests != nil {
+			spec.LogRequests = *fe.LogRequests
+		}
+		specs = append(specs, spec)
+	}
+	return specs, nil
+}
+
+// endpointNode returns the node of the endpoint i of the file's root.
+func endpointNode(root *yaml.Node, i int) *yaml.Node {
+	for j := 0; j+1 < len(root.Content); j += 2 {
+		if root.Content[j].Value == "endpoints" && i < len(root.Content[j+1].Content) {
+			return root.Content[j+1].Content[i]
+		}
+	}
+	return root
+}
+
+// errNoEndpoint is a command line that names nothing to expose.
+var errNoEndpoint = errors.New("nothing to expose: give a port, as in 'agent http 3000', or -url and -to, or -config FILE")

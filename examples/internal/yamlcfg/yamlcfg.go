@@ -1,0 +1,283 @@
+// Package yamlcfg reads the example commands' configuration files: YAML,
+// strictly. A key the command does not know, a value of the wrong type, a
+// key given twice and a ${VAR} the environment does not set are errors
+// that name the file and the line; ${VAR} takes its value from the
+// environment, so that secrets stay out of the file. Expansion happens in
+// values after parsing: a variable's value is never read as YAML.
+package yamlcfg
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/tunnelkit/tunnelkit/examples/internal/cli"
+	"github.com/tunnelkit/tunnelkit/policy"
+)
+
+// File is a configuration file, parsed and expanded.
+type File struct {
+	Name string     // the file's path, as given
+	Root *yaml.Node // its top-level mapping; nil for an empty file
+}
+
+// Load reads the YAML file at path and expands ${VAR} in its values from
+// the environment (lookup; nil: os.LookupEnv). The top level must be a
+// mapping.
+func Load(path string, lookup func(string) (string, bool)) (*File, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, b, lookup)
+}
+
+// Parse is Load of the bytes b, read from the file name.
+func Parse(name string, b []byte, lookup func(string) (string, bool)) (*File, error) {
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	f := &File{Name: name}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, f.wrap(err)
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return f, nil // empty
+	}
+	root := doc.Content[0]
+	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+		return f, nil
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, f.At(root, "want a mapping of keys to values at the top (key: value)")
+	}
+	if err := f.expand(root, lookup); err != nil {
+		return nil, err
+	}
+	f.Root = root
+	return f, nil
+}
+
+// variable is a reference to an environment variable in a value.
+var variable = regexp.MustCompile(`\$\{([^}]*)\}`)
+
+// validName is what a variable's name may be.
+var validName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// expand replaces ${VAR} in every scalar value under n (not in keys).
+func (f *File) expand(n *yaml.Node, lookup func(string) (string, bool)) error {
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 1; i < len(n.Content); i += 2 {
+			if err := f.expand(n.Content[i], lookup); err != nil {
+				return err
+			}
+		}
+	case yaml.SequenceNode:
+		for _, c := range n.Content {
+			if err := f.expand(c, lookup); err != nil {
+				return err
+			}
+		}
+	case yaml.AliasNode:
+		return f.At(n, "aliases (*name) are not taken here: write the value out")
+	case yaml.ScalarNode:
+		if !strings.Contains(n.Value, "${") {
+			return nil
+		}
+		var failed error
+		n.Value = variable.ReplaceAllStringFunc(n.Value, func(ref string) string {
+			name := ref[2 : len(ref)-1]
+			if !validName.MatchString(name) {
+				failed = f.At(n, "%s: a variable's name is letters, digits and _, not starting with a digit", ref)
+				return ref
+			}
+			v, ok := lookup(name)
+			if !ok && failed == nil {
+				failed = f.At(n, "%s: the environment does not set %s", ref, name)
+			}
+			return v
+		})
+		if failed != nil {
+			return failed
+		}
+		// The value is a string now, whatever it looked like: "${PORT}"
+		// set to 3000 is 3000 where a number goes, as it would be
+		// written out.
+		n.Tag, n.Style = "", 0
+	}
+	return nil
+}
+
+// At returns an error at n's line: "FILE:LINE: msg".
+func (f *File) At(n *yaml.Node, format string, args ...any) error {
+	return fmt.Errorf("%s:%d: %s", f.Name, n.Line, fmt.Sprintf(format, args...))
+}
+
+// lineMsg is how yaml.v3 starts its messages: "line 4: ...".
+var lineMsg = regexp.MustCompile(`^(?:yaml: )?line (\d+): `)
+
+// wrap turns yaml.v3's errors into "FILE:LINE: ..." ones.
+func (f *File) wrap(err error) error {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		var msgs []string
+		for _, e := range te.Errors {
+			msgs = append(msgs, f.Name+":"+lineMsg.ReplaceAllString(e, "$1: "))
+		}
+		return errors.New(strings.Join(msgs, "\n"))
+	}
+	msg := err.Error()
+	if lineMsg.MatchString(msg) {
+		return errors.New(f.Name + ":" + lineMsg.ReplaceAllString(msg, "$1: "))
+	}
+	return fmt.Errorf("%s: %s", f.Name, strings.TrimPrefix(msg, "yaml: "))
+}
+
+// Decode decodes n into v, a pointer to a struct whose fields name their
+// keys with yaml tags, strictly: a key v does not have is an error at its
+// line, naming the closest key. A field of type yaml.Node is left to the
+// caller to check. where names n for errors ("" at the top).
+func (f *File) Decode(n *yaml.Node, where string, v any) error {
+	if n == nil {
+		return nil
+	}
+	if err := f.checkKeys(n, where, reflect.TypeOf(v).Elem()); err != nil {
+		return err
+	}
+	if err := n.Decode(v); err != nil {
+		return f.wrap(err)
+	}
+	return nil
+}
+
+var nodeType = reflect.TypeFor[yaml.Node]()
+
+// checkKeys checks the keys of the mappings under n against t.
+func (f *File) checkKeys(n *yaml.Node, where string, t reflect.Type) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nodeType {
+		return nil
+	}
+	switch {
+	case t.Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
+		keys := Keys(t)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, val := n.Content[i], n.Content[i+1]
+			field, ok := keys[k.Value]
+			if !ok {
+				return f.unknownKey(k, where, keys)
+			}
+			if err := f.checkKeys(val, join(where, k.Value), field.Type); err != nil {
+				return err
+			}
+		}
+	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
+		for i, c := range n.Content {
+			if err := f.checkKeys(c, fmt.Sprintf("%s[%d]", where, i), t.Elem()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func join(where, key string) string {
+	if where == "" {
+		return key
+	}
+	return where + "." + key
+}
+
+// unknownKey is the error of a key k that is none of keys.
+func (f *File) unknownKey(k *yaml.Node, where string, keys map[string]reflect.StructField) error {
+	names := make([]string, 0, len(keys))
+	for name := range keys {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	in := ""
+	if where != "" {
+		in = " in " + where
+	}
+	msg := fmt.Sprintf("unknown key %q%s", k.Value, in)
+	if near := cli.Closest(k.Value, names); near != "" {
+		msg += fmt.Sprintf(": did you mean %q?", near)
+	}
+	return f.At(k, "%s (the keys%s: %s)", msg, in, strings.Join(names, ", "))
+}
+
+// Keys returns the yaml keys of the struct type t and their fields.
+func Keys(t reflect.Type) map[string]reflect.StructField {
+	keys := map[string]reflect.StructField{}
+	for field := range t.Fields() {
+		name, _, _ := strings.Cut(field.Tag.Get("yaml"), ",")
+		if name != "" && name != "-" {
+			keys[name] = field
+		}
+	}
+	return keys
+}
+
+// Policy reads a traffic policy in the JSON form the edge and agents take
+// (cidr_allow, basic_auth, rate_limit, ... as in PROTOCOL.md), written in
+// YAML at n, and checks its form: its errors name the line. basic_auth
+// also takes a list of "user:password" alone, for {credentials: [...]}.
+// A missing or null policy is nil.
+func (f *File) Policy(n *yaml.Node) (*policy.Spec, error) {
+	if n == nil || n.Kind == 0 || n.Tag == "!!null" {
+		return nil, nil
+	}
+	var v any
+	if err := n.Decode(&v); err != nil {
+		return nil, f.wrap(err)
+	}
+	if m, ok := v.(map[string]any); ok {
+		if list, ok := m[policy.KindBasicAuth].([]any); ok {
+			m[policy.KindBasicAuth] = map[string]any{"credentials": list}
+		}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, f.At(n, "policy: %v", err)
+	}
+	spec, err := policy.Parse(b)
+	if err != nil {
+		return nil, f.At(n, "%v", err)
+	}
+	if spec.IsZero() {
+		return nil, nil
+	}
+	return &spec, nil
+}
+
+// Strings is a value that is one string or a list of them: "edge: a:7000"
+// or "edge: [a:7000, b:7000]".
+type Strings []string
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (s *Strings) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		*s = Strings{n.Value}
+		return nil
+	case yaml.SequenceNode:
+		var list []string
+		if err := n.Decode(&list); err != nil {
+			return err
+		}
+		*s = list
+		return nil
+	}
+	return fmt.Errorf("line %d: want a string or a list of strings", n.Line)
+}
