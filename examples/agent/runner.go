@@ -290,4 +290,3 @@ func (g globals) changed(was globals) string {
 	}
 	return strings.Join(names, ", ")
 }
-
