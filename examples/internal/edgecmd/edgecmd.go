@@ -30,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/examples/internal/cli"
 	"github.com/tunnelkit/tunnelkit/examples/internal/logbuf"
 
 	"golang.org/x/crypto/acme/autocert"
@@ -52,13 +53,13 @@ type Extension struct {
 }
 
 // Main runs the command named name with the process's arguments until
-// SIGINT or SIGTERM, and exits 2 on an error (0 after -h).
+// SIGINT or SIGTERM, and exits 2 on an error (0 after -h and -version).
 func Main(name string, ext *Extension) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, name, os.Args[1:], os.Stdout, os.Stderr, ext); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return // -h: the usage is printed
+		if errors.Is(err, cli.ErrExit) {
+			return // -h, -version: printed
 		}
 		// The edge package's errors carry "edge: ", which the name would
 		// double.
@@ -77,9 +78,9 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	agents := fs.String("agents", "127.0.0.1:7000", "address agents connect to (empty: none; agents connect on -tls, see -tls-agents)")
-	httpAddr := fs.String("http", "127.0.0.1:8080", "address of public HTTP")
-	domain := fs.String("domain", "example.test", "domain HTTP endpoints are named under")
-	tlsAddr := fs.String("tls", "", "address of public TLS, routed by SNI (empty: none)")
+	httpAddr := fs.String("http", "127.0.0.1:8080", "the address of the public HTTP port")
+	domain := fs.String("domain", "example.test", "the domain the endpoints' names are under: NAME.DOMAIN (with localhost, URLs work on this machine as they are printed)")
+	tlsAddr := fs.String("tls", "", "the address of the public TLS port, routed by the name each client asks for (SNI) (empty: none)")
 	tlsAgents := fs.Bool("tls-agents", true, "with -cert or -acme-directory, take agent sessions on -tls too, told apart by ALPN (tunnelkit/1), unless their server name is a tls endpoint's; false: agents connect on -agents only")
 	tcpPorts := fs.String("tcp-ports", "", "range of ports for TCP endpoints, e.g. 20000-20100 (empty: none)")
 	token := fs.String("token", "", "shared secret agents must present, as identity \"token\" (empty, and no -tokens: any agent is accepted, each its own identity)")
@@ -129,14 +130,25 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	policyKinds := fs.String("policy-kinds", "", "the kinds of traffic policy agents may declare, comma separated (cidr_allow,cidr_deny,rate_limit,basic_auth,oidc,mutual_tls,request_headers,response_headers,webhook); others are refused (empty: every kind)")
 	var oidcIssuers stringList
 	fs.Var(&oidcIssuers, "oidc-issuer-allowed", "an OpenID provider's issuer URL that agents' oidc policies may name (repeat for more; empty: any https issuer)")
+	configFile := fs.String("config", "", "read the settings from this YAML file: each flag's name, with _ for -, is a key; tokens and policy also take the list of tokens and the policy themselves; flags given win over the file")
 	if ext != nil && ext.Flags != nil {
 		ext.Flags(fs)
 	}
-	if err := fs.Parse(args); err != nil {
+	cmd := edgeCommand(name)
+	if err := cmd.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return &cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q: every setting is a flag (-name value)\nRun '%s -h' for every flag.", fs.Arg(0), name)}
+	}
+	file := &fileConfig{}
+	if *configFile != "" {
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		var err error
+		if file, err = applyConfig(fs, *configFile, given); err != nil {
+			return err
+		}
 	}
 	if *domain == "" {
 		return errors.New("-domain is required")
@@ -222,10 +234,16 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 			return err
 		}
 	}
+	for _, t := range file.tokens {
+		if _, dup := ids[sha256.Sum256([]byte(t.Token))]; dup {
+			return fmt.Errorf("%s: tokens: a token given twice (identity %s)", *configFile, t.Identity)
+		}
+		ids.add(t.Token, t.Identity)
+	}
 	if len(ids) > 0 {
 		srv.Authenticate = ids.authenticate
 	}
-	if err := operatorPolicy(srv, *policyFile, *policyKinds, oidcIssuers); err != nil {
+	if err := operatorPolicy(srv, *policyFile, file.policy, *policyKinds, oidcIssuers); err != nil {
 		return err
 	}
 	if *accessLog {
@@ -350,6 +368,9 @@ func (l *prefixList) String() string {
 	return strings.Join(s, ",")
 }
 
+// repeats marks a flag that repeats.
+func (l *prefixList) repeats() {}
+
 func (l *prefixList) Set(v string) error {
 	for f := range strings.SplitSeq(v, ",") {
 		f = strings.TrimSpace(f)
@@ -381,11 +402,18 @@ func (l *stringList) Set(v string) error {
 	return nil
 }
 
-// operatorPolicy sets srv.Policy from -policy, -policy-kinds and
-// -oidc-issuer-allowed: the same for every identity.
-func operatorPolicy(srv *edge.Server, file, kinds string, issuers []string) error {
+// repeats marks a flag that repeats: a -config file's list sets it once
+// for each item.
+func (l *stringList) repeats() {}
+
+// operatorPolicy sets srv.Policy from -policy (or the policy of the
+// -config file, inline), -policy-kinds and -oidc-issuer-allowed: the same
+// for every identity.
+func operatorPolicy(srv *edge.Server, file string, inline *policy.Spec, kinds string, issuers []string) error {
 	var op policy.Operator
-	if file != "" {
+	if inline != nil {
+		op.Policy, file = *inline, "(the -config file's policy)"
+	} else if file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			return fmt.Errorf("-policy: %w", err)
@@ -393,6 +421,8 @@ func operatorPolicy(srv *edge.Server, file, kinds string, issuers []string) erro
 		if op.Policy, err = policy.Parse(b); err != nil {
 			return fmt.Errorf("-policy %s: %w", file, err)
 		}
+	}
+	if file != "" {
 		// The kinds that fit some protocol must fit it as they are.
 		for _, proto := range []string{policy.ProtoHTTP, policy.ProtoHTTPS, policy.ProtoTLS, policy.ProtoTCP} {
 			if _, err := policy.Combine(proto, policy.Operator{Policy: op.Policy}, policy.Spec{}); err != nil {

@@ -164,3 +164,81 @@ func TestTLSAgentsFlag(t *testing.T) {
 		}
 	}
 }
+
+// A -config file sets what the flags set, each flag's name with _ for -
+// its key; a flag given wins over its key; tokens and policy are written
+// in the file itself too.
+func TestConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "edge.yml")
+	os.WriteFile(file, []byte(`# an edge's settings
+domain: example.com
+max_endpoints_per_identity: 7
+body_timeout: 30s
+http_idle: -1s
+allow_catch_all: true
+proxy_protocol_from: [10.0.0.0/8, 192.0.2.7]
+policy_kinds: [basic_auth, rate_limit]
+oidc_issuer_allowed:
+  - https://id.example.com
+tokens:
+  - token: ${EDGECMD_TEST_TOKEN}
+    identity: team-a
+  - token: other
+    identity: team-b
+policy:
+  cidr_deny: [192.0.2.0/24]
+`), 0o600)
+	t.Setenv("EDGECMD_TEST_TOKEN", "s3cret")
+	srv := configured(t, "-config", file, "-body-timeout", "5s")
+	if srv.Domain != "example.com" || !srv.AllowCatchAll || srv.Limits.EndpointsPerIdentity != 7 {
+		t.Errorf("domain %q, catch-all %v, limits %+v", srv.Domain, srv.AllowCatchAll, srv.Limits)
+	}
+	if want := (edge.Timeouts{Body: 5 * time.Second, HTTPIdle: -time.Second}); srv.Timeouts != want {
+		t.Errorf("Timeouts %+v, want %+v: the flag wins over body_timeout", srv.Timeouts, want)
+	}
+	if len(srv.ProxyProtocolFrom) != 2 {
+		t.Errorf("ProxyProtocolFrom %v", srv.ProxyProtocolFrom)
+	}
+	for token, want := range map[string]string{"s3cret": "team-a", "other": "team-b"} {
+		if id, err := srv.Authenticate(context.Background(), token); err != nil || id != want {
+			t.Errorf("token %q: %q, %v; want %s", token, id, err, want)
+		}
+	}
+	if _, err := srv.Authenticate(context.Background(), "${EDGECMD_TEST_TOKEN}"); err == nil {
+		t.Error("the variable's name is a token")
+	}
+	op := srv.Policy("anyone")
+	if len(op.Policy.CIDRDeny) != 1 || !slices.Equal(op.Kinds, []string{policy.KindBasicAuth, policy.KindRateLimit}) || !slices.Equal(op.OIDCIssuers, []string{"https://id.example.com"}) {
+		t.Errorf("operator policy %+v", op)
+	}
+}
+
+// A file that does not read says where and why, and the edge does not
+// start.
+func TestConfigFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ src, want string }{
+		{"domian: x\n", `:1: unknown key "domian": did you mean "domain"?`},
+		{"tls: [a, b]\n", ":1: tls takes one value, not a list"},
+		{"max_pending: lots\n", `:1: max_pending "lots": want a whole number`},
+		{"domain: a\ndomain: b\n", `:2: "domain" given twice (first at line 1)`},
+		{"token: ${EDGECMD_UNSET}\n", ":1: ${EDGECMD_UNSET}: the environment does not set EDGECMD_UNSET"},
+		{"tokens:\n  - token: x\n", ":2: tokens[0]: want a token and an identity"},
+		{"tokens:\n  - token: x\n    identity: a\n    role: admin\n", `:4: unknown key "role" in tokens[0]`},
+		{"policy:\n  ip_reputation: {}\n", ":2: policy: unknown kind"},
+		{"config: other.yml\n", `:1: unknown key "config"`},
+		{"tcp-ports: 1-2\n", `:1: unknown key "tcp-ports": did you mean "tcp_ports"?`},
+	} {
+		file := filepath.Join(dir, "edge.yml")
+		os.WriteFile(file, []byte(c.src), 0o600)
+		// A file that reads gets no further than the setup.
+		stop := &Extension{Configure: func(context.Context, *edge.Server, *slog.Logger) (func(), error) {
+			return nil, errors.New("the file was read")
+		}}
+		err := Run(context.Background(), "edge", []string{"-agents", "127.0.0.1:0", "-http", "127.0.0.1:0", "-config", file}, io.Discard, io.Discard, stop)
+		if err == nil || !strings.HasPrefix(err.Error(), file+c.want) {
+			t.Errorf("%q: %v\nwant an error starting %s%s", c.src, err, file, c.want)
+		}
+	}
+}

@@ -72,12 +72,19 @@ var variable = regexp.MustCompile(`\$\{([^}]*)\}`)
 // validName is what a variable's name may be.
 var validName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// expand replaces ${VAR} in every scalar value under n (not in keys).
+// expand replaces ${VAR} in every scalar value under n (not in keys),
+// and refuses a key given twice in a mapping.
 func (f *File) expand(n *yaml.Node, lookup func(string) (string, bool)) error {
 	switch n.Kind {
 	case yaml.MappingNode:
-		for i := 1; i < len(n.Content); i += 2 {
-			if err := f.expand(n.Content[i], lookup); err != nil {
+		seen := map[string]int{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if first, dup := seen[k.Value]; dup {
+				return f.At(k, "%q given twice (first at line %d)", k.Value, first)
+			}
+			seen[k.Value] = k.Line
+			if err := f.expand(n.Content[i+1], lookup); err != nil {
 				return err
 			}
 		}

@@ -80,7 +80,7 @@ func TestStrict(t *testing.T) {
 		{"edge: a:1\ntokne: x\n", `agent.yml:2: unknown key "tokne": did you mean "token"? (the keys: edge, endpoints, token)`},
 		{"endpoints:\n  - url: http://\n    to: 1\n  - url: http://\n    too: 2\n", `agent.yml:5: unknown key "too" in endpoints[1]: did you mean "to"?`},
 		{"endpoints:\n  - url: http://\n    pool: maybe\n", "agent.yml:3: cannot unmarshal !!str `maybe` into bool"},
-		{"token: a\ntoken: b\n", `agent.yml:2: mapping key "token" already defined at line 1`},
+		{"token: a\ntoken: b\n", `agent.yml:2: "token" given twice (first at line 1)`},
 		{"token: ${NOPE}\n", "agent.yml:1: ${NOPE}: the environment does not set NOPE"},
 		{"token: ${1X}\n", "agent.yml:1: ${1X}: a variable's name is"},
 		{"- a\n- b\n", "agent.yml:1: want a mapping"},
