@@ -47,8 +47,8 @@ var fileKeys = map[string]func(c *fileConfig, f *yamlcfg.File, n *yaml.Node) err
 
 // fileConfig is what a -config file holds besides flags' values.
 type fileConfig struct {
-	tokens []tokenEntry  // the tokens of the file itself
-	policy *policy.Spec  // the operator's policy, written in the file
+	tokens []tokenEntry   // the tokens of the file itself
+	policy *policy.Spec   // the operator's policy, written in the file
 	where  map[string]int // the line of each key, for errors
 }
 
