@@ -198,7 +198,7 @@ func TestEdgeAgentHello(t *testing.T) {
 	if !strings.HasPrefix(url, "http://") || !strings.HasSuffix(url, ".example.test:"+port) {
 		t.Fatalf("hello printed %q", url)
 	}
-	if got := getVia(t, pub, url+"/x"); !strings.Contains(got, "Hello from behind the tunnel!") || !strings.Contains(got, "You are 127.0.0.1:") {
+	if got := getVia(t, pub, url+"/x"); !strings.Contains(got, "Hello from behind the tunnel!") || !strings.Contains(got, "You are 127.0.0.1, asking for ") {
 		t.Fatalf("hello answered %q", got)
 	}
 
@@ -209,7 +209,7 @@ func TestEdgeAgentHello(t *testing.T) {
 		t.Fatalf("hello -listen printed %q", local)
 	}
 	url = readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-url", "http://local.example.test", "-to", strings.TrimPrefix(local, "http://")))
-	if got := getVia(t, pub, url+"/y"); !strings.Contains(got, "Hello from behind the tunnel!") || !strings.Contains(got, "X-Forwarded-For: 127.0.0.1\n") {
+	if got := getVia(t, pub, url+"/y"); !strings.Contains(got, "You are 127.0.0.1, asking for local.example.test:"+port+"/y\n") || !strings.Contains(got, "X-Forwarded-For: 127.0.0.1\n") {
 		t.Fatalf("hello -listen behind the agent answered %q", got)
 	}
 }

@@ -127,14 +127,30 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	return set
 }
 
-// Handler greets the client by the address the tunnel reports, and names
-// the hops of X-Forwarded-For when there are some (behind an agent's -to,
-// the client is the agent's forwarder, and X-Forwarded-For the client).
+// Handler greets the client by its address: the last hop of
+// X-Forwarded-For when there is one (behind an agent's -to, where the
+// connection is the agent's forwarder's, the hop the edge added for the
+// client), else the address the tunnel reports. It names the whole
+// X-Forwarded-For too.
 func Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "Hello from behind the tunnel!\nYou are %s, asking for %s%s\n", r.RemoteAddr, r.Host, r.URL.Path)
+		fmt.Fprintf(w, "Hello from behind the tunnel!\nYou are %s, asking for %s%s\n", client(r), r.Host, r.URL.Path)
 		if xff := r.Header.Get("X-Forwarded-For"); xff != "" {
 			fmt.Fprintf(w, "X-Forwarded-For: %s\n", xff)
 		}
 	})
+}
+
+// client returns the address of r's client, without its port.
+func client(r *http.Request) string {
+	if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+		hops := strings.Split(xff[len(xff)-1], ",")
+		if last := strings.TrimSpace(hops[len(hops)-1]); last != "" {
+			return last
+		}
+	}
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
 }
