@@ -199,10 +199,20 @@ func parseArgs(args []string, stdout, stderr io.Writer) (*cmdline, error) {
 	if err := command.Parse(fs, args, stdout, stderr); err != nil {
 		return nil, err
 	}
-	if pos == nil {
-		pos = fs.Args()
-	} else if fs.NArg() > 0 {
-		return nil, usageError("unexpected argument %q after the flags", fs.Arg(0))
+	if pos == nil && fs.NArg() > 0 {
+		// "agent -flags http 3000 -more-flags": the shorthand after some.
+		rest := fs.Args()
+		n := 1
+		if shorthands[rest[0]] {
+			n = min(2, len(rest))
+		}
+		pos = rest[:n]
+		if err := command.Parse(fs, rest[n:], stdout, stderr); err != nil {
+			return nil, err
+		}
+	}
+	if fs.NArg() > 0 {
+		return nil, usageError("unexpected argument %q", fs.Arg(0))
 	}
 	if len(pos) > 0 {
 		if err := cl.shorthand(pos); err != nil {
@@ -360,6 +370,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	if err != nil {
 		return err
 	}
+	interrupted := ctx // SIGINT, SIGTERM
 	httpAny := false
 	for _, s := range specs {
 		httpAny = httpAny || s.httpMode()
@@ -471,7 +482,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	for _, s := range specs {
 		if err := r.start(setup, s); err != nil {
 			cancelSetup()
-			if ctx.Err() != nil && context.Cause(ctx) == context.Canceled {
+			if interrupted.Err() != nil {
 				return nil // interrupted while it waited
 			}
 			return err
@@ -491,10 +502,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	for {
 		select {
 		case <-ctx.Done():
-			if err := context.Cause(ctx); err != context.Canceled {
-				return err // an endpoint lost for good
+			if interrupted.Err() != nil {
+				return nil
 			}
-			return nil
+			return context.Cause(ctx) // an endpoint lost for good
 		case <-hup:
 			if cl.config == "" {
 				log.Warn("SIGHUP: there is no -config file to read again")

@@ -50,7 +50,8 @@ func (r *runner) start(ctx context.Context, s endpointSpec) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(r.stdout, l.URL())
+	// Kept before it is printed: whoever reads the URL may kill the
+	// agent at once, and its next run must have it.
 	if err := r.state.update(func(d *stateData) {
 		if d.Endpoints == nil {
 			d.Endpoints = map[string]stateEndpoint{}
@@ -60,17 +61,19 @@ func (r *runner) start(ctx context.Context, s endpointSpec) error {
 	}); err != nil {
 		r.log.Warn("state file not written", "file", r.state.path, "err", err)
 	}
+	fmt.Fprintln(r.stdout, l.URL())
 	log := r.log
 	if r.many {
+		// Each line names its endpoint.
 		log = log.With("url", l.URL())
 	}
 	var fwd interface{ Serve(net.Listener) error }
 	if s.httpMode() {
-		log.Info("forwarding requests", "url", l.URL(), "to", s.target.String(), "app_protocol", l.AppProtocol())
+		r.log.Info("forwarding requests", "url", l.URL(), "to", s.target.String(), "app_protocol", l.AppProtocol())
 		// The app protocol is l's.
 		fwd = forward.HTTP{To: s.target.addr, Network: s.target.network, TLSConfig: s.toTLS, Host: s.target.hostHeader(s.HostHeader), Logger: log, Inspector: r.insp}
 	} else {
-		log.Info("forwarding", "url", l.URL(), "to", s.target.String())
+		r.log.Info("forwarding", "url", l.URL(), "to", s.target.String())
 		fwd = forward.Bytes{To: s.target.addr, Network: s.target.network, TLSConfig: s.toTLS, ProxyProtocol: s.ProxyProto, Logger: log}
 	}
 	run := &running{spec: s, l: l, done: make(chan struct{})}

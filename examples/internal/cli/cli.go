@@ -34,12 +34,16 @@ type Command struct {
 }
 
 // Parse parses args into fs, which must have ContinueOnError, with -h,
-// -help and -version answered (ErrExit), and an unknown flag or a bad
+// -help and -version answered (ErrExit); it may be called again for the
+// arguments after a positional one, and an unknown flag or a bad
 // value answered in at most five lines, the first the error, naming the
 // closest flag, the last pointing at -h: the error returned then says it
 // all, and is printed as is.
 func (c Command) Parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
-	version := fs.Bool("version", false, "print the version and exit")
+	if fs.Lookup("version") == nil {
+		fs.Bool("version", false, "print the version and exit")
+	}
+	version := fs.Lookup("version").Value.(flag.Getter)
 	fs.SetOutput(io.Discard) // the package's own answers go out below
 	fs.Usage = func() {}
 	err := fs.Parse(args)
@@ -49,7 +53,7 @@ func (c Command) Parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer
 		return ErrExit
 	case err != nil:
 		return c.parseError(fs, err)
-	case *version:
+	case version.Get() == true:
 		fmt.Fprintf(stdout, "%s version %s\n", c.Name, Version())
 		return ErrExit
 	}
