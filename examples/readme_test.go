@@ -462,7 +462,9 @@ func runShell(t *testing.T, line int, script string) string {
 		t.Fatal(err)
 	}
 	cmd.Dir = p.root
-	cmd.Env = append(cmd.Env, "PATH="+p.bin+string(os.PathListSeparator)+os.Getenv("PATH"), "TMPDIR="+tmp)
+	// The agents' state files, in their default place, under the test's
+	// directory too.
+	cmd.Env = append(cmd.Env, "PATH="+p.bin+string(os.PathListSeparator)+os.Getenv("PATH"), "TMPDIR="+tmp, "XDG_STATE_HOME="+filepath.Join(tmp, "state"))
 	var out testtools.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := runIsolated(t, cmd, fmt.Sprintf("README.md:%d", line)); err != nil {
