@@ -16,6 +16,7 @@ require (
 	github.com/tunnelkit/tunnelkit/policy/oidc v0.0.0-20261201190626-6a5522650f5a
 	github.com/tunnelkit/tunnelkit/router/etcdrouter v0.0.0-20261201190626-6a5522650f5a
 	go.etcd.io/etcd/client/v3 v3.7.3
+	go.yaml.in/yaml/v3 v3.0.6
 	golang.ngrok.com/muxado/v2 v2.0.2
 	golang.org/x/crypto v0.59.0
 	google.golang.org/grpc v1.83.2
@@ -70,7 +71,6 @@ require (
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.27.1 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
-	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/oauth2 v0.38.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
