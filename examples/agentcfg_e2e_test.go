@@ -158,8 +158,9 @@ func echoServer(t *testing.T) string {
 
 // TestAgentConfig runs one agent with a -config file of three endpoints,
 // on an edge with a -config file of its own: an http endpoint to a port
-// given alone, one to an app that speaks TLS (its certificate checked
-// against to_ca, basic auth with a password from ${VAR}) and a tcp one.
+// given alone, an https one (TLS ends at the edge) to an app that speaks
+// TLS (its certificate checked against to_ca, basic auth with a password
+// from ${VAR}) and a tcp one.
 // All three work, over one session; the token comes from ${VAR} on both
 // sides.
 func TestAgentConfig(t *testing.T) {
@@ -169,20 +170,28 @@ func TestAgentConfig(t *testing.T) {
 	}
 	bin := build(t, "edge", "agent")
 	dir := t.TempDir()
-	agents, pub := freePort(t), freePort(t)
+	agents, pub, tlsPub := freePort(t), freePort(t), freePort(t)
 	_, tcpPort, _ := net.SplitHostPort(freePort(t))
 	_, httpPort, _ := net.SplitHostPort(pub)
+	_, httpsPort, _ := net.SplitHostPort(tlsPub)
 	env := []string{"TK_TEST_TOKEN=s3cret-token", "TK_TEST_PW=pass word"}
 
+	// The edge's certificate for https endpoints, of a CA the test's
+	// client trusts.
+	edgeCA := testpki.New(t)
+	certPEM, keyPEM := testpki.PEMFiles(t, edgeCA.Issue(t, "*.example.test"))
 	edgeConfig := writeFile(t, dir, "edge.yml", fmt.Sprintf(`# the edge of TestAgentConfig
 agents: %s
 http: %s
+tls: %s
+cert: %s
+key: %s
 domain: example.test
 tcp_ports: %s
 tokens:
   - token: ${TK_TEST_TOKEN}
     identity: team-a
-`, agents, pub, tcpPort))
+`, agents, pub, tlsPub, writeFile(t, dir, "edge.pem", string(certPEM)), writeFile(t, dir, "edge-key.pem", string(keyPEM)), tcpPort))
 	startProc(t, env, filepath.Join(bin, "edge"), "-config", edgeConfig)
 	waitListening(t, agents)
 
@@ -208,7 +217,7 @@ state: ""
 endpoints:
   - url: http://plain
     to: %s
-  - url: http://admin
+  - url: https://admin
     to: https://%s
     to_ca: %s
     policy:
@@ -218,7 +227,7 @@ endpoints:
 `, agents, plainPort, tlsLn.Addr(), caFile, tcpPort, echo))
 	a := startProc(t, env, filepath.Join(bin, "agent"), "-config", agentConfig)
 	urls := []string{a.line(t), a.line(t), a.line(t)}
-	want := []string{"http://plain.example.test:" + httpPort, "http://admin.example.test:" + httpPort, "tcp://127.0.0.1:" + tcpPort}
+	want := []string{"http://plain.example.test:" + httpPort, "https://admin.example.test:" + httpsPort, "tcp://127.0.0.1:" + tcpPort}
 	for i := range want {
 		if urls[i] != want[i] {
 			t.Fatalf("the agent printed %q, want %q", urls, want)
@@ -227,10 +236,26 @@ endpoints:
 	if status, body := fetch(t, pub, urls[0]+"/", "", ""); status != 200 || body != "plain app" {
 		t.Errorf("http endpoint to port %s: %d %q", plainPort, status, body)
 	}
-	if status, _ := fetch(t, pub, urls[1]+"/", "", ""); status != http.StatusUnauthorized {
+	https := func(user, password string) (int, string) {
+		req, _ := http.NewRequest("GET", urls[1]+"/", nil)
+		if user != "" {
+			req.SetBasicAuth(user, password)
+		}
+		c := viaEdge(tlsPub)
+		c.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: edgeCA.Pool}
+		c.Timeout = 30 * time.Second
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", urls[1], err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if status, _ := https("", ""); status != http.StatusUnauthorized {
 		t.Errorf("the TLS app without credentials: %d, want 401", status)
 	}
-	if status, body := fetch(t, pub, urls[1]+"/", "ann", "pass word"); status != 200 || body != "tls app: tls=true user=ann" {
+	if status, body := https("ann", "pass word"); status != 200 || body != "tls app: tls=true user=ann" {
 		t.Errorf("the TLS app with the password of ${TK_TEST_PW}: %d %q", status, body)
 	}
 	c, err := net.Dial("tcp", "127.0.0.1:"+tcpPort)

@@ -40,6 +40,19 @@
 //
 // -metrics ADDR serves Prometheus metrics at /metrics.
 //
+// -config FILE reads the settings from a YAML file: each flag's name, with
+// _ for -, is a key; tokens and policy also take the tokens and the
+// operator's policy themselves; ${VAR} takes its value from the
+// environment; flags given win over the file (package edgecmd).
+//
+//	domain: example.com
+//	http: :80
+//	tls: :443
+//	acme_directory: https://acme-v02.api.letsencrypt.org/directory
+//	tokens:
+//	  - token: ${TEAM_A_TOKEN}
+//	    identity: team-a
+//
 // Traffic policy: agents declare theirs with each endpoint (see the agent
 // command); -policy FILE adds the operator's to every endpoint (the JSON
 // form agents send, e.g. {"cidr_deny":["192.0.2.0/24"],"rate_limit":{"requests":100}}),
