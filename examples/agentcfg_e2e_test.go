@@ -360,9 +360,8 @@ func TestAgentReload(t *testing.T) {
 	}
 }
 
-// TestAgentShorthand: "agent http PORT" and "agent tcp ADDR" bind a new
-// random name (any port), forwarding to what they name; "agent tls" needs
-// -url.
+// TestAgentShorthand: "agent http PORT", "agent tcp ADDR" and "agent tls
+// ADDR" bind a new random name (any port), forwarding to what they name.
 func TestAgentShorthand(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -372,7 +371,9 @@ func TestAgentShorthand(t *testing.T) {
 	agents, pub := freePort(t), freePort(t)
 	_, tcpPort, _ := net.SplitHostPort(freePort(t))
 	_, httpPort, _ := net.SplitHostPort(pub)
-	startProc(t, nil, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test", "-tcp-ports", tcpPort)
+	tlsPub := freePort(t)
+	_, tlsPort, _ := net.SplitHostPort(tlsPub)
+	startProc(t, nil, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-tls", tlsPub, "-domain", "example.test", "-tcp-ports", tcpPort)
 	waitListening(t, agents)
 	_, appPort, _ := net.SplitHostPort(localHTTPApp(t, "shorthand app"))
 
@@ -397,11 +398,33 @@ func TestAgentShorthand(t *testing.T) {
 	if line, _ := bufio.NewReader(c).ReadString('\n'); line != "echo: hi\n" {
 		t.Errorf("agent tcp: %q", line)
 	}
+	// A tls endpoint at a name of the agent's, passed through to the app.
+	ca := testpki.New(t)
+	tlsApp, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, "*.example.test")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tlsApp.Close() })
+	serveConns(tlsApp, func(c net.Conn) { io.WriteString(c, "tls app") })
+	url = startProc(t, nil, filepath.Join(bin, "agent"), "-edge", agents, "-state", "", "tls", tlsApp.Addr().String()).line(t)
+	name, ok := strings.CutPrefix(url, "tls://")
+	name, ok2 := strings.CutSuffix(name, ".example.test:"+tlsPort)
+	if !ok || !ok2 || len(name) != 10 {
+		t.Fatalf("agent tls printed %q, want tls://NAME.example.test:%s", url, tlsPort)
+	}
+	tc, err := tls.Dial("tcp", tlsPub, &tls.Config{ServerName: name + ".example.test", RootCAs: ca.Pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(tc)
+	tc.Close()
+	if string(b) != "tls app" {
+		t.Errorf("agent tls: %q", b)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"tls", "443"}, "'agent tls 443' needs -url tls://NAME"},
 		{[]string{"http"}, "'agent http' needs what to forward to: 'agent http 3000'"},
 		{[]string{"3000"}, "to expose a port, write 'agent http 3000' or -to 3000"},
 		{[]string{"-to", "3000x"}, `-to "3000x": no port; want a port (3000), host:port,`},

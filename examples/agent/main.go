@@ -9,7 +9,7 @@
 //	agent -config agent.yml                           # many endpoints, one session
 //
 // The shorthand "agent PROTO TO" (http, https, tcp or tls) binds a new
-// random name, or -url, forwarding to TO. -to takes a port (on
+// random name (a free port for tcp), or -url, forwarding to TO. -to takes a port (on
 // 127.0.0.1), host:port, http://host:port, https://host:port (an app that
 // speaks TLS, whose certificate is checked against the system's roots or
 // -to-ca, for -to-server-name when the name differs from the address) or
@@ -245,10 +245,7 @@ func (cl *cmdline) shorthand(pos []string) error {
 	u := cl.endpoint.URL
 	switch {
 	case u == "":
-		if proto == "tls" {
-			return usageError("'agent tls %s' needs -url tls://NAME: a tls endpoint is found by the name clients ask for", pos[1])
-		}
-		cl.endpoint.URL = proto + "://"
+		cl.endpoint.URL = proto + "://" // a random name (tls: the agent's, see runner.bind)
 	case !strings.Contains(u, "://"):
 		cl.endpoint.URL = proto + "://" + u
 	case !strings.EqualFold(cl.endpoint.scheme(), proto):

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -116,6 +117,12 @@ func (r *runner) bind(ctx context.Context, s endpointSpec) (*agent.Listener, err
 		}
 	}
 	for waited := time.Duration(0); ; {
+		if strings.EqualFold(ep.URL, "tls://") {
+			// The edge names http, https and tcp endpoints that ask for
+			// no name, not tls ones: the agent does, as the edge would.
+			ep.URL = "tls://" + randomName()
+			r.log.Info("a tls endpoint at a random name: the app's certificate must carry it (or *. and the edge's domain)", "name", strings.TrimPrefix(ep.URL, "tls://"))
+		}
 		l, err := r.c.ListenEndpoint(ctx, ep)
 		if err == nil || !errors.Is(err, agent.ErrNameTaken) || !held {
 			return l, err
@@ -150,6 +157,16 @@ func (r *runner) bind(ctx context.Context, s endpointSpec) (*agent.Listener, err
 		}
 		waited += delay
 	}
+}
+
+// randomName returns a new random name of 10 letters and digits.
+func randomName() string {
+	const chars = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 10)
+	for i := range b {
+		b[i] = chars[rand.IntN(len(chars))]
+	}
+	return string(b)
 }
 
 // keptTime is how the edge says until when it keeps a name.
