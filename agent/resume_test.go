@@ -97,3 +97,37 @@ func TestResumeTicketAfterKill(t *testing.T) {
 		t.Errorf("Ticket after the new session: %q, want the new session's", again.Ticket())
 	}
 }
+
+// TestResumeTicketHostile: a ResumeTicket the edge did not sign (garbage,
+// or a real one altered) gets no identity back and takes no name: the
+// client binds as a new identity, and a name kept for another is refused.
+func TestResumeTicketHostile(t *testing.T) {
+	e := startHTTPEdge(t, nil)
+	k := &killable{}
+	owner := &agent.Client{Addrs: []string{e.agents}, DialContext: k.dial, MinBackoff: time.Hour, MaxBackoff: time.Hour}
+	defer owner.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := owner.Listen(ctx, "http://kept"); err != nil {
+		t.Fatal(err)
+	}
+	real := owner.Ticket()
+	k.kill()
+	last := real[len(real)-1]
+	flipped := real[:len(real)-1] + string(rune('A'+(last-'A'+1)%26))
+	for _, ticket := range []string{"garbage", flipped, strings.Repeat("A", 5000), "\n" + real} {
+		c := &agent.Client{Addrs: []string{e.agents}, ResumeTicket: ticket}
+		if _, err := c.Listen(ctx, "http://other-"+randomLabel(t)); err != nil {
+			t.Errorf("ResumeTicket %.20q: a bind of a free name failed: %v", ticket, err)
+		}
+		if _, err := c.Listen(ctx, "http://kept"); !errors.Is(err, agent.ErrNameTaken) {
+			t.Errorf("ResumeTicket %.20q took the name kept for its owner: %v", ticket, err)
+		}
+		c.Close()
+	}
+}
+
+// randomLabel returns a label no other test binds.
+func randomLabel(t *testing.T) string {
+	return strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())) + "-" + time.Now().Format("150405.000000000")[7:]
+}

@@ -74,7 +74,7 @@ func parseTarget(s string) (target, error) {
 		return bad(fmt.Sprintf("scheme %q", scheme))
 	}
 	u, err := url.Parse("http://" + rest)
-	if err != nil || u.Host == "" {
+	if err != nil || u.Hostname() == "" {
 		return bad("no host")
 	}
 	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil || u.Fragment != "" {

@@ -59,3 +59,28 @@ func TestHostHeader(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseTarget: whatever is typed, parseTarget answers a target it
+// can print and read back as the same, or an error saying what is
+// wanted; it never panics.
+func FuzzParseTarget(f *testing.F) {
+	for _, s := range []string{"3000", ":3000", "localhost:3000", "[::1]:3000", "https://127.0.0.1:8443", "http://x", "unix:/run/a.sock", "unix:", "https://[::1", "http://%zz", "0", "65536"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		tg, err := parseTarget(s)
+		if err != nil {
+			if !strings.Contains(err.Error(), "want a port (3000)") {
+				t.Fatalf("parseTarget(%q): %v, which does not say what is wanted", s, err)
+			}
+			return
+		}
+		if tg.addr == "" {
+			t.Fatalf("parseTarget(%q) = %+v: no address", s, tg)
+		}
+		again, err := parseTarget(tg.String())
+		if err != nil || again != tg {
+			t.Fatalf("parseTarget(%q) = %+v, whose String %q reads as %+v, %v", s, tg, tg.String(), again, err)
+		}
+	})
+}

@@ -109,3 +109,29 @@ func TestEmpty(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParse: no file makes Parse, Decode or Policy panic, and every error
+// names the file.
+func FuzzParse(f *testing.F) {
+	for _, seed := range []string{
+		"edge: a:1\nendpoints:\n  - url: http://x\n    to: 3000\n    policy:\n      basic_auth: [a:b]\n",
+		"token: ${X}\n", "a: &x 1\nb: *x\n", "- 1\n", "endpoints: {}\n", "edge: [1, [2]]\n", "{", "token: ${}\n",
+		"endpoints:\n  - policy: [1]\n", "endpoints:\n  - policy: {rate_limit: {requests: -1}}\n",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		c, file, err := load(t, src, map[string]string{"X": "${X}"})
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "agent.yml") {
+				t.Fatalf("an error that does not name the file: %v", err)
+			}
+			return
+		}
+		for i := range c.Endpoints {
+			if _, err := file.Policy(&c.Endpoints[i].Policy); err != nil && !strings.HasPrefix(err.Error(), "agent.yml") {
+				t.Fatalf("a policy error that does not name the file: %v", err)
+			}
+		}
+	})
+}
