@@ -147,7 +147,11 @@ func Closest(s string, names []string) string {
 			best, bestD = n, d
 		}
 	}
-	if bestD <= max(2, len(s)/3) {
+	allowed := max(1, len(s)/3) // "x" is no typo of "to"
+	if len(s) >= 4 {
+		allowed = max(2, allowed)
+	}
+	if bestD <= allowed {
 		return best
 	}
 	return ""
