@@ -63,10 +63,11 @@ type Conn struct {
 	// the stream), and the trailers of either. Fields are in the order
 	// they were sent, pseudo-header fields included, at most 1 MiB of
 	// names and values (the fields past it are left out); fields is valid
-	// only during the call. It is called from the goroutine that passes
-	// the block's bytes (Request or Response), and must not call the
-	// Conn's methods.
-	Header func(stream uint32, response bool, fields []hpack.HeaderField)
+	// only during the call. end reports that the block's HEADERS frame
+	// ended its side of the stream (END_STREAM): a request without a
+	// body, say. It is called from the goroutine that passes the block's
+	// bytes (Request or Response), and must not call the Conn's methods.
+	Header func(stream uint32, response bool, fields []hpack.HeaderField, end bool)
 
 	// Data, if not nil, is called with the payload of each DATA frame on
 	// such a stream, without its padding, as its bytes pass (a frame's

@@ -343,7 +343,7 @@ func (h *half) fragment(c *Conn, frag []byte, last bool) error {
 
 // header passes the fields of the block that ended on stream id to
 // Conn.Header.
-func (h *half) header(c *Conn, id uint32) { c.Header(id, !h.client, h.hf) }
+func (h *half) header(c *Conn, id uint32) { c.Header(id, !h.client, h.hf, h.blockEnd) }
 
 // releaseFields lets the fields of the block that ended go.
 func (h *half) releaseFields() {

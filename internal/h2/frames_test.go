@@ -100,9 +100,13 @@ func runHooks(r *rand.Rand, reqs, resps []byte) (got, hooks string, err error) {
 		if x.Stream == 0 {
 			xs = append(xs, "stream 0")
 		}
-	}, Header: func(id uint32, response bool, fields []hpack.HeaderField) {
+	}, Header: func(id uint32, response bool, fields []hpack.HeaderField, end bool) {
 		flush()
-		events = append(events, fmt.Sprintf("%d%s%v", id, dir(response), fields))
+		ev := fmt.Sprintf("%d%s%v", id, dir(response), fields)
+		if end {
+			ev += " end"
+		}
+		events = append(events, ev)
 	}, Data: func(id uint32, response bool, p []byte) {
 		if len(p) == 0 {
 			events = append(events, "empty data")
@@ -254,10 +258,10 @@ func TestHooks(t *testing.T) {
 	resps := w.Bytes()
 
 	want := `1>[header field ":method" = "POST" header field ":scheme" = "http" header field ":authority" = "h" header field ":path" = "/p" header field "content-type" = "text/plain"]; ` +
-		`1>data:"hello world"; 1>[header field "x-sum" = "1"]; ` +
+		`1>data:"hello world"; 1>[header field "x-sum" = "1"] end; ` +
 		`3>[header field ":method" = "GET" header field ":scheme" = "http" header field ":authority" = "example.com" header field ":path" = "/reset"]; ` +
 		`1<[header field ":status" = "103" header field "link" = "</x>"]; 1<[header field ":status" = "200" header field "content-type" = "text/plain"]; ` +
-		`1<data:"answer"; 1<[header field "grpc-status" = "0"]`
+		`1<data:"answer"; 1<[header field "grpc-status" = "0"] end`
 	for range 20 {
 		got, hooks, err := runHooks(r, reqs, resps)
 		if err != nil || got != "GET /reset 0 0 true; POST /p 200 6 false" {

@@ -124,11 +124,11 @@ func (p *proxy) serve(client net.Conn) {
 		p.got[x.Target] = x
 		p.msgs[x.Target] = m
 		p.notify()
-	}, Header: func(id uint32, response bool, fields []hpack.HeaderField) {
+	}, Header: func(id uint32, response bool, fields []hpack.HeaderField, end bool) {
 		smu.Lock()
 		defer smu.Unlock()
 		m := msgsOf(id)
-		m.blocks = append(m.blocks, block{response, slices.Clone(fields)})
+		m.blocks = append(m.blocks, block{response, slices.Clone(fields), end})
 	}, Data: func(id uint32, response bool, p []byte) {
 		smu.Lock()
 		defer smu.Unlock()
@@ -186,6 +186,7 @@ type streamMsgs struct {
 type block struct {
 	response bool
 	fields   []hpack.HeaderField
+	end      bool
 }
 
 // value returns the value of the field name in the first block of the
@@ -332,6 +333,9 @@ func do(t *testing.T, c *http.Client, p *proxy, method, url string, body io.Read
 	}
 	if m.value(false, ":method") != method || m.value(false, ":path") != req.URL.RequestURI() || m.value(true, ":status") != fmt.Sprint(resp.StatusCode) {
 		t.Errorf("%s %s: Header passed %v", method, url, m.blocks)
+	}
+	if len(m.blocks) == 0 || m.blocks[0].response || m.blocks[0].end != (sent.Len() == 0 && (body == nil || body == http.NoBody)) {
+		t.Errorf("%s %s: Header passed %v; the request's block ends the stream only without a body", method, url, m.blocks)
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		if v := m.value(false, strings.ToLower(hdr[i])); v != hdr[i+1] {
