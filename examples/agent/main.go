@@ -255,7 +255,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var fwd interface{ Serve(net.Listener) error } = forward.Bytes{To: *to, ProxyProtocol: *proxyProto, Logger: log}
 	if httpMode {
 		// The app protocol is l's.
-		fwd = forward.HTTP{To: *to, Logger: log, Inspector: insp}
+		h := forward.HTTP{To: *to, Logger: log}
+		if insp != nil {
+			h.Recorder = insp
+		}
+		fwd = h
 	}
 	if err := fwd.Serve(l); err != nil {
 		return err
