@@ -1218,22 +1218,19 @@ func cookieOf(t testing.TB, resp *http.Response, name string) string {
 	return ""
 }
 
-// lookupsAfterHalfClose is a MemoryRouter whose lookups for an HTTP
-// request wait, while hold is set, until net/http cancelled the request's
-// context, as it does when the request's client half-closes: as a Router
-// that asks a store (etcd) may take as long as a client takes to
-// half-close. The race of issue #32 is then certain: the edge comes to
-// the request's policy after its client half-closed.
-type lookupsAfterHalfClose struct {
-	*router.MemoryRouter
-	hold atomic.Bool
-}
-
-func (r *lookupsAfterHalfClose) Lookup(ctx context.Context, proto, host string) ([]router.Route, error) {
-	if r.hold.Load() && ctx.Value(http.ServerContextKey) != nil {
-		<-ctx.Done()
-	}
-	return r.MemoryRouter.Lookup(ctx, proto, host)
+// holdLookupsAfterHalfClose makes the lookups of s for HTTP requests wait,
+// while hold is set, until net/http cancelled the request's context, as it
+// does when the request's client half-closes: as a Router that asks a store
+// (etcd) may take as long as a client takes to half-close. The race of
+// issue #32 is then certain: the edge comes to the request's policy after
+// its client half-closed. (The edge asks its Router on a context that the
+// half-close does not end: the hook sees the request's own.)
+func holdLookupsAfterHalfClose(s *edge.Server, hold *atomic.Bool) {
+	edge.SetTestHookLookup(s, func(ctx context.Context) {
+		if hold.Load() && ctx.Value(http.ServerContextKey) != nil {
+			<-ctx.Done()
+		}
+	})
 }
 
 // TestPolicyHalfClosed: a client that half-closes its connection once its
@@ -1242,14 +1239,14 @@ func (r *lookupsAfterHalfClose) Lookup(ctx context.Context, proto, host string) 
 // every policy kind, refused or let through (issue #32: 4-6 of 40 such
 // requests to a basic_auth endpoint got 503 policy_unavailable). Each
 // case runs 40 times, its half-close landing before the edge looks at the
-// policy (lookupsAfterHalfClose) for all but the first 8, which race, and
+// policy (holdLookupsAfterHalfClose) for all but the first 8, which race, and
 // but for a request with a body.
 func TestPolicyHalfClosed(t *testing.T) {
 	t.Parallel()
 	idp := &testIdP{}
-	rt := &lookupsAfterHalfClose{MemoryRouter: &router.MemoryRouter{}}
+	var hold atomic.Bool
 	e := startPolicyEdge(t, func(s *edge.Server) {
-		s.Router = rt
+		holdLookupsAfterHalfClose(s, &hold)
 		s.OIDC = func(context.Context, policy.OIDCConfig) (policy.Provider, error) { return idp, nil }
 	})
 	clientCA := testpki.New(t)
@@ -1330,9 +1327,9 @@ func TestPolicyHalfClosed(t *testing.T) {
 			from, req := tc.from(), tc.req()
 			// net/http learns of a half-close past a request's body only
 			// once the body is read, after the policy's check.
-			rt.hold.Store(i >= 8 && strings.HasPrefix(req, "GET "))
+			hold.Store(i >= 8 && strings.HasPrefix(req, "GET "))
 			got := answerOf(sendRaw(t, tc.addr, from, tc.cfg, req, true))
-			rt.hold.Store(false)
+			hold.Store(false)
 			if got != want {
 				differ = append(differ, got)
 			}

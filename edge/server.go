@@ -290,17 +290,20 @@ type Server struct {
 	Observer Observer
 
 	initOnce sync.Once
-	cfg      config
-	cfgErr   error       // what is wrong with the fields; the Serve methods return it
-	proxyLog *log.Logger // ReverseProxy's own messages, at the debug level
-	mem      *router.MemoryRouter
-	signer   names.Signer
-	record   *names.Record // the in-memory router, recorded in StateDir; nil without
-	auth     *limits.AuthGuard
-	shares   limits.Shares[endpointKey]
-	ups      upstream.Pool
-	term     terminating
-	ech      echState
+	// testHookLookup, when set (by a test, before the Server runs), runs
+	// with the context of each lookup, before the Router is asked.
+	testHookLookup func(context.Context)
+	cfg            config
+	cfgErr         error       // what is wrong with the fields; the Serve methods return it
+	proxyLog       *log.Logger // ReverseProxy's own messages, at the debug level
+	mem            *router.MemoryRouter
+	signer         names.Signer
+	record         *names.Record // the in-memory router, recorded in StateDir; nil without
+	auth           *limits.AuthGuard
+	shares         limits.Shares[endpointKey]
+	ups            upstream.Pool
+	term           terminating
+	ech            echState
 
 	policies  policies.Cache // compiled traffic policies, by endpoint
 	cookieKey []byte         // of OIDC logins, derived from the ticket key
@@ -518,6 +521,9 @@ func (s *Server) router() router.Router {
 // context then, while the client waits for its answer); the edge's own
 // in-memory router answers at once, and is asked as it is.
 func (s *Server) lookup(ctx context.Context, proto, name string) ([]router.Route, error) {
+	if s.testHookLookup != nil {
+		s.testHookLookup(ctx)
+	}
 	if s.Router == nil {
 		return s.router().Lookup(ctx, proto, name)
 	}

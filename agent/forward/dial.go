@@ -75,6 +75,15 @@ func (d *appDialer) dial(ctx context.Context, before func(net.Conn) error) (net.
 	return tc, nil
 }
 
+// scheme is the scheme of the app's URL in recordings: https for an app
+// that speaks TLS.
+func (d *appDialer) scheme() string {
+	if d.tls != nil {
+		return "https"
+	}
+	return "http"
+}
+
 // urlHost is the host of the app's URL in requests to it: the address,
 // or "localhost" for a Unix socket, whose path is no host.
 func (d *appDialer) urlHost() string {

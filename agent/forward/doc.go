@@ -5,8 +5,10 @@
 // new connection to the app, both ways, half-closes kept, and logs a line
 // per connection; it serves any protocol (tcp, tls, http). [HTTP] forwards
 // the HTTP requests the conns carry to the app, logging a line per
-// request; an [inspect.Inspector] may record them, to show them on its
-// page and replay them.
+// request: it copies the bytes too, and finds the requests in them as
+// they pass. A [Recorder] may record the requests as they pass, and
+// replay them: an *inspect.Inspector (package agent/inspect, which this
+// package does not import) does, to show them on its page.
 //
 // Typical use, behind an agent's listener:
 //
@@ -21,7 +23,8 @@
 //
 //	return forward.Bytes{To: "127.0.0.1:22"}.Serve(l)
 //
-// A conn that has a Reject(error) error method (an *agent.Conn) is rejected
-// with the reason when the app cannot be reached, so that the edge tells
-// its client that the app, not the tunnel, is down.
+// When the app cannot be reached, a conn that has a Reject(error) error
+// method (an *agent.Conn) is rejected by Bytes with the reason, so that
+// the edge tells its client that the app, not the tunnel, is down; HTTP
+// answers each request itself, as the edge answers (502 app_unreachable).
 package forward

@@ -5,19 +5,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptrace"
-	"net/http/httputil"
+	"strconv"
 	"sync"
 	"time"
-
-	"golang.org/x/net/http/httpguts"
-
-	"github.com/tunnelkit/tunnelkit/agent/inspect"
-	"github.com/tunnelkit/tunnelkit/internal/pipe"
 )
 
 // The app protocols of HTTP.AppProtocol, as agent.Endpoint names them.
@@ -28,34 +21,36 @@ const (
 
 // HTTP forwards the HTTP requests that a listener's conns carry to a local
 // address, one by one, so that Logger gets one line per request, with its
-// method, path, status, bytes and duration.
+// method, path, status, bytes and duration, and a Recorder may record
+// each.
 //
 // Each conn gets a connection of its own to To, and its bytes go both ways
 // as they come, byte for byte, while a watcher finds each request and
-// response in them for its line: HTTP/1.1 messages for the app protocol
-// http1, HTTP/2 frames (prior knowledge) for h2c. So the app gets each
-// request exactly as the edge sent it (the edge has dropped the client's
-// hop-by-hop headers, and drops the app's from the response), and the edge
-// the app's response as the app wrote it; the edge's pool of conns is the
-// pool of connections to the app. With an Inspector, and for a conn whose
-// app cannot be reached, an http.Server reads the requests instead
-// (HTTP/2 with prior knowledge for h2c) and an httputil.ReverseProxy
-// forwards each to To over pooled connections: the app gets each request
-// less the hop-by-hop headers, header names in canonical case.
+// response in them, for its line and its recording: HTTP/1.1 messages for
+// the app protocol http1, HTTP/2 frames (prior knowledge) for h2c. So the
+// app gets each request exactly as the edge sent it (the edge has dropped
+// the client's hop-by-hop headers, and drops the app's from the response;
+// header names keep the case they were sent in), and the edge the app's
+// response as the app wrote it; the edge's pool of conns is the pool of
+// connections to the app. Host, X-Forwarded-For, -Proto and -Host reach
+// the app unchanged, and no header is added. Bodies and trailers stream
+// both ways, as do upgraded connections (WebSocket), whose line comes
+// when they end.
 //
-// Either way, Host (unless the Host field sets another), X-Forwarded-For,
-// -Proto and -Host reach the app unchanged, and no header is added. Bodies and trailers stream both
-// ways, as do upgraded connections (WebSocket), whose line comes when
-// they end. When To cannot be reached, the client gets 502 with
-// Tunnelkit-Error app_unreachable, as from the edge; 502 app_error when
-// the HTTP/1.1 app closes without a whole response (an app that closes a
-// kept-alive connection as a request goes out closes the conn instead, as
-// a server closes an idle connection: the edge sends an idempotent request
-// again). An h2c app's resets and closes reach the edge as the app sent
-// them, and a line for a stream reset before its end says reset=true.
-// There is no PROXY protocol header: the connections to To are not one
-// client's (the app finds the client in X-Forwarded-For); use [Bytes] for
-// one.
+// HTTP answers for the app where the app cannot, in the edge's way: 502,
+// a short code in the Tunnelkit-Error header and the plain-text body.
+// When To cannot be reached, each request of the conn is answered 502
+// app_unreachable and the conn ends (an h2c connection after its streams
+// are answered: GOAWAY), so that the edge's next request comes on a new
+// conn, which tries the app again. When the HTTP/1.1 app closes a
+// connection before answering its first request, the client gets 502
+// app_error; an app that closes a kept-alive connection as a request goes
+// out closes the conn instead, as a server closes an idle connection: the
+// edge sends an idempotent request again. An h2c app's resets and closes
+// reach the edge as the app sent them, and a line for a stream reset
+// before its end says reset=true. There is no PROXY protocol header: the
+// connections to To are not one client's (the app finds the client in
+// X-Forwarded-For); use [Bytes] for one.
 //
 // Its zero value with To set is ready to use; it holds no state, so one
 // HTTP may serve several listeners at once.
@@ -73,22 +68,15 @@ type HTTP struct {
 	// says: against its RootCAs (nil: the system's roots), for its
 	// ServerName (empty: To's host, a name or an IP address). Its
 	// NextProtos, when empty, offer "http/1.1", or "h2" for the app
-	// protocol h2c, which is then HTTP/2 over TLS. Nil: plaintext.
+	// protocol h2c, which is then HTTP/2 over TLS; the bytes that pass,
+	// and the watchers that see them, are the same either way. Nil:
+	// plaintext.
 	TLSConfig *tls.Config
-
-	// Host, when not empty, is the Host header of every request to the
-	// app, in place of the one the client sent (which the app still finds
-	// in X-Forwarded-Host, when the edge set it): for an app that answers
-	// only to its own name, as ngrok's --host-header does. The requests
-	// then go through the ReverseProxy way, as with an Inspector. Empty:
-	// the client's Host reaches the app unchanged.
-	Host string
 
 	// AppProtocol is what the conns carry and the app at To speaks:
 	// "http1" for HTTP/1.1, "h2c" for HTTP/2 without TLS (prior
-	// knowledge; the server still takes HTTP/1.1 too). Empty: what the
-	// listener's AppProtocol method says when it has one (an
-	// *agent.Listener; "" there means http1), else http1.
+	// knowledge). Empty: what the listener's AppProtocol method says when
+	// it has one (an *agent.Listener; "" there means http1), else http1.
 	AppProtocol string
 
 	// DialTimeout bounds each connection to To. Zero or negative: 10 s.
@@ -98,18 +86,19 @@ type HTTP struct {
 	// discarded.
 	Logger *slog.Logger
 
-	// Inspector records each request and its response, for its page and
-	// API, and replays them to To on request (see [inspect.Inspector]).
-	// Nil: none.
-	Inspector *inspect.Inspector
+	// Recorder records each request and its response as they pass, and
+	// may replay a request (see [Recorder]): an *inspect.Inspector shows
+	// them on its page. Nil: none. A nil pointer in a non-nil interface
+	// is not nil: set it only to a Recorder that is there.
+	Recorder Recorder
 }
 
 // Serve accepts l's conns and forwards the requests they carry to h.To
 // until l is closed. It returns nil when l is closed (Accept fails with an
 // error wrapping net.ErrClosed), and the error of Accept otherwise, after
-// closing the conns it still serves, ending the requests under way (their
-// contexts are done) and waiting for them, and closing its connections to
-// the app. It fails at once for an AppProtocol it does not know.
+// closing the conns it still serves and their connections to the app
+// (the requests under way end; their recordings end broken off) and
+// waiting for them. It fails at once for an AppProtocol it does not know.
 func (h HTTP) Serve(l net.Listener) error {
 	proto := h.AppProtocol
 	switch proto {
@@ -122,217 +111,134 @@ func (h HTTP) Serve(l net.Listener) error {
 			proto = ap.AppProtocol()
 		}
 	}
-	if proto == "" {
-		proto = appProtocolHTTP1
-	}
-
-	p, err := newHTTPProxy(h, proto)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p.ctx = ctx
-	var protos http.Protocols
-	protos.SetHTTP1(true)
-	protos.SetUnencryptedHTTP2(proto == appProtocolH2C)
-	srv := &http.Server{
-		Handler:     p,
-		Protocols:   &protos,
-		BaseContext: func(net.Listener) context.Context { return ctx },
-		// A connection the edge cuts short (its client left) cancels its
-		// requests, and with them the app's: net/http would notice only
-		// when it next reads the connection.
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			rn, ok := c.(interface{ AfterReset(func()) func() bool })
-			if !ok {
-				return ctx
-			}
-			ctx, cancel := context.WithCancel(ctx)
-			rn.AfterReset(cancel)
-			return ctx
-		},
-		ErrorLog: slog.NewLogLogger(p.logger.Handler(), slog.LevelDebug),
-	}
-	if p.insp == nil && p.host == "" {
-		err = p.serveConns(l, srv, proto == appProtocolH2C)
-	} else {
-		err = srv.Serve(l)
-	}
-	// Every request's context is done: the proxy closes the app's side of
-	// upgraded connections, which srv.Close does not know, and stops
-	// waiting for responses.
-	cancel()
-	srv.Close()
-	p.close()
-	if errors.Is(err, net.ErrClosed) {
-		return nil
-	}
-	return err
-}
-
-// httpProxy is the handler of HTTP.Serve: a ReverseProxy to the app that
-// logs each request.
-type httpProxy struct {
-	to        string
-	host      string     // the Host of requests to the app; "": the client's
-	app       *appDialer // connects to the app
-	logger    *slog.Logger
-	insp      *inspect.Inspector // nil: none
-	ctx       context.Context    // done when Serve returns
-	rp        httputil.ReverseProxy
-	transport *http.Transport
-
-	mu       sync.Mutex
-	closed   bool                  // no new request or connection to the app
-	handlers sync.WaitGroup        // running ServeHTTP calls
-	upstream map[*appConn]struct{} // open connections to the app
-}
-
-func newHTTPProxy(h HTTP, proto string) (*httpProxy, error) {
 	alpn := "http/1.1"
 	if proto == appProtocolH2C {
 		alpn = "h2"
 	}
 	app, err := newAppDialer(h.Network, h.To, h.TLSConfig, h.DialTimeout, alpn)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	p := &httpProxy{to: h.To, host: h.Host, app: app, logger: orDiscard(h.Logger), insp: h.Inspector, upstream: map[*appConn]struct{}{}}
-	var protos http.Protocols
-	if proto == appProtocolH2C {
-		protos.SetUnencryptedHTTP2(true)
-	} else {
-		protos.SetHTTP1(true)
+	p := newHTTPProxy(h, proto == appProtocolH2C, app)
+	err = p.serveConns(l)
+	if errors.Is(err, net.ErrClosed) {
+		return nil
 	}
-	p.transport = &http.Transport{
-		// To's address whatever the URL's, and TLS when the app speaks
-		// it: the transport writes HTTP/1.1, or HTTP/2 with prior
-		// knowledge, on the conn either way.
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			c, err := app.dial(ctx, nil)
-			if err != nil {
-				return nil, &dialError{err}
-			}
-			return p.track(c)
-		},
-		Protocols:           &protos,
-		MaxIdleConns:        256,
-		MaxIdleConnsPerHost: 256,
-		IdleConnTimeout:     90 * time.Second,
-		// Wait for the app's 100 Continue, which then reaches the client,
-		// before sending a body the client announced with Expect.
-		ExpectContinueTimeout: time.Second,
-		// The app gets the client's Accept-Encoding, and the client the
-		// app's bytes.
-		DisableCompression: true,
-	}
-	p.rp = httputil.ReverseProxy{
-		Rewrite:   p.rewrite,
-		Transport: p.transport,
-		// Flush what the app flushed, as ReverseProxy does by default (at
-		// once for a body of unknown length, and for SSE): flushing the
-		// header of any response at once would race the handler's end,
-		// and a gRPC error sent as Trailers-Only (a header that ends the
-		// stream) would reach the client as a header and an empty end.
-		BufferPool:   pipe.ProxyBuffers,
-		ErrorLog:     slog.NewLogLogger(p.logger.Handler(), slog.LevelDebug),
-		ErrorHandler: p.proxyError,
-	}
-	return p, nil
+	return err
 }
 
-// forwardingHeaders are the headers that ReverseProxy's Rewrite mode takes
-// from the outgoing request and that the app must get as the edge sent
-// them: the edge added the client's hop already.
-var forwardingHeaders = [...]string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
+// httpProxy is the state of one HTTP.Serve: the conns it serves, and
+// their connections to the app.
+type httpProxy struct {
+	to         string
+	h2c        bool
+	logger     *slog.Logger
+	rec        Recorder                  // nil: none
+	replayFunc func(*http.Request) error // p.replay, for Record
+	app        *appDialer                // connects to the app
+	ctx        context.Context           // done when Serve returns
+	cancel     context.CancelFunc
 
-// rewrite sends the request to the app as it came: Host, query and
-// forwarding headers unchanged, and the request trailers that arrive
-// after the body.
-func (p *httpProxy) rewrite(pr *httputil.ProxyRequest) {
-	pr.Out.URL.Scheme = "http"
-	pr.Out.URL.Host = p.app.urlHost()
-	if p.host != "" {
-		pr.Out.Host = p.host
-	}
-	// Rewrite mode drops query parameters it cannot parse.
-	pr.Out.URL.RawQuery = pr.In.URL.RawQuery
-	// Out.Trailer is a copy, and the server fills In.Trailer when the body
-	// ends, as the transport reads it.
-	pr.Out.Trailer = pr.In.Trailer
-	for _, k := range forwardingHeaders {
-		if v, ok := pr.In.Header[k]; ok && !httpguts.HeaderValuesContainsToken(pr.In.Header["Connection"], k) {
-			pr.Out.Header[k] = v
+	mu     sync.Mutex
+	closed bool                  // no new conn or connection to the app
+	conns  map[net.Conn]struct{} // the conns served, and their connections to the app
+	wg     sync.WaitGroup        // the goroutines that serve conns
+}
+
+func newHTTPProxy(h HTTP, h2c bool, app *appDialer) *httpProxy {
+	p := &httpProxy{to: h.To, h2c: h2c, logger: orDiscard(h.Logger), rec: h.Recorder, app: app, conns: map[net.Conn]struct{}{}}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.replayFunc = p.replay
+	return p
+}
+
+// serveConns serves l's conns, each in a goroutine of its own, until
+// l's Accept fails; it returns that error once the conns it still serves
+// are closed and their goroutines ended.
+func (p *httpProxy) serveConns(l net.Listener) error {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			p.shutdown()
+			return err
+		}
+		o := origin{client: c.RemoteAddr().String(), ctx: p.ctx}
+		if !p.serve(c, func() { p.forwardConn(c, o) }) {
+			c.Close()
 		}
 	}
 }
 
-// ServeHTTP forwards r to the app and logs it.
-func (p *httpProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !p.enter() {
-		panic(http.ErrAbortHandler)
+// serve runs f, which serves conn c, in a goroutine of its own, tracking
+// c until f returns. It reports false, and does nothing, once the proxy
+// is shut down.
+func (p *httpProxy) serve(c net.Conn, f func()) bool {
+	if !p.track(c) {
+		return false
 	}
-	defer p.handlers.Done()
-	lw := &loggingWriter{ResponseWriter: w, start: time.Now()}
-	if r.ProtoMajor == 1 {
-		// Let the app answer while the request body still arrives, as
-		// it could over the bytes, and as HTTP/2 always can.
-		if fd, ok := w.(interface{ EnableFullDuplex() error }); ok {
-			fd.EnableFullDuplex()
-		}
-		if _, ok := r.Header["Upgrade"]; ok {
-			// Learn the connection to the app, which an upgrade keeps.
-			trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
-				if ac, ok := i.Conn.(*appConn); ok {
-					lw.app.Store(ac)
-				}
-			}}
-			r = r.WithContext(httptrace.WithClientTrace(r.Context(), trace))
-		}
-	}
-	if p.insp != nil {
-		// Beneath lw: the recording sees the status and body as the
-		// client does.
-		rw, end := p.insp.Record(w, r, p.to, p)
-		defer func() {
-			// ReverseProxy aborts a response that broke off with a panic,
-			// which goes on.
-			v := recover()
-			end(v != nil)
-			if v != nil {
-				panic(v)
-			}
-		}()
-		lw.ResponseWriter = rw
-	}
-	defer p.logRequest(r, lw, lw.start)
-	p.rp.ServeHTTP(lw, r)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer p.untrack(c)
+		f()
+	}()
+	return true
 }
 
-// enter counts a request in, unless the proxy is closed.
-func (p *httpProxy) enter() bool {
+// shutdown closes the conns and connections to the app, and waits for
+// the goroutines that serve them. Every recorded request's context is
+// done.
+func (p *httpProxy) shutdown() {
+	p.mu.Lock()
+	p.closed = true
+	conns := make([]net.Conn, 0, len(p.conns))
+	for c := range p.conns {
+		conns = append(conns, c)
+	}
+	p.mu.Unlock()
+	p.cancel()
+	for _, c := range conns {
+		c.Close()
+	}
+	p.wg.Wait()
+}
+
+// track registers c to be closed on shutdown; false once it is shut down.
+func (p *httpProxy) track(c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return false
 	}
-	p.handlers.Add(1)
+	p.conns[c] = struct{}{}
 	return true
 }
 
-// logRequest writes r's line: what a web server's access log holds.
-func (p *httpProxy) logRequest(r *http.Request, w *loggingWriter, start time.Time) {
-	if !p.logger.Enabled(r.Context(), slog.LevelInfo) {
-		return
+func (p *httpProxy) untrack(c net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
+// isClosed reports whether the proxy is shut down.
+func (p *httpProxy) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}
+
+// dial connects to the app, for a conn, tracking the connection; the
+// caller closes it, then untracks it.
+func (p *httpProxy) dial() (net.Conn, error) {
+	up, err := p.app.dial(p.ctx, nil)
+	if err != nil {
+		return nil, err
 	}
-	status, n := w.status, w.bytes
-	if w.up != nil {
-		n = w.up.n.Load()
+	if !p.track(up) {
+		up.Close()
+		return nil, fmt.Errorf("forward: %w", net.ErrClosed)
 	}
-	if status == 0 {
-		status = http.StatusOK // what net/http sends for a handler that wrote nothing
-	}
-	p.logLine(r.Context(), r.Method, r.URL.Path, status, n, start, r.RemoteAddr)
+	return up, nil
 }
 
 // logLine writes a request's line: its method, path (unescaped), status,
@@ -351,41 +257,14 @@ func (p *httpProxy) logLine(ctx context.Context, method, path string, status int
 		slog.String("client", client)}, attrs...)...)
 }
 
-// proxyError answers a request the app did not answer, as the edge does:
-// 502, and a short code in the Tunnelkit-Error header and the plain-text
-// body.
-func (p *httpProxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	start := time.Now()
-	if lw, ok := w.(*loggingWriter); ok {
-		start = lw.start
-	}
-	if pipe.UpstreamReset(w, r, start, err) {
-		// The app reset its request's stream: the request ends the same
-		// way toward the edge and the client, not with a 502.
-		return
-	}
-	code, msg := "app_error", msgAppError
-	var de *dialError
-	if errors.As(err, &de) {
-		code, msg = "app_unreachable", "the app behind the tunnel cannot be reached"
-		err = de.err
-	}
-	level := slog.LevelWarn
-	if r.Context().Err() != nil {
-		// The client went away: the app is not to blame.
-		level = slog.LevelDebug
-	}
-	p.logger.Log(r.Context(), level, "http error", "code", code, "method", printable(r.Method, 32), "path", printable(r.URL.Path, 256), "client", r.RemoteAddr, "to", p.to, "err", err)
-	h := w.Header()
-	h.Set("Content-Type", "text/plain; charset=utf-8")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Tunnelkit-Error", code)
-	w.WriteHeader(http.StatusBadGateway)
-	io.WriteString(w, errorText(code, msg, err))
-}
-
-// msgAppError says what app_error means.
-const msgAppError = "the app closed the connection without a whole response"
+// The codes and messages of the answers HTTP writes for the app, as the
+// edge writes them (edge.ReasonAppError, edge.ReasonAppUnreachable).
+const (
+	codeAppError       = "app_error"
+	msgAppError        = "the app closed the connection without a whole response"
+	codeAppUnreachable = "app_unreachable"
+	msgAppUnreachable  = "the app behind the tunnel cannot be reached"
+)
 
 // errorText is the plain-text body of a 502 the forwarder answers: the
 // code, what it means, and the error.
@@ -393,67 +272,38 @@ func errorText(code, msg string, err error) string {
 	return code + ": " + msg + ": " + printable(err.Error(), 1024) + "\n"
 }
 
-// close waits for the running requests, then closes the connections to
-// the app. The server's connections are closed, and the requests'
-// contexts done, already.
-func (p *httpProxy) close() {
-	p.mu.Lock()
-	p.closed = true
-	p.mu.Unlock()
-	p.handlers.Wait()
-	p.transport.CloseIdleConnections()
-	p.mu.Lock()
-	conns := make([]*appConn, 0, len(p.upstream))
-	for c := range p.upstream {
-		conns = append(conns, c)
-	}
-	p.mu.Unlock()
-	for _, c := range conns {
-		c.Close()
+// errorHeader returns the header fields of a 502 the forwarder answers,
+// with a body of n bytes: those the edge's own answers have, and Date,
+// which net/http's server adds.
+func errorHeader(code string, n int) [][2]string {
+	return [][2]string{
+		{"Content-Type", "text/plain; charset=utf-8"},
+		{"X-Content-Type-Options", "nosniff"},
+		{"Tunnelkit-Error", code},
+		{"Date", time.Now().UTC().Format(http.TimeFormat)},
+		{"Content-Length", strconv.Itoa(n)},
 	}
 }
 
-// track registers a new connection to the app, or closes it when the
-// proxy is closed: the transport may finish a dial for a request that
-// is gone.
-func (p *httpProxy) track(c net.Conn) (net.Conn, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		c.Close()
-		return nil, fmt.Errorf("forward: %w", net.ErrClosed)
+// printable returns s, cut at max bytes, with every byte that is not
+// printable ASCII replaced by '?': fit for a log line. It copies only
+// when it must.
+func printable(s string, max int) string {
+	if len(s) > max {
+		s = s[:max]
 	}
-	ac := &appConn{Conn: c, p: p}
-	p.upstream[ac] = struct{}{}
-	return ac, nil
-}
-
-// appConn is a connection to the app, known to its proxy until closed.
-type appConn struct {
-	net.Conn
-	p    *httpProxy
-	once sync.Once
-}
-
-func (c *appConn) Close() error {
-	c.once.Do(func() {
-		c.p.mu.Lock()
-		delete(c.p.upstream, c)
-		c.p.mu.Unlock()
-	})
-	return c.Conn.Close()
-}
-
-// CloseWrite half-closes the connection: the app reads EOF.
-func (c *appConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
+	i := 0
+	for i < len(s) && s[i] >= 0x20 && s[i] <= 0x7e {
+		i++
 	}
-	return errors.ErrUnsupported
+	if i == len(s) {
+		return s
+	}
+	b := []byte(s)
+	for j := i; j < len(b); j++ {
+		if b[j] < 0x20 || b[j] > 0x7e {
+			b[j] = '?'
+		}
+	}
+	return string(b)
 }
-
-// dialError is a failure to connect to the app.
-type dialError struct{ err error }
-
-func (e *dialError) Error() string { return e.err.Error() }
-func (e *dialError) Unwrap() error { return e.err }

@@ -2,14 +2,12 @@ package forward
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/internal/h1"
@@ -24,90 +22,71 @@ import (
 // (the client's hop-by-hop headers gone). So a conn gets a connection of
 // its own to the app, and their bytes are copied both ways as they come,
 // as Bytes copies them, while a watcher (h1.Conn, h2.Conn) sees the
-// messages pass for each request's log line: no second parse into
-// requests, no ReverseProxy, no pooled transport and its goroutines. The
-// connection to the app lives as long as the conn: the edge's pool of
-// conns is the pool of connections to the app.
+// messages pass, for each request's log line and, with a Recorder, its
+// recording: no second parse into requests, no ReverseProxy, no pooled
+// transport and its goroutines. The connection to the app lives as long
+// as the conn: the edge's pool of conns is the pool of connections to the
+// app.
 //
 // What net/http would do for an HTTP/1.1 request the app did not answer,
 // this does from what the watcher saw: an app that closes a connection
 // before answering its first request gets the client a 502 app_error, as
-// the ReverseProxy path answers. An app that closes a connection that
-// carried requests before (its keep-alive timeout) as the next request
-// goes out gets the conn closed with no answer, as a server's close of an
-// idle connection looks: the edge sends an idempotent request again on a
-// new conn, as a Transport would, and answers 502 for any other. An app
-// that cannot be reached gets its conn served by the ReverseProxy path,
-// which answers 502 app_unreachable and tries the app again for each
-// request.
+// a ReverseProxy answers. An app that closes a connection that carried
+// requests before (its keep-alive timeout) as the next request goes out
+// gets the conn closed with no answer, as a server's close of an idle
+// connection looks: the edge sends an idempotent request again on a new
+// conn, as a Transport would, and answers 502 for any other. A conn whose
+// app cannot be reached gets its requests answered 502 app_unreachable
+// from the same watchers (see unreachable.go), and ends: the edge's next
+// conn tries the app again.
 
-// serveConns serves l's conns as described above, handing a conn whose
-// app cannot be reached to srv (which answers each of its requests with a
-// 502, trying the app again for each). It returns when l's Accept fails,
-// with its error, once it has closed the conns it still serves and they
-// ended.
-func (p *httpProxy) serveConns(l net.Listener, srv interface{ Serve(net.Listener) error }, h2c bool) error {
-	q := pipe.NewQueue(l.Addr())
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		srv.Serve(q)
-	}()
-	var (
-		mu    sync.Mutex
-		conns = map[net.Conn]struct{}{}
-		wg    sync.WaitGroup
-	)
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			q.Close()
-			<-served
-			mu.Lock()
-			for c := range conns {
-				c.Close()
-			}
-			mu.Unlock()
-			wg.Wait()
-			return err
-		}
-		mu.Lock()
-		conns[c] = struct{}{}
-		mu.Unlock()
-		wg.Go(func() {
-			defer func() {
-				mu.Lock()
-				delete(conns, c)
-				mu.Unlock()
-			}()
-			p.forwardConn(c, q, h2c)
-		})
-	}
+// origin is where a conn's requests come from: the edge, or a replay.
+type origin struct {
+	client string          // the public client's address, for log lines and recordings
+	ctx    context.Context // the recorded requests' context
+	replay bool            // a replay's conn: the exchange is over once the client's side ends
 }
 
 // forwardConn forwards the requests of one conn over a connection of its
-// own to the app (see serveConns).
-func (p *httpProxy) forwardConn(c net.Conn, q *pipe.Queue, h2c bool) {
-	up, err := p.transport.DialContext(p.ctx, "", "")
+// own to the app (see above), and closes both.
+func (p *httpProxy) forwardConn(c net.Conn, o origin) {
+	up, err := p.dial()
 	if err != nil {
-		if !q.Push(c) {
-			c.Close()
+		if p.h2c {
+			p.unreachableH2C(c, o, err)
+		} else {
+			p.unreachableH1(c, o, err)
 		}
 		return
 	}
-	if h2c {
-		p.forwardH2C(c, up)
+	defer p.untrack(up)
+	if o.replay {
+		// Once the replay's client has read its response and left, the
+		// connection to the app has nothing more to carry: close it
+		// rather than half-close it and wait for the app's close.
+		up = closeOnly{up}
+	}
+	if p.h2c {
+		p.forwardH2C(c, up, o)
 		return
 	}
-	client := c.RemoteAddr().String()
 	var (
 		obs       h1.Conn
-		exchanges int       // ended on this connection; owned by the response direction
-		upgrade   *upgraded // the exchange that upgraded the connection, if one did
-		sent      int64     // bytes the app sent; owned by the response direction
+		recs      *h1Recordings // nil: no Recorder
+		exchanges int           // ended on this connection; owned by the response direction
+		upgrade   *upgraded     // the exchange that upgraded the connection, if one did
+		sent      int64         // bytes the app sent; owned by the response direction
 	)
+	if p.rec != nil {
+		recs = &h1Recordings{p: p, o: o}
+		recs.watch(&obs)
+		defer recs.close()
+	}
 	obs.Done = func(x h1.Exchange) {
 		exchanges++
+		if recs != nil {
+			recs.done(x)
+		}
 		if x.Upgraded {
 			// Its line comes when the connection ends, with the bytes
 			// the app sent after its 101: those that came with it, and
@@ -115,7 +94,7 @@ func (p *httpProxy) forwardConn(c net.Conn, q *pipe.Queue, h2c bool) {
 			upgrade = &upgraded{x: x, from: sent - x.Bytes}
 			return
 		}
-		p.logTarget(x.Method, x.Target, x.Status, x.Bytes, x.Start, client)
+		p.logTarget(x.Method, x.Target, x.Status, x.Bytes, x.Start, o.client)
 	}
 	in := pipe.Observe(c, obs.Request, nil)
 	out := pipe.Observe(up, func(b []byte) {
@@ -128,47 +107,72 @@ func (p *httpProxy) forwardConn(c net.Conn, q *pipe.Queue, h2c bool) {
 			return nil
 		}
 		if exchanges > 0 {
-			p.logger.Debug("http: the app closed a kept-alive connection as a request went out", "method", printable(x.Method, 32), "path", printable(requestPath(x.Target), 256), "client", client, "to", p.to)
+			p.logger.Debug("http: the app closed a kept-alive connection as a request went out", "method", printable(x.Method, 32), "path", printable(requestPath(x.Target), 256), "client", o.client, "to", p.to)
 			return nil
 		}
-		p.logger.Warn("http error", "code", "app_error", "method", printable(x.Method, 32), "path", printable(requestPath(x.Target), 256), "client", client, "to", p.to, "err", io.EOF)
-		resp, body := appError(x.Method, io.EOF)
-		p.logTarget(x.Method, x.Target, http.StatusBadGateway, int64(body), x.Start, client)
-		return resp
+		p.logger.Warn("http error", "code", codeAppError, "method", printable(x.Method, 32), "path", printable(requestPath(x.Target), 256), "client", o.client, "to", p.to, "err", io.EOF)
+		head, body := errorResponse(codeAppError, msgAppError, io.EOF, x.Method, true)
+		if recs != nil {
+			// The watcher has seen the app's end: the answer passes to
+			// the recording as it would have.
+			recs.head(true, head)
+			recs.body(true, body)
+			recs.done(h1.Exchange{})
+		}
+		p.logTarget(x.Method, x.Target, http.StatusBadGateway, int64(len(body)), x.Start, o.client)
+		return append(head, body...)
 	})
 	pipe.JoinStreams(in, out, 0)
 	if err := obs.Err(); err != nil {
-		p.logger.Debug("http: the requests of a connection are not logged", "client", client, "err", err)
+		p.logger.Debug("http: the requests of a connection are not logged", "client", o.client, "err", err)
 	}
 	if upgrade != nil {
 		x := upgrade.x
-		p.logTarget(x.Method, x.Target, x.Status, sent-upgrade.from, x.Start, client)
+		p.logTarget(x.Method, x.Target, x.Status, sent-upgrade.from, x.Start, o.client)
 	}
 }
 
 // forwardH2C forwards the HTTP/2 connection (prior knowledge) that conn c
 // carries over up, a connection of its own to the app, watched by an
-// h2.Conn for each request's line. The edge sends one such connection per
-// public connection, and its requests as streams of it. An app that
-// closes the connection, or resets a stream, is seen by the edge as it
-// did it: the edge answers as it answers for any upstream.
-func (p *httpProxy) forwardH2C(c, up net.Conn) {
-	client := c.RemoteAddr().String()
+// h2.Conn for each request's line and recording. The edge sends one such
+// connection per public connection, and its requests as streams of it.
+// An app that closes the connection, or resets a stream, is seen by the
+// edge as it did it: the edge answers as it answers for any upstream.
+func (p *httpProxy) forwardH2C(c, up net.Conn, o origin) {
 	var obs h2.Conn
-	obs.Done = func(x h2.Exchange) {
+	var recs *h2Recordings
+	if p.rec != nil {
+		recs = &h2Recordings{p: p, o: o}
+		recs.watch(&obs)
+		defer recs.close()
+	}
+	obs.Done = p.h2Done(recs, o.client)
+	in := pipe.Observe(c, obs.Request, nil)
+	out := pipe.Observe(up, obs.Response, func() []byte { obs.ResponseEOF(); return nil })
+	pipe.JoinStreams(in, out, 0)
+	if err := obs.Err(); err != nil {
+		p.logger.Debug("http: the requests of a connection are not logged", "client", o.client, "err", err)
+	}
+}
+
+// h2Done returns the Done of an h2.Conn: it ends the stream's recording,
+// if recs is not nil, and logs its line.
+func (p *httpProxy) h2Done(recs *h2Recordings, client string) func(h2.Exchange) {
+	return func(x h2.Exchange) {
+		if recs != nil {
+			recs.done(x)
+		}
 		var attrs []slog.Attr
 		if x.Reset {
 			attrs = append(attrs, slog.Bool("reset", true))
 		}
 		p.logTarget(x.Method, x.Target, x.Status, x.Bytes, x.Start, client, attrs...)
 	}
-	in := pipe.Observe(c, obs.Request, nil)
-	out := pipe.Observe(up, obs.Response, func() []byte { obs.ResponseEOF(); return nil })
-	pipe.JoinStreams(in, out, 0)
-	if err := obs.Err(); err != nil {
-		p.logger.Debug("http: the requests of a connection are not logged", "client", client, "err", err)
-	}
 }
+
+// closeOnly is a connection that cannot be half-closed: pipe.JoinStreams
+// closes it when its other side ends.
+type closeOnly struct{ net.Conn }
 
 // upgraded is an exchange that upgraded its connection.
 type upgraded struct {
@@ -176,22 +180,24 @@ type upgraded struct {
 	from int64 // the bytes the app had sent when its head passed
 }
 
-// appError returns the 502 that answers a request of method the app did
-// not answer, as proxyError writes it, and the length of its body.
-func appError(method string, err error) (resp []byte, body int) {
-	text := errorText("app_error", msgAppError, err)
-	var b strings.Builder
-	fmt.Fprintf(&b, "HTTP/1.1 502 Bad Gateway\r\n"+
-		"Content-Type: text/plain; charset=utf-8\r\n"+
-		"X-Content-Type-Options: nosniff\r\n"+
-		"Tunnelkit-Error: app_error\r\n"+
-		"Content-Length: %d\r\n"+
-		"Connection: close\r\n\r\n", len(text))
-	if method == "HEAD" {
-		return []byte(b.String()), 0
+// errorResponse returns the HTTP/1.1 502 that answers a request of method
+// for the app, as the edge answers (code, msg, the error err), in two
+// parts: its head, and its body (none for HEAD). With close, the head
+// says that the connection closes after it.
+func errorResponse(code, msg string, err error, method string, close bool) (head, body []byte) {
+	text := errorText(code, msg, err)
+	head = append(head, "HTTP/1.1 502 Bad Gateway\r\n"...)
+	for _, f := range errorHeader(code, len(text)) {
+		head = append(append(append(append(head, f[0]...), ": "...), f[1]...), "\r\n"...)
 	}
-	b.WriteString(text)
-	return []byte(b.String()), len(text)
+	if close {
+		head = append(head, "Connection: close\r\n"...)
+	}
+	head = append(head, "\r\n"...)
+	if method == "HEAD" {
+		return head, nil
+	}
+	return head, []byte(text)
 }
 
 // logTarget writes a request's line as logLine does, from its

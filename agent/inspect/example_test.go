@@ -41,7 +41,7 @@ func ExampleInspector() {
 		panic(err)
 	}
 	defer l.Close()
-	go forward.HTTP{To: app.Addr().String(), Inspector: insp}.Serve(l)
+	go forward.HTTP{To: app.Addr().String(), Recorder: insp}.Serve(l)
 
 	// A client of the public URL (DNS for example.test points at the edge).
 	client := &http.Client{Transport: &http.Transport{

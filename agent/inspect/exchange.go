@@ -40,8 +40,8 @@ type Exchange struct {
 	URL    string `json:"url"`
 	Proto  string `json:"proto"`
 
-	// RequestHeader is the request's header as the forwarder got it,
-	// before it drops the hop-by-hop fields; Host is not in it.
+	// RequestHeader is the request's header as the forwarder got it and
+	// passed it on, names in canonical form; Host is not in it.
 	RequestHeader http.Header `json:"request_header,omitempty"`
 	RequestBody   Body        `json:"request_body"`
 
@@ -61,7 +61,9 @@ type Exchange struct {
 
 	// Error, when not empty, says why the exchange failed: "aborted" when
 	// the response broke off (the app's side or the client's ended in
-	// the middle of it).
+	// the middle of it), or never came (an app that closes a kept-alive
+	// connection as the request goes out: the edge sends an idempotent
+	// request again, another exchange).
 	Error string `json:"error,omitempty"`
 }
 

@@ -8,10 +8,12 @@
 //
 //	insp := new(inspect.Inspector)
 //	go http.ListenAndServe("127.0.0.1:4040", insp) // loopback only: see Inspector
-//	return forward.HTTP{To: "127.0.0.1:3000", Inspector: insp}.Serve(l)
+//	return forward.HTTP{To: "127.0.0.1:3000", Recorder: insp}.Serve(l)
 //
-// Another forwarder records through [Inspector.Record] and replays through
-// a [Replayer] of its own.
+// An Inspector is a [forward.Recorder]: the forwarder hands it each
+// exchange as the exchange's bytes pass, and the func with which to
+// replay one. Another forwarder records through [Inspector.Record] the
+// same way.
 package inspect
 
 import (
@@ -21,7 +23,7 @@ import (
 )
 
 // Inspector records the HTTP exchanges that a forwarder (a forward.HTTP
-// whose Inspector field points to it) hands it, and serves them, as an
+// whose Recorder it is) hands it, and serves them, as an
 // http.Handler, on a web page that updates live and replays a request to
 // the app in one click, as it was or edited.
 //
@@ -38,7 +40,7 @@ import (
 //
 //	insp := new(inspect.Inspector)
 //	go http.ListenAndServe("127.0.0.1:4040", insp) // loopback only: see below
-//	return forward.HTTP{To: "127.0.0.1:3000", Inspector: insp}.Serve(l)
+//	return forward.HTTP{To: "127.0.0.1:3000", Recorder: insp}.Serve(l)
 //
 // or under a path of the app's own mux, on loopback:
 //
@@ -63,8 +65,8 @@ import (
 //	                                  new Exchange, when its response has ended
 //
 // A replay sends the recorded request through the forwarder that recorded
-// it (its [Replayer]), to the app, as the edge would: recorded, with
-// ReplayOf set, and logged. Its POST body is empty to send the request as
+// it (the replay func it gave Record), to the app, as the edge would:
+// recorded, with ReplayOf set, and logged. Its POST body is empty to send the request as
 // it was, or a JSON object whose members, each optional, replace the
 // recorded ones:
 //
@@ -157,9 +159,9 @@ func (in *Inspector) Exchanges() []Exchange {
 // place if it is still there.
 type entry struct {
 	ex      Exchange
-	version uint64   // the change that made it
-	replay  Replayer // the forwarder that recorded it, which replays it; nil: none
-	body    bool     // the request has a body, which the exchange holds once done
+	version uint64                    // the change that made it
+	replay  func(*http.Request) error // sends it again: the recording forwarder's; nil: none
+	body    bool                      // the request has a body, which the exchange holds once done
 }
 
 // summary is the exchange without its headers and body data: what the
@@ -206,7 +208,7 @@ func (in *Inspector) publish(rec *recording) *entry {
 		rec.ex.ID = in.lastID
 	}
 	in.version++
-	e := &entry{ex: rec.ex, version: in.version, replay: rec.replay, body: rec.reqBody != nil}
+	e := &entry{ex: rec.ex, version: in.version, replay: rec.replay, body: rec.body}
 	slot := &in.ring[(e.ex.ID-1)%uint64(len(in.ring))]
 	// An exchange that newer ones pushed out stays out.
 	if *slot == nil || (*slot).ex.ID <= e.ex.ID {

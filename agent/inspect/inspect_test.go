@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"regexp"
 	"runtime"
@@ -41,7 +42,7 @@ type inspected struct {
 // serves insp; h2c makes the app and the forwarder speak h2c.
 func startInspected(t testing.TB, app http.Handler, insp *inspect.Inspector, h2c bool) *inspected {
 	t.Helper()
-	fwd, stop := startForwarder(t, forward.HTTP{To: testnet.ServeHTTP(t, app, h2c), AppProtocol: appProtocol(h2c), Inspector: insp})
+	fwd, stop := startForwarder(t, forward.HTTP{To: testnet.ServeHTTP(t, app, h2c), AppProtocol: appProtocol(h2c), Recorder: insp})
 	return &inspected{insp: insp, fwd: fwd, ui: serveInspector(t, insp), stop: stop}
 }
 
@@ -871,7 +872,7 @@ func BenchmarkInspector(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			insp := new(inspect.Inspector)
 			offAddr, _ := startForwarder(b, forward.HTTP{To: app})
-			onAddr, _ := startForwarder(b, forward.HTTP{To: app, Inspector: insp})
+			onAddr, _ := startForwarder(b, forward.HTTP{To: app, Recorder: insp})
 			if bc.watched {
 				ev := openEvents(b, serveInspector(b, insp)+"api/events", nil)
 				var wg sync.WaitGroup
@@ -906,6 +907,123 @@ func BenchmarkInspector(b *testing.B) {
 			b.ReportMetric(float64(inOff.Nanoseconds())/float64(b.N), "off-ns/req")
 			b.ReportMetric(float64(inOn.Nanoseconds())/float64(b.N), "on-ns/req")
 			b.ReportMetric(float64(inOn)/float64(inOff), "overhead")
+		})
+	}
+}
+
+// TestInspectorForwardsBytes sends a request whose header names are not
+// in canonical case, with hop-by-hop fields, through a forwarder with an
+// inspector to an app that answers the same way: the app gets the
+// client's bytes, and the client the app's, byte for byte, as without an
+// inspector; the inspector records the exchange.
+func TestInspectorForwardsBytes(t *testing.T) {
+	const (
+		request = "POST /p?q=1 HTTP/1.1\r\nHost: app.example.test\r\nx-lower: one\r\nX-UPPER: two\r\n" +
+			"Connection: keep-alive, x-hop\r\nx-hop: kept\r\nContent-Length: 4\r\n\r\nbody"
+		response = "HTTP/1.1 201 Created\r\ncontent-type: text/plain\r\nx-App-CASE: Yes\r\n" +
+			"Connection: x-hop\r\nx-hop: kept\r\nContent-Length: 5\r\n\r\nhello"
+	)
+	got := make(chan string, 1)
+	app := testnet.Serve(t, testnet.Listen(t), func(c net.Conn) {
+		// The head, to its blank line, and the body's 4 bytes.
+		var b []byte
+		br := bufio.NewReader(c)
+		for !bytes.HasSuffix(b, []byte("\r\n\r\n")) {
+			line, err := br.ReadSlice('\n')
+			b = append(b, line...)
+			if err != nil {
+				got <- string(b)
+				return
+			}
+		}
+		body := make([]byte, 4)
+		_, err := io.ReadFull(br, body)
+		got <- string(append(b, body...))
+		if err == nil {
+			io.WriteString(c, response)
+		}
+		io.Copy(io.Discard, c)
+	})
+	insp := new(inspect.Inspector)
+	fwd, _ := startForwarder(t, forward.HTTP{To: app, Recorder: insp})
+	ui := serveInspector(t, insp)
+	ev := openEvents(t, ui+"api/events", nil)
+	c, err := net.Dial("tcp", fwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	var rb bytes.Buffer
+	io.WriteString(c, request)
+	if s := <-got; s != request {
+		t.Errorf("the app got\n%q\nwant the client's\n%q", s, request)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(io.TeeReader(c, &rb)), nil)
+	if err == nil {
+		_, err = io.ReadAll(resp.Body)
+	}
+	if err != nil || rb.String() != response {
+		t.Errorf("the client got\n%q (%v)\nwant the app's\n%q", rb.String(), err, response)
+	}
+	ev.done(t, 1)
+	x := exchange(t, ui, 1)
+	if x.Method != "POST" || x.URL != "/p?q=1" || x.Host != "app.example.test" || x.Status != 201 || x.To != app ||
+		x.RequestHeader.Get("X-Lower") != "one" || x.RequestHeader.Get("X-Hop") != "kept" || x.ResponseHeader.Get("X-App-Case") != "Yes" ||
+		string(x.RequestBody.Data) != "body" || string(x.ResponseBody.Data) != "hello" || x.Error != "" {
+		t.Errorf("exchange: %+v", x)
+	}
+}
+
+// TestInspectorNil: a nil *Inspector records nothing, and a forwarder
+// whose Recorder it is forwards as without one.
+func TestInspectorNil(t *testing.T) {
+	var insp *inspect.Inspector
+	if rec := insp.Record(httptest.NewRequest("GET", "/", nil), nil); rec != nil {
+		t.Errorf("a nil Inspector's Record returned %v", rec)
+	}
+	app := testnet.ServeHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }), false)
+	fwd, _ := startForwarder(t, forward.HTTP{To: app, Recorder: insp})
+	resp, err := client(t, fwd, false).Get("http://app.example.test/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "ok" {
+		t.Errorf("%s %q", resp.Status, body)
+	}
+}
+
+// TestInspectorAppUnreachable: for an app that cannot be reached, the
+// exchange holds the forwarder's answer, 502 with its Tunnelkit-Error
+// header and body, as the client got it; its replay is answered and
+// recorded so too.
+func TestInspectorAppUnreachable(t *testing.T) {
+	ln := testnet.Listen(t)
+	down := ln.Addr().String()
+	ln.Close()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			insp := new(inspect.Inspector)
+			fwd, _ := startForwarder(t, forward.HTTP{To: down, AppProtocol: appProtocol(m.h2c), Recorder: insp})
+			ui := serveInspector(t, insp)
+			ev := openEvents(t, ui+"api/events", nil)
+			resp, err := client(t, fwd, m.h2c).Post("http://app.example.test/orders", "text/plain", strings.NewReader("order"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			ev.done(t, 1)
+			x := exchange(t, ui, 1)
+			if x.Status != http.StatusBadGateway || x.ResponseHeader.Get("Tunnelkit-Error") != "app_unreachable" || string(x.ResponseBody.Data) != string(body) || x.Error != "" || x.To != down {
+				t.Errorf("exchange: %+v; the client got %s %q", x, resp.Status, body)
+			}
+			code, rx, msg := replayResult(t, ui, 1, inspectorHeader, `{"body":"again"}`)
+			if code != 200 || rx.ReplayOf != 1 || rx.Status != http.StatusBadGateway || rx.ResponseHeader.Get("Tunnelkit-Error") != "app_unreachable" {
+				t.Errorf("replay: %d %+v %s", code, rx, msg)
+			}
 		})
 	}
 }

@@ -1,66 +1,50 @@
 package inspect
 
 import (
-	"bufio"
-	"io"
-	"net"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/agent/forward"
 )
 
-// recording is an exchange under way: the ResponseWriter that the
-// forwarder answers through, beneath its own (which logs), and the
-// request body's reader, both of which copy the first bytes into the
-// exchange as they pass.
+var _ forward.Recorder = (*Inspector)(nil)
+
+// recording is an exchange under way, as a forwarder hands it over: the
+// forward.Recording that Record returns. The forwarder calls its methods
+// one at a time.
 type recording struct {
 	in       *Inspector
-	w        http.ResponseWriter
-	replay   Replayer
-	ex       Exchange    // the working copy, published at each change
-	reqBody  *teeBody    // nil: no body
-	resp     capture     // the response body's first bytes
-	replayOf *replayInfo // non-nil for a replay
-	header   bool        // the final header is written
-	upgrade  bool        // the connection was hijacked: the protocol switched
+	replay   func(*http.Request) error // nil: the exchange cannot be replayed
+	ex       Exchange                  // the working copy, published at each change
+	body     bool                      // the request has a body, or may have
+	req      capture                   // the request body's first bytes
+	resp     capture                   // the response body's first bytes
+	replayOf *replayInfo               // non-nil for a replay
+	header   bool                      // the final header is known
 }
 
-// Replayer sends a replayed request to the app the way the recorded one
-// went; a forward.HTTP that records with an Inspector is one. It is
-// defined here, where it is used, so that a forwarder depends on the
-// inspector and not the other way round.
-type Replayer interface {
-	// Replay forwards r to the app as it forwards a request from a client,
-	// recording it through Record with the Inspector r comes from (which
-	// tells from r that it is a replay), and returns once the response has
-	// ended; the response itself is discarded: the exchange holds it. It
-	// returns an error wrapping http.ErrServerClosed when it forwards no
-	// more requests (its Serve returned), and another error when the
-	// response broke off. r's context ends the replay early.
-	Replay(r *http.Request) error
-}
-
-// Record starts recording an exchange, and publishes it: r, a request that
-// the caller forwards to the app at to, and the response that the caller
-// writes to the returned ResponseWriter rw, which passes it all on to w
-// (its flushes and hijack too, through http.ResponseController). r.Body is
-// replaced with a reader that copies the body's first bytes as the
-// request is forwarded. The caller calls end once the response has ended,
-// with aborted set when it broke off (ReverseProxy panics with
-// http.ErrAbortHandler then). replay is what sends the request again when
-// the inspector's page asks; nil: the exchange cannot be replayed.
-func (in *Inspector) Record(w http.ResponseWriter, r *http.Request, to string, replay Replayer) (rw http.ResponseWriter, end func(aborted bool)) {
+// Record starts recording an exchange, and publishes it: r, a request
+// that a forwarder forwards to the app at r.URL.Host, as described by
+// [forward.Recorder], which replay sends again when the inspector's page
+// asks (nil: the exchange cannot be replayed). A nil *Inspector records
+// nothing: Record returns nil.
+func (in *Inspector) Record(r *http.Request, replay func(*http.Request) error) forward.Recording {
+	if in == nil {
+		return nil
+	}
 	in.init()
-	rec := &recording{in: in, w: w, replay: replay}
+	rec := &recording{in: in, replay: replay, body: r.ContentLength != 0}
 	uri := r.RequestURI
-	if uri == "" {
+	if uri == "" && r.URL != nil {
 		uri = r.URL.RequestURI()
 	}
 	x := &rec.ex
 	x.Start = time.Now()
 	x.Client = r.RemoteAddr
-	x.To = to
+	if r.URL != nil {
+		x.To = r.URL.Host
+	}
 	x.Method = r.Method
 	x.Host = r.Host
 	x.URL = uri
@@ -74,84 +58,48 @@ func (in *Inspector) Record(w http.ResponseWriter, r *http.Request, to string, r
 		x.ReplayOf = ri.of
 		rec.replayOf = ri
 	}
-	if r.Body != nil && r.Body != http.NoBody {
-		rec.reqBody = &teeBody{rc: r.Body, c: capture{limit: in.bodyLimit, hint: r.ContentLength}}
-		r.Body = rec.reqBody
-	}
+	rec.req = capture{limit: in.bodyLimit, hint: r.ContentLength}
 	rec.resp.limit = in.bodyLimit
 	in.publish(rec)
-	return rec, rec.finish
+	return rec
 }
 
-func (rec *recording) Header() http.Header { return rec.w.Header() }
-
-// WriteHeader notes the final status and header, and publishes them.
-func (rec *recording) WriteHeader(code int) {
-	if !rec.header && (code < 100 || code > 199 || code == http.StatusSwitchingProtocols) {
-		rec.writeHeader(code)
-	}
-	rec.w.WriteHeader(code)
+// RequestBody copies the request body's first bytes.
+func (rec *recording) RequestBody(p []byte) {
+	rec.body = true
+	rec.req.add(p)
 }
 
-func (rec *recording) writeHeader(code int) {
+// Response notes the final status and header, and publishes them.
+func (rec *recording) Response(status int, h http.Header) {
 	rec.header = true
-	rec.ex.Status = code
+	rec.ex.Status = status
 	var cut bool
-	rec.ex.ResponseHeader, cut = cloneHeader(rec.w.Header(), headLimit)
-	if n, err := strconv.ParseInt(rec.ex.ResponseHeader.Get("Content-Length"), 10, 64); err == nil {
+	rec.ex.ResponseHeader, cut = cloneHeader(h, headLimit)
+	if n, err := strconv.ParseInt(h.Get("Content-Length"), 10, 64); err == nil {
 		rec.resp.hint = n
 	}
 	rec.ex.HeaderTruncated = rec.ex.HeaderTruncated || cut
 	rec.in.publish(rec)
 }
 
-func (rec *recording) Write(b []byte) (int, error) {
-	if !rec.header {
-		rec.writeHeader(http.StatusOK)
-	}
-	n, err := rec.w.Write(b)
-	rec.resp.add(b[:n])
-	return n, err
-}
+// ResponseBody copies the response body's first bytes.
+func (rec *recording) ResponseBody(p []byte) { rec.resp.add(p) }
 
-// Hijack hands over the client's connection, after the app switched
-// protocols (ReverseProxy writes the 101 response on it), and publishes
-// the switch.
-func (rec *recording) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	c, brw, err := http.NewResponseController(rec.w).Hijack()
-	if err == nil && !rec.header {
-		rec.upgrade = true
-		rec.header = true
-		rec.ex.Status = http.StatusSwitchingProtocols
-		rec.in.publish(rec)
-	}
-	return c, brw, err
-}
-
-// Unwrap gives http.ResponseController the server's ResponseWriter, for
-// flushes.
-func (rec *recording) Unwrap() http.ResponseWriter { return rec.w }
-
-// finish ends the exchange and publishes it: the end func of Record.
-func (rec *recording) finish(aborted bool) {
+// End ends the exchange and publishes it: "aborted" when err says it
+// broke off.
+func (rec *recording) End(err error) {
 	x := &rec.ex
 	x.Done = true
 	x.Duration = time.Since(x.Start)
-	if rec.upgrade {
-		// The 101 response's header, which ReverseProxy set after the
-		// hijack.
-		var cut bool
-		x.ResponseHeader, cut = cloneHeader(rec.w.Header(), headLimit)
-		x.HeaderTruncated = x.HeaderTruncated || cut
-	}
-	if aborted {
+	if err != nil {
 		x.Error = "aborted"
 	} else if !rec.header {
 		// What net/http sends for a handler that wrote nothing.
 		x.Status = http.StatusOK
 	}
-	if rec.reqBody != nil {
-		x.RequestBody = rec.reqBody.seal()
+	if rec.body {
+		x.RequestBody = rec.req.body()
 	}
 	x.ResponseBody = rec.resp.body()
 	e := rec.in.publish(rec)
@@ -187,38 +135,6 @@ func (c *capture) add(b []byte) {
 
 func (c *capture) body() Body {
 	return Body{Data: c.data, Size: c.size, Truncated: c.size > int64(len(c.data))}
-}
-
-// teeBody is a request body that copies its first bytes as it is read:
-// by the transport's goroutine, which may still read after the handler
-// ended.
-type teeBody struct {
-	rc     io.ReadCloser
-	mu     sync.Mutex
-	c      capture
-	sealed bool // the exchange took the capture: no more changes
-}
-
-func (b *teeBody) Read(p []byte) (int, error) {
-	n, err := b.rc.Read(p)
-	if n > 0 {
-		b.mu.Lock()
-		if !b.sealed {
-			b.c.add(p[:n])
-		}
-		b.mu.Unlock()
-	}
-	return n, err
-}
-
-func (b *teeBody) Close() error { return b.rc.Close() }
-
-// seal returns what was read, and stops the copying.
-func (b *teeBody) seal() Body {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.sealed = true
-	return b.c.body()
 }
 
 // cloneHeader copies h, without the fields that have no value (the

@@ -58,7 +58,7 @@ func (in *Inspector) replay(ctx context.Context, e *entry, edit *replayEdit, cli
 	r.RemoteAddr = client
 	ri := &replayInfo{in: in, of: x.ID}
 	r = r.WithContext(context.WithValue(ctx, replayKey{}, ri))
-	if err := e.replay.Replay(r); err != nil {
+	if err := e.replay(r); err != nil {
 		if errors.Is(err, http.ErrServerClosed) {
 			return nil, &replayError{http.StatusServiceUnavailable, fmt.Sprintf("the forwarder that recorded exchange %d has stopped", x.ID)}
 		}

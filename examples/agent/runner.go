@@ -72,7 +72,14 @@ func (r *runner) start(ctx context.Context, s endpointSpec) error {
 	if s.httpMode() {
 		r.log.Info("forwarding requests", "url", l.URL(), "to", s.target.String(), "app_protocol", l.AppProtocol())
 		// The app protocol is l's.
-		fwd = forward.HTTP{To: s.target.addr, Network: s.target.network, TLSConfig: s.toTLS, Host: s.target.hostHeader(s.HostHeader), Logger: log, Inspector: r.insp}
+		h := forward.HTTP{To: s.target.addr, Network: s.target.network, TLSConfig: s.toTLS, Logger: log}
+		if r.insp != nil {
+			h.Recorder = r.insp // not a nil *Inspector in the interface
+		}
+		fwd = h
+		if host := s.target.hostHeader(s.HostHeader); host != "" {
+			fwd = hostForwarder{to: s.target, tls: s.toTLS, host: host, logger: log}
+		}
 	} else {
 		r.log.Info("forwarding", "url", l.URL(), "to", s.target.String())
 		fwd = forward.Bytes{To: s.target.addr, Network: s.target.network, TLSConfig: s.toTLS, ProxyProtocol: s.ProxyProto, Logger: log}

@@ -42,6 +42,27 @@ type Conn struct {
 	// Err. If nil, exchanges are not reported.
 	Done func(Exchange)
 
+	// Head, if not nil, is called with the head of each message as it
+	// passes whole, its start line and header fields up to the blank line
+	// that ends it: a request's once it is queued to await its response
+	// (before its body's bytes), a response's (1xx ones too) before its
+	// body's bytes and before Done reports its exchange. head is valid only
+	// during the call. A response's is passed from the goroutine that calls
+	// Response; a request's from the one that calls Request, or, for
+	// requests held after one that may switch protocols, from the one that
+	// calls Response, when its answer lets them be parsed. It must not call
+	// the Conn's methods.
+	Head func(response bool, head []byte)
+
+	// Body, if not nil, is called with the bytes of each message's body as
+	// they pass, in order, without the chunked framing (chunk size lines,
+	// chunk ends, the trailer section): the bytes that net/http's Body of
+	// the message reads. It is called from the goroutine that passes the
+	// message's head to Head, after it; p is valid only during the call. It
+	// must not call the Conn's methods. The bytes of an upgraded connection
+	// are not a body and are not passed.
+	Body func(response bool, p []byte)
+
 	stopped atomic.Bool // err != nil or upgraded: every call returns at once
 
 	mu       sync.Mutex
@@ -115,10 +136,14 @@ func (c *Conn) hold(p []byte, at time.Time) {
 func (c *Conn) request(p []byte, at time.Time) {
 	r := &c.req
 	for len(p) > 0 {
+		st := r.st
 		n, ev, err := r.feed(p, true)
 		if err != nil {
 			c.fail(err)
 			return
+		}
+		if c.Body != nil && n > 0 && st.inBody() {
+			c.Body(false, p[:n])
 		}
 		p = p[n:]
 		if ev == evHead {
@@ -126,6 +151,9 @@ func (c *Conn) request(p []byte, at time.Time) {
 				at = time.Now()
 			}
 			ended, err := c.requestHead(r.head, at)
+			if err == nil && c.Head != nil {
+				c.Head(false, r.head)
+			}
 			r.release()
 			if err != nil {
 				c.fail(err)
@@ -204,10 +232,14 @@ func (c *Conn) Response(p []byte) {
 		if r.st == inHead && r.n == 0 && !c.begin() {
 			return
 		}
+		st := r.st
 		n, ev, err := r.feed(p, false)
 		if err != nil {
 			c.failLocked(err)
 			return
+		}
+		if c.Body != nil && n > 0 && st.inBody() {
+			c.Body(true, p[:n])
 		}
 		p = p[n:]
 		if ev == evHead {
@@ -265,6 +297,9 @@ func (c *Conn) responseHead(h []byte, after int) (bool, error) {
 		return false, err
 	}
 	c.status = status
+	if c.Head != nil {
+		c.Head(true, h)
+	}
 	if status == 101 || c.cur.method == "CONNECT" && status/100 == 2 {
 		c.mu.Lock()
 		c.upgraded = true

@@ -11,6 +11,8 @@
 // final response has passed whole. Waiting tells whether a request is
 // still waiting for its response to begin, so that a proxy whose server
 // closed the connection knows whether it may answer 502 itself.
+// A recorder (an HTTP inspector) gets each message's head and its body's
+// bytes, unchunked, as they pass, through Head and Body.
 //
 // Typical use, in the copier:
 //

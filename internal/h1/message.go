@@ -26,6 +26,12 @@ const (
 	inUntilEOF               // in a body that ends when the connection does
 )
 
+// inBody reports whether a reader in state st is in a body's bytes: what
+// it consumes there, all of it, is body.
+func (st state) inBody() bool {
+	return st == inLength || st == inChunkData || st == inUntilEOF
+}
+
 // event is what a reader reports when it stops before the end of its input.
 type event uint8
 

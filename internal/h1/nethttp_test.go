@@ -21,8 +21,41 @@ import (
 // reports that the responses read end with a 1xx that has no final
 // response after it.
 func oracle(reqs, resps []byte) (nreq, nresp int, want []got, interim bool) {
+	nreq, nresp, want, interim, _ = oracleMessages(reqs, resps)
+	return nreq, nresp, want, interim
+}
+
+// message is what net/http reads of one message: its head (a request's
+// method and request-target, a response's status), its header, and its
+// body.
+type message struct {
+	head   string
+	header http.Header
+	body   string
+}
+
+func (m message) String() string { return fmt.Sprintf("{%s %v %q}", m.head, m.header, m.body) }
+
+// oracleMessages is oracle, and also returns the messages net/http reads
+// that a Conn passes to Head and Body: the requests, then the responses
+// (1xx ones too), in order. The requests that follow one that may switch
+// protocols are left out until its final answer does not.
+func oracleMessages(reqs, resps []byte) (nreq, nresp int, want []got, interim bool, msgs []message) {
 	type request struct{ method, target string }
 	var rs []request
+	var upgrades []bool // of each request: it may switch protocols
+	finals := 0         // final responses read
+	// passed returns msgs with the requests held left out.
+	passed := func() []message {
+		n := len(upgrades)
+		for i, up := range upgrades {
+			if up && i >= finals {
+				n = i + 1
+				break
+			}
+		}
+		return append(msgs[:n:n], msgs[len(upgrades):]...)
+	}
 	src := bytes.NewReader(reqs)
 	br := bufio.NewReader(src)
 	read := func() int { return int(src.Size()) - src.Len() - br.Buffered() }
@@ -31,10 +64,14 @@ func oracle(reqs, resps []byte) (nreq, nresp int, want []got, interim bool) {
 		if err != nil {
 			break
 		}
-		if _, err := io.Copy(io.Discard, req.Body); err != nil {
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
 			break
 		}
 		rs = append(rs, request{req.Method, req.RequestURI})
+		_, up := req.Header["Upgrade"]
+		upgrades = append(upgrades, up || req.Method == "CONNECT")
+		msgs = append(msgs, message{req.Method + " " + req.RequestURI, req.Header, string(body)})
 		nreq = read()
 	}
 	src = bytes.NewReader(resps)
@@ -44,23 +81,76 @@ func oracle(reqs, resps []byte) (nreq, nresp int, want []got, interim bool) {
 		if err != nil {
 			break
 		}
-		n, err := io.Copy(io.Discard, resp.Body)
+		body, err := io.ReadAll(resp.Body)
 		if err != nil || resp.StatusCode < 100 {
 			break
 		}
 		nresp = read()
 		status := resp.StatusCode
 		if status == 101 || rs[0].method == "CONNECT" && status/100 == 2 {
-			return nreq, nresp, append(want, got{rs[0].method, rs[0].target, status, 0, true}), false
+			msgs = append(msgs, message{fmt.Sprint(status), resp.Header, ""})
+			return nreq, nresp, append(want, got{rs[0].method, rs[0].target, status, 0, true}), false, passed()
 		}
+		msgs = append(msgs, message{fmt.Sprint(status), resp.Header, string(body)})
 		interim = status/100 == 1
 		if interim {
 			continue
 		}
-		want = append(want, got{rs[0].method, rs[0].target, status, n, false})
+		want = append(want, got{rs[0].method, rs[0].target, status, int64(len(body)), false})
 		rs = rs[1:]
+		finals++
 	}
-	return nreq, nresp, want, interim
+	return nreq, nresp, want, interim, passed()
+}
+
+// heads gathers the messages a Conn passes to Head and Body, read with
+// net/http from their heads: the requests first, then the responses.
+type heads struct {
+	reqs, resps []message
+	methods     []string // of the requests whose final response has not passed
+	err         error
+}
+
+func (h *heads) head(response bool, b []byte) {
+	if h.err != nil {
+		return
+	}
+	br := bufio.NewReader(bytes.NewReader(b))
+	if !response {
+		req, err := http.ReadRequest(br)
+		if err != nil || br.Buffered() != 0 {
+			h.err = fmt.Errorf("request head %q: %v, %d bytes after it", b, err, br.Buffered())
+			return
+		}
+		h.reqs = append(h.reqs, message{req.Method + " " + req.RequestURI, req.Header, ""})
+		h.methods = append(h.methods, req.Method)
+		return
+	}
+	if len(h.methods) == 0 {
+		h.err = fmt.Errorf("response head %q without a request", b)
+		return
+	}
+	resp, err := http.ReadResponse(br, &http.Request{Method: h.methods[0]})
+	if err != nil || br.Buffered() != 0 {
+		h.err = fmt.Errorf("response head %q: %v, %d bytes after it", b, err, br.Buffered())
+		return
+	}
+	if resp.StatusCode/100 != 1 {
+		h.methods = h.methods[1:]
+	}
+	h.resps = append(h.resps, message{fmt.Sprint(resp.StatusCode), resp.Header, ""})
+}
+
+func (h *heads) body(response bool, p []byte) {
+	l := h.reqs
+	if response {
+		l = h.resps
+	}
+	if len(l) == 0 {
+		h.err = fmt.Errorf("body bytes %q before any head", p)
+		return
+	}
+	l[len(l)-1].body += string(p)
 }
 
 // check feeds reqs and then resps to a Conn at the splits r makes, ends
@@ -80,9 +170,10 @@ func check(t *testing.T, r *rand.Rand, reqs, resps []byte) {
 		reqs, resps = reqs[:nreq], resps[:nresp]
 	}
 	var exchanges []got
+	var hs heads
 	c := &Conn{Done: func(x Exchange) {
 		exchanges = append(exchanges, got{x.Method, x.Target, x.Status, bodyBytes(x), x.Upgraded})
-	}}
+	}, Head: hs.head, Body: hs.body}
 	observe(r, s, string(reqs), c.Request)
 	observe(r, s, string(resps), c.Response)
 	c.ResponseEOF()
@@ -91,6 +182,14 @@ func check(t *testing.T, r *rand.Rand, reqs, resps []byte) {
 	}
 	if fmt.Sprint(exchanges) != fmt.Sprint(want) {
 		t.Fatalf("exchanges differ from net/http's\n got %v\nwant %v\nrequests:  %.300q\nresponses: %.300q", exchanges, want, reqs, resps)
+	}
+	// The heads and bodies passed are the messages net/http reads.
+	_, _, _, _, msgs := oracleMessages(reqs, resps)
+	if hs.err != nil {
+		t.Fatalf("%v\nrequests:  %.300q\nresponses: %.300q", hs.err, reqs, resps)
+	}
+	if got := append(hs.reqs, hs.resps...); fmt.Sprint(got) != fmt.Sprint(msgs) {
+		t.Fatalf("heads and bodies differ from net/http's\n got %.2000v\nwant %.2000v\nrequests:  %.300q\nresponses: %.300q", got, msgs, reqs, resps)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/net/http2/hpack"
 )
 
 // Bounds on what a Conn keeps.
@@ -17,6 +19,9 @@ const (
 // Exchange is one request and its response as they passed on a stream the
 // client opened.
 type Exchange struct {
+	// Stream is the stream's identifier.
+	Stream uint32
+
 	// Method and Target are the request's :method and :path, or its
 	// :authority for a CONNECT without a :path.
 	Method, Target string
@@ -51,6 +56,26 @@ type Conn struct {
 	// Streams still open when observing stops are not reported.
 	Done func(Exchange)
 
+	// Header, if not nil, is called with the fields of each header block
+	// on a stream the client opened, while Done has not reported it, as
+	// the block passes whole: the request's (before its DATA), the
+	// response's (1xx ones too, before its DATA and before Done reports
+	// the stream), and the trailers of either. Fields are in the order
+	// they were sent, pseudo-header fields included, at most 1 MiB of
+	// names and values (the fields past it are left out); fields is valid
+	// only during the call. end reports that the block's HEADERS frame
+	// ended its side of the stream (END_STREAM): a request without a
+	// body, say. It is called from the goroutine that passes the block's
+	// bytes (Request or Response), and must not call the Conn's methods.
+	Header func(stream uint32, response bool, fields []hpack.HeaderField, end bool)
+
+	// Data, if not nil, is called with the payload of each DATA frame on
+	// such a stream, without its padding, as its bytes pass (a frame's
+	// payload may come in several calls), from the goroutine that passes
+	// them: the bytes that net/http's Body of the message reads. p is
+	// valid only during the call. It must not call the Conn's methods.
+	Data func(stream uint32, response bool, p []byte)
+
 	stopped atomic.Bool // err != nil or the server's side ended: every call returns at once
 
 	mu      sync.Mutex
@@ -72,8 +97,8 @@ type stream struct {
 	bytes          int64
 }
 
-func (s stream) exchange(reset bool) Exchange {
-	return Exchange{Method: s.method, Target: s.target, Start: s.start, Status: s.status, Bytes: s.bytes, Reset: reset}
+func (s stream) exchange(id uint32, reset bool) Exchange {
+	return Exchange{Stream: id, Method: s.method, Target: s.target, Start: s.start, Status: s.status, Bytes: s.bytes, Reset: reset}
 }
 
 // Request observes bytes that go to the server, in order, starting with
@@ -145,18 +170,21 @@ func (c *Conn) done(x Exchange) {
 	c.Done(x)
 }
 
-// open takes in a request header block from the client on stream id.
-func (c *Conn) open(id uint32, f *fields) error {
+// open takes in a request header block from the client on stream id. It
+// reports whether the stream is open: a new one, or one whose trailers
+// these are.
+func (c *Conn) open(id uint32, f *fields) (bool, error) {
 	if id%2 == 0 {
-		return fmt.Errorf("%w: HEADERS from the client on even stream %d", ErrMalformed, id)
+		return false, fmt.Errorf("%w: HEADERS from the client on even stream %d", ErrMalformed, id)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.stopped.Load() || id <= c.lastID {
-		return nil // trailers, or a stream that ended
+		_, ok := c.streams[id]
+		return ok, nil // trailers, or a stream that ended
 	}
 	if len(c.streams) >= maxStreams {
-		return fmt.Errorf("%w: more than %d streams open", ErrTooLarge, maxStreams)
+		return false, fmt.Errorf("%w: more than %d streams open", ErrTooLarge, maxStreams)
 	}
 	if c.streams == nil {
 		c.streams = make(map[uint32]stream)
@@ -167,12 +195,22 @@ func (c *Conn) open(id uint32, f *fields) error {
 	}
 	c.lastID = id
 	c.streams[id] = stream{method: f.method, target: target, start: time.Now()}
-	return nil
+	return true, nil
+}
+
+// tracked reports whether stream id is open and observed.
+func (c *Conn) tracked(id uint32) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.streams[id]
+	return ok
 }
 
 // respond takes in a response header block from the server on stream id;
-// end is its END_STREAM flag.
-func (c *Conn) respond(id uint32, f *fields, end bool) error {
+// end is its END_STREAM flag. seen, if not nil, is called once the block
+// is known to be a valid one of an open stream, before Done may report
+// the stream; c.mu is not held then.
+func (c *Conn) respond(id uint32, f *fields, end bool, seen func()) error {
 	c.mu.Lock()
 	s, ok := c.streams[id]
 	if id%2 == 1 && id > c.lastID && !c.stopped.Load() {
@@ -194,9 +232,21 @@ func (c *Conn) respond(id uint32, f *fields, end bool) error {
 			if end {
 				return fmt.Errorf("%w: interim response ends stream %d", ErrMalformed, id)
 			}
+			if seen != nil {
+				seen()
+			}
 			return nil
 		}
 		s.status = status
+	}
+	if seen != nil {
+		c.mu.Unlock()
+		seen()
+		c.mu.Lock()
+		if _, ok := c.streams[id]; !ok {
+			c.mu.Unlock()
+			return nil // observing stopped meanwhile
+		}
 	}
 	c.update(id, s, end)
 	return nil
@@ -225,7 +275,7 @@ func (c *Conn) update(id uint32, s stream, end bool) {
 	}
 	delete(c.streams, id)
 	c.mu.Unlock()
-	c.done(s.exchange(false))
+	c.done(s.exchange(id, false))
 }
 
 // reset reports stream id, which either side reset.
@@ -238,5 +288,5 @@ func (c *Conn) reset(id uint32) {
 	}
 	delete(c.streams, id)
 	c.mu.Unlock()
-	c.done(s.exchange(true))
+	c.done(s.exchange(id, true))
 }

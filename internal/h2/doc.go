@@ -10,7 +10,9 @@
 // in them, decodes the header blocks with HPACK, one decoder per
 // direction, and calls Done once per stream the client opened, when the
 // server's side of it ended (END_STREAM) or either side reset it
-// (RST_STREAM).
+// (RST_STREAM). A recorder (an HTTP inspector) gets each stream's
+// header blocks, decoded, and DATA payloads as they pass, through Header
+// and Data.
 //
 // Typical use, in the copier:
 //
@@ -36,7 +38,8 @@
 // and settings of golang.org/x/net/http2 and its hpack decoder. Header
 // blocks are bounded to 1 MiB, frames to the size the receiving side
 // advertised (SETTINGS_MAX_FRAME_SIZE, at most 16 MiB), the tracked open
-// streams to 10,000; DATA payloads are counted, never kept. On a
+// streams to 10,000; DATA payloads are counted, never kept (but passed to
+// Data). On a
 // malformed or oversized frame or header block, observing stops (Err says
 // why) and every later call returns at once: the copier goes on copying.
 package h2

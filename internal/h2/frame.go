@@ -74,6 +74,9 @@ type half struct {
 	push     bool   // it is a PUSH_PROMISE's
 	dec      *hpack.Decoder
 	f        fields
+	collect  bool                // the block's fields are kept for Conn.Header
+	hf       []hpack.HeaderField // the fields kept
+	hfSize   int                 // bytes of their names and values
 
 	// Set from the other direction's SETTINGS.
 	table    atomic.Uint64 // SETTINGS_HEADER_TABLE_SIZE | set; 0 if unset
@@ -108,6 +111,9 @@ func (h *half) feed(c *Conn, p []byte) error {
 			n := uint32(min(len(p), int(h.left)))
 			if k := h.keep - uint32(len(h.buf)); k > 0 {
 				h.buf = append(h.buf, p[:min(n, k)]...)
+			}
+			if h.fh.typ == http2.FrameData && c.Data != nil {
+				h.data(c, p[:n])
 			}
 			h.left -= n
 			p = p[n:]
@@ -247,6 +253,7 @@ func (h *half) end(c *Conn) error {
 		h.blockID, h.blockLen, h.push = fh.id, 0, false
 		h.blockEnd = fh.flags.Has(http2.FlagHeadersEndStream)
 		h.f = fields{}
+		h.collect = c.Header != nil
 		return h.fragment(c, s[:len(s)-int(pad)], fh.flags.Has(http2.FlagHeadersEndHeaders))
 	case http2.FramePushPromise:
 		var pad uint8
@@ -315,14 +322,61 @@ func (h *half) fragment(c *Conn, frag []byte, last bool) error {
 	}
 	id := h.blockID
 	h.blockID = 0
+	defer h.releaseFields()
 	switch {
 	case h.push:
 		return nil
 	case h.client:
-		return c.open(id, &h.f)
+		open, err := c.open(id, &h.f)
+		if open && h.collect {
+			h.header(c, id)
+		}
+		return err
 	default:
-		return c.respond(id, &h.f, h.blockEnd)
+		var seen func()
+		if h.collect {
+			seen = func() { h.header(c, id) }
+		}
+		return c.respond(id, &h.f, h.blockEnd, seen)
 	}
+}
+
+// header passes the fields of the block that ended on stream id to
+// Conn.Header.
+func (h *half) header(c *Conn, id uint32) { c.Header(id, !h.client, h.hf, h.blockEnd) }
+
+// releaseFields lets the fields of the block that ended go.
+func (h *half) releaseFields() {
+	clear(h.hf)
+	h.hf, h.hfSize = h.hf[:0], 0
+	if cap(h.hf) > 1024 {
+		h.hf = nil
+	}
+}
+
+// data passes to Conn.Data the bytes of piece, the next piece of a DATA
+// frame's payload, that are not padding, if the frame's stream is
+// tracked. The first byte of a padded frame's payload, its pad length,
+// is in h.buf once it passed.
+func (h *half) data(c *Conn, piece []byte) {
+	fh := h.fh
+	off := fh.length - h.left // where piece starts in the payload
+	start, end := uint32(0), fh.length
+	if fh.flags.Has(http2.FlagDataPadded) {
+		if len(h.buf) == 0 {
+			return
+		}
+		pad := uint32(h.buf[0])
+		if pad >= fh.length {
+			return // malformed: end says so
+		}
+		start, end = 1, fh.length-pad
+	}
+	lo, hi := max(off, start), min(off+uint32(len(piece)), end)
+	if lo >= hi || !c.tracked(fh.id) {
+		return
+	}
+	c.Data(fh.id, !h.client, piece[lo-off:hi-off])
 }
 
 func (h *half) decodeError(err error) error {
@@ -334,7 +388,14 @@ func (h *half) decodeError(err error) error {
 
 // emit takes in a decoded header field.
 func (h *half) emit(f hpack.HeaderField) {
-	if h.push || len(f.Name) == 0 || f.Name[0] != ':' {
+	if h.push {
+		return
+	}
+	if h.collect && h.hfSize+len(f.Name)+len(f.Value) <= maxHeaderBlock {
+		h.hfSize += len(f.Name) + len(f.Value)
+		h.hf = append(h.hf, f)
+	}
+	if len(f.Name) == 0 || f.Name[0] != ':' {
 		return
 	}
 	switch f.Name {

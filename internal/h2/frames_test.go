@@ -71,15 +71,58 @@ func get(path string) []string {
 // run feeds reqs and then resps to a Conn at random splits and returns the
 // exchanges it reported, formatted, and its error.
 func run(r *rand.Rand, reqs, resps []byte) (string, error) {
-	var got []string
+	got, _, err := runHooks(r, reqs, resps)
+	return got, err
+}
+
+// runHooks is run, and also returns what the Conn passed to Header and
+// Data, formatted: each block as "stream>fields" ("<" for a response's),
+// and the payload of consecutive DATA of one stream and direction as
+// "stream>data:bytes", whatever pieces they came in.
+func runHooks(r *rand.Rand, reqs, resps []byte) (got, hooks string, err error) {
+	var xs, events []string
+	var last string // the data event in progress, merged with the next piece
+	var data []byte
+	flush := func() {
+		if last != "" {
+			events = append(events, fmt.Sprintf("%s:%q", last, data))
+			last, data = "", nil
+		}
+	}
+	dir := func(response bool) string {
+		if response {
+			return "<"
+		}
+		return ">"
+	}
 	c := &Conn{Done: func(x Exchange) {
-		got = append(got, fmt.Sprintf("%s %s %d %d %v", x.Method, x.Target, x.Status, x.Bytes, x.Reset))
+		xs = append(xs, fmt.Sprintf("%s %s %d %d %v", x.Method, x.Target, x.Status, x.Bytes, x.Reset))
+		if x.Stream == 0 {
+			xs = append(xs, "stream 0")
+		}
+	}, Header: func(id uint32, response bool, fields []hpack.HeaderField, end bool) {
+		flush()
+		ev := fmt.Sprintf("%d%s%v", id, dir(response), fields)
+		if end {
+			ev += " end"
+		}
+		events = append(events, ev)
+	}, Data: func(id uint32, response bool, p []byte) {
+		if len(p) == 0 {
+			events = append(events, "empty data")
+		}
+		if ev := fmt.Sprintf("%d%sdata", id, dir(response)); ev != last {
+			flush()
+			last = ev
+		}
+		data = append(data, p...)
 	}}
 	split(r, reqs, c.Request)
 	split(r, resps, c.Response)
-	err := c.Err()
+	err = c.Err()
 	c.ResponseEOF()
-	return strings.Join(got, "; "), err
+	flush()
+	return strings.Join(xs, "; "), strings.Join(events, "; "), err
 }
 
 // split calls f with p cut at random places.
@@ -172,13 +215,61 @@ func TestFrames(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			reqs, resps := tt.reqs(), tt.resps()
-			for range 20 {
-				got, err := run(r, reqs, resps)
+			var first string
+			for i := range 20 {
+				got, hooks, err := runHooks(r, reqs, resps)
 				if err != nil || got != tt.want {
 					t.Fatalf("got %q, %v\nwant %q", got, err, tt.want)
 				}
+				if i == 0 {
+					first = hooks
+				} else if hooks != first {
+					t.Fatalf("Header and Data passed\n%s\nat one split, and\n%s\nat another", first, hooks)
+				}
 			}
 		})
+	}
+}
+
+// TestHooks checks what a Conn passes to Header and Data: every block of
+// an open stream, pseudo-fields first; DATA payloads without padding; no
+// block or DATA of a pushed, reset or ended stream.
+func TestHooks(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	w := newWire(true)
+	w.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: w.block(":method", "POST", ":scheme", "http", ":authority", "h", ":path", "/p", "content-type", "text/plain"), EndHeaders: true, PadLength: 7})
+	w.fr.WriteDataPadded(1, false, []byte("hello"), make([]byte, 3))
+	w.fr.WriteData(1, false, []byte(" world"))
+	w.headers(1, true, "x-sum", "1")
+	w.headers(3, false, get("/reset")...)
+	w.fr.WriteRSTStream(3, http2.ErrCodeCancel)
+	w.fr.WriteData(3, true, []byte("after the reset"))
+	reqs := w.Bytes()
+
+	w = newWire(false)
+	w.fr.WritePushPromise(http2.PushPromiseParam{StreamID: 1, PromiseID: 2, BlockFragment: w.block(get("/pushed")...), EndHeaders: true})
+	w.headers(2, false, ":status", "200").data(2, true, 4)
+	w.headers(1, false, ":status", "103", "link", "</x>")
+	w.headers(1, false, ":status", "200", "content-type", "text/plain")
+	w.fr.WriteDataPadded(1, false, []byte("answer"), make([]byte, 200))
+	w.fr.WriteData(1, false, nil)
+	w.headers(1, true, "grpc-status", "0")
+	w.fr.WriteData(1, true, []byte("after the end"))
+	resps := w.Bytes()
+
+	want := `1>[header field ":method" = "POST" header field ":scheme" = "http" header field ":authority" = "h" header field ":path" = "/p" header field "content-type" = "text/plain"]; ` +
+		`1>data:"hello world"; 1>[header field "x-sum" = "1"] end; ` +
+		`3>[header field ":method" = "GET" header field ":scheme" = "http" header field ":authority" = "example.com" header field ":path" = "/reset"]; ` +
+		`1<[header field ":status" = "103" header field "link" = "</x>"]; 1<[header field ":status" = "200" header field "content-type" = "text/plain"]; ` +
+		`1<data:"answer"; 1<[header field "grpc-status" = "0"] end`
+	for range 20 {
+		got, hooks, err := runHooks(r, reqs, resps)
+		if err != nil || got != "GET /reset 0 0 true; POST /p 200 6 false" {
+			t.Fatalf("exchanges %q, %v", got, err)
+		}
+		if hooks != want {
+			t.Fatalf("Header and Data passed\n%s\nwant\n%s", hooks, want)
+		}
 	}
 }
 

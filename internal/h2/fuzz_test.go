@@ -41,7 +41,7 @@ func recorded(tb testing.TB) (reqs, resps [][]byte) {
 
 // FuzzConn feeds arbitrary request and response bytes at arbitrary splits:
 // nothing may panic, and where the bytes are cut must not change what is
-// reported.
+// reported, exchanges, header blocks and DATA payloads.
 func FuzzConn(f *testing.F) {
 	reqs, resps := recorded(f)
 	for i := range reqs {
@@ -51,10 +51,10 @@ func FuzzConn(f *testing.F) {
 	w.fr.WriteRSTStream(1, http2.ErrCodeCancel)
 	f.Add(w.Bytes(), newWire(false).headers(1, false, ":status", "103").headers(1, false, ":status", "200").data(1, true, 5).Bytes(), uint64(99))
 	f.Fuzz(func(t *testing.T, reqs, resps []byte, seed uint64) {
-		whole, werr := run(rand.New(rand.NewPCG(seed, 0)), reqs, resps)
-		split, serr := run(rand.New(rand.NewPCG(seed, 1)), reqs, resps)
-		if whole != split || fmt.Sprint(werr) != fmt.Sprint(serr) {
-			t.Fatalf("splits change the outcome:\n%q, %v\n%q, %v", whole, werr, split, serr)
+		whole, wh, werr := runHooks(rand.New(rand.NewPCG(seed, 0)), reqs, resps)
+		split, sh, serr := runHooks(rand.New(rand.NewPCG(seed, 1)), reqs, resps)
+		if whole != split || wh != sh || fmt.Sprint(werr) != fmt.Sprint(serr) {
+			t.Fatalf("splits change the outcome:\n%q, %v\n%.2000s\n%q, %v\n%.2000s", whole, werr, wh, split, serr, sh)
 		}
 	})
 }

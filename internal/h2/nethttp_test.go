@@ -26,8 +26,9 @@ type proxy struct {
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
-	changed chan struct{}       // closed and replaced when got or errs change
-	got     map[string]Exchange // by target
+	changed chan struct{}          // closed and replaced when got or errs change
+	got     map[string]Exchange    // by target
+	msgs    map[string]*streamMsgs // by target: what Header and Data passed
 	errs    []error
 	reqs    []*bytes.Buffer // the bytes of each connection, if record
 	resps   []*bytes.Buffer
@@ -41,7 +42,7 @@ func newProxy(t testing.TB, server string, record bool) *proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{ln: ln, server: server, changed: make(chan struct{}), got: map[string]Exchange{}, record: record}
+	p := &proxy{ln: ln, server: server, changed: make(chan struct{}), got: map[string]Exchange{}, msgs: map[string]*streamMsgs{}, record: record}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(func() {
@@ -105,11 +106,38 @@ func (p *proxy) serve(client net.Conn) {
 	}
 	defer server.Close()
 	var reqs, resps bytes.Buffer
+	var smu sync.Mutex
+	streams := map[uint32]*streamMsgs{}
+	msgsOf := func(id uint32) *streamMsgs {
+		if streams[id] == nil {
+			streams[id] = new(streamMsgs)
+		}
+		return streams[id]
+	}
 	obs := &Conn{Done: func(x Exchange) {
+		smu.Lock()
+		m := streams[x.Stream]
+		delete(streams, x.Stream)
+		smu.Unlock()
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.got[x.Target] = x
+		p.msgs[x.Target] = m
 		p.notify()
+	}, Header: func(id uint32, response bool, fields []hpack.HeaderField, end bool) {
+		smu.Lock()
+		defer smu.Unlock()
+		m := msgsOf(id)
+		m.blocks = append(m.blocks, block{response, slices.Clone(fields), end})
+	}, Data: func(id uint32, response bool, p []byte) {
+		smu.Lock()
+		defer smu.Unlock()
+		m := msgsOf(id)
+		if response {
+			m.resp = append(m.resp, p...)
+		} else {
+			m.req = append(m.req, p...)
+		}
 	}}
 	done := make(chan struct{})
 	go func() { // client to server
@@ -148,17 +176,58 @@ func copyObserved(dst, src net.Conn, observe func([]byte), rec *bytes.Buffer, re
 	}
 }
 
+// streamMsgs is what a Conn's Header and Data passed of one stream.
+type streamMsgs struct {
+	blocks    []block
+	req, resp []byte
+}
+
+// block is a header block Header passed.
+type block struct {
+	response bool
+	fields   []hpack.HeaderField
+	end      bool
+}
+
+// value returns the value of the field name in the first block of the
+// direction response.
+func (m *streamMsgs) value(response bool, name string) string {
+	for _, b := range m.blocks {
+		if b.response == response {
+			for _, f := range b.fields {
+				if f.Name == name {
+					return f.Value
+				}
+			}
+			return ""
+		}
+	}
+	return ""
+}
+
 // wait returns the exchange for target, once it is reported.
 func (p *proxy) wait(t testing.TB, target string) Exchange {
+	t.Helper()
+	x, _ := p.waitMsgs(t, target)
+	return x
+}
+
+// waitMsgs returns the exchange for target, once it is reported, and what
+// Header and Data passed of it.
+func (p *proxy) waitMsgs(t testing.TB, target string) (Exchange, *streamMsgs) {
 	t.Helper()
 	timeout := time.After(10 * time.Second)
 	for {
 		p.mu.Lock()
 		x, ok := p.got[target]
+		m := p.msgs[target]
 		errs, changed := p.errs, p.changed
 		p.mu.Unlock()
 		if ok {
-			return x
+			if m == nil {
+				m = new(streamMsgs)
+			}
+			return x, m
 		}
 		if len(errs) > 0 {
 			t.Fatalf("waiting for %s: observing stopped: %v", target, errs)
@@ -227,9 +296,14 @@ func handler(w http.ResponseWriter, r *http.Request) {
 }
 
 // do sends a request and returns the response, its body's length, and
-// the exchange the proxy reported for it.
+// the exchange the proxy reported for it. It checks that the headers and
+// bodies that Header and Data passed are those the client sent and got.
 func do(t *testing.T, c *http.Client, p *proxy, method, url string, body io.Reader, hdr ...string) (*http.Response, int64, Exchange) {
 	t.Helper()
+	var sent bytes.Buffer
+	if body != nil && body != http.NoBody {
+		body = io.TeeReader(body, &sent)
+	}
 	req, err := http.NewRequest(method, url, body)
 	if err != nil {
 		t.Fatal(err)
@@ -241,17 +315,35 @@ func do(t *testing.T, c *http.Client, p *proxy, method, url string, body io.Read
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := io.Copy(io.Discard, resp.Body)
+	got, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
+	n := int64(len(got))
 	if resp.ProtoMajor != 2 {
 		t.Fatalf("%s: %s, not HTTP/2", url, resp.Proto)
 	}
-	x := p.wait(t, req.URL.RequestURI())
-	if x.Method != method || x.Status != resp.StatusCode || x.Bytes != n || x.Reset || x.Start.IsZero() {
+	x, m := p.waitMsgs(t, req.URL.RequestURI())
+	if x.Method != method || x.Status != resp.StatusCode || x.Bytes != n || x.Reset || x.Start.IsZero() || x.Stream%2 != 1 {
 		t.Errorf("%s %s: got %+v; the client saw %d with %d bytes", method, url, x, resp.StatusCode, n)
+	}
+	if !bytes.Equal(m.req, sent.Bytes()) || !bytes.Equal(m.resp, got) {
+		t.Errorf("%s %s: Data passed %d bytes of request body and %d of response body; the client sent %d and got %d", method, url, len(m.req), len(m.resp), sent.Len(), len(got))
+	}
+	if m.value(false, ":method") != method || m.value(false, ":path") != req.URL.RequestURI() || m.value(true, ":status") != fmt.Sprint(resp.StatusCode) {
+		t.Errorf("%s %s: Header passed %v", method, url, m.blocks)
+	}
+	if len(m.blocks) == 0 || m.blocks[0].response || m.blocks[0].end != (sent.Len() == 0 && (body == nil || body == http.NoBody)) {
+		t.Errorf("%s %s: Header passed %v; the request's block ends the stream only without a body", method, url, m.blocks)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		if v := m.value(false, strings.ToLower(hdr[i])); v != hdr[i+1] {
+			t.Errorf("%s %s: Header passed %s: %q, the client sent %q", method, url, hdr[i], v, hdr[i+1])
+		}
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "" && m.value(true, "content-type") != ct {
+		t.Errorf("%s %s: Header passed content-type %q, the client got %q", method, url, m.value(true, "content-type"), ct)
 	}
 	return resp, n, x
 }
@@ -273,6 +365,17 @@ func TestNetHTTP(t *testing.T) {
 		resp, n, _ := do(t, c, p, "GET", url+"/trailers", nil)
 		if resp.Trailer.Get("X-Checksum") != "abc" || n != int64(len("body before trailers")) {
 			t.Errorf("trailers %v, %d bytes", resp.Trailer, n)
+		}
+		// Header passed the trailers too: a second response block.
+		_, m := p.waitMsgs(t, "/trailers")
+		var blocks []block
+		for _, b := range m.blocks {
+			if b.response {
+				blocks = append(blocks, b)
+			}
+		}
+		if len(blocks) != 2 || !slices.Contains(blocks[1].fields, hpack.HeaderField{Name: "x-checksum", Value: "abc"}) {
+			t.Errorf("response blocks %v; want the header and the trailers, X-Checksum: abc", blocks)
 		}
 	})
 	t.Run("concurrent", func(t *testing.T) {

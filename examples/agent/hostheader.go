@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"sync/atomic"
+	"time"
+)
+
+// hostForwarder forwards an endpoint's requests to its app with the Host
+// header its rule says (-host-header): an http.Server reads the requests
+// the listener's conns carry (HTTP/1.1, or HTTP/2 with prior knowledge for
+// h2c) and an httputil.ReverseProxy hop sends each to the app with that
+// Host, the client's in X-Forwarded-Host as the edge set it; a line per
+// request. forward.HTTP, which passes each conn's bytes through as they
+// come, keeps the client's Host: it serves every endpoint without a rule.
+type hostForwarder struct {
+	to     target
+	tls    *tls.Config // nil: plaintext
+	host   string      // the Host the app gets
+	logger *slog.Logger
+}
+
+// forwardingHeaders are the headers the edge set, which the app must get
+// as the edge sent them: ReverseProxy's Rewrite mode takes them out.
+var forwardingHeaders = [...]string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
+
+// Serve serves l until it is closed; it returns nil then.
+func (f hostForwarder) Serve(l net.Listener) error {
+	h2c := false
+	if ap, ok := l.(interface{ AppProtocol() string }); ok {
+		h2c = ap.AppProtocol() == "h2c"
+	}
+	var protos http.Protocols
+	if h2c {
+		protos.SetUnencryptedHTTP2(true) // over TLS too: the dial makes it
+	} else {
+		protos.SetHTTP1(true)
+	}
+	tlsCfg := f.tls
+	if tlsCfg != nil {
+		tlsCfg = tlsCfg.Clone()
+		if tlsCfg.ServerName == "" {
+			tlsCfg.ServerName, _, _ = net.SplitHostPort(f.to.addr)
+		}
+		tlsCfg.NextProtos = []string{"http/1.1"}
+		if h2c {
+			tlsCfg.NextProtos = []string{"h2"}
+		}
+	}
+	dialer := &net.Dialer{Timeout: 10 * time.Second}
+	transport := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			c, err := dialer.DialContext(ctx, f.to.network, f.to.addr)
+			if err != nil || tlsCfg == nil {
+				return c, err
+			}
+			tc := tls.Client(c, tlsCfg)
+			if err := tc.HandshakeContext(ctx); err != nil {
+				c.Close()
+				return nil, fmt.Errorf("TLS to the app at %s: %w", f.to.addr, err)
+			}
+			return tc, nil
+		},
+		Protocols:             &protos,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true, // the app gets the client's Accept-Encoding, the client the app's bytes
+	}
+	defer transport.CloseIdleConnections()
+	urlHost := f.to.addr
+	if f.to.network == "unix" {
+		urlHost = "localhost"
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", urlHost
+			pr.Out.URL.RawQuery = pr.In.URL.RawQuery
+			pr.Out.Host = f.host
+			for _, k := range forwardingHeaders {
+				if v, ok := pr.In.Header[k]; ok {
+					pr.Out.Header[k] = v
+				}
+			}
+		},
+		Transport: transport,
+		ErrorLog:  slog.NewLogLogger(f.logger.Handler(), slog.LevelDebug),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			f.logger.Warn("http error", "code", "app_unreachable", "method", r.Method, "path", r.URL.Path, "client", r.RemoteAddr, "to", f.to.String(), "err", err)
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.Header().Set("Tunnelkit-Error", "app_unreachable")
+			w.WriteHeader(http.StatusBadGateway)
+			io.WriteString(w, "app_unreachable: the app behind the tunnel cannot be reached\n")
+		},
+	}
+	var sprotos http.Protocols
+	sprotos.SetHTTP1(true)
+	sprotos.SetUnencryptedHTTP2(h2c)
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			lw := &countingWriter{ResponseWriter: w, status: http.StatusOK}
+			start := time.Now()
+			rp.ServeHTTP(lw, r)
+			f.logger.Info("http", "method", r.Method, "path", r.URL.Path, "status", lw.status, "bytes", lw.bytes.Load(), "duration", time.Since(start).Round(time.Millisecond), "client", r.RemoteAddr)
+		}),
+		Protocols: &sprotos,
+		ErrorLog:  slog.NewLogLogger(f.logger.Handler(), slog.LevelDebug),
+	}
+	err := srv.Serve(l)
+	srv.Close()
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// countingWriter counts a response's status and body bytes for its line.
+type countingWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+	bytes  atomic.Int64
+}
+
+func (w *countingWriter) WriteHeader(code int) {
+	if !w.wrote && code >= 200 {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *countingWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes.Add(int64(n))
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the server's writer (flushes,
+// full duplex, upgrades).
+func (w *countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
