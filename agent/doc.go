@@ -14,7 +14,10 @@
 // or refusing an endpoint for now is tried again with backoff, and only a
 // failure that waiting would not cure (a token refused, a name taken, an
 // address that is not an edge's agent port) ends it at once, with an error
-// that says so. Once listening, the client reconnects by itself.
+// that says so. Once listening, the client reconnects by itself. A
+// process that starts again gets its names back at once when it keeps its
+// session ticket ([Client].Ticket) and gives it to its new Client
+// ([Client].ResumeTicket), as the example agent's state file does.
 //
 // A [Client] carries several listeners over one session. Package
 // [github.com/tunnelkit/tunnelkit/agent/forward] connects a listener to a
@@ -28,5 +31,6 @@
 // [Client].Proxy names (see [ProxyURL]), or by default the one HTTPS_PROXY,
 // ALL_PROXY and NO_PROXY name ([ProxyFromEnvironment]); HTTP CONNECT or
 // SOCKS5, with TLS to the edge inside the tunnel. Its failures wrap
-// [ErrProxy].
+// [ErrProxy]; a proxy that cannot be reached, or cannot reach the edge, is
+// waited for as an edge is.
 package agent
