@@ -286,7 +286,8 @@ func bigBody() io.Reader {
 
 // TestAgentReload: SIGHUP binds an endpoint added to the -config file
 // while a 64 MiB download runs on another, which completes intact; a
-// second SIGHUP, the endpoint removed, unbinds it, and the first stays.
+// second SIGHUP, the endpoint removed, unbinds it, and the first stays; a
+// third, the file broken, changes nothing.
 func TestAgentReload(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -357,6 +358,16 @@ func TestAgentReload(t *testing.T) {
 	}
 	if status, _ := fetch(t, pub, bigURL+"/", "", ""); status != 200 {
 		t.Errorf("the endpoint that stayed: %d", status)
+	}
+
+	// A file that does not read leaves the endpoints as they are.
+	writeFile(t, dir, "agent.yml", one+"  - url: http://typo\n    too: 1\n")
+	a.cmd.Process.Signal(syscall.SIGHUP)
+	testwait.Within(t, 30*time.Second, "the agent said the file did not read", func() bool {
+		return strings.Contains(a.stderr.String(), `msg="SIGHUP: the file was not read again; the endpoints stay as they were" err="`+config+`:7: unknown key \"too\" in endpoints[1]`)
+	})
+	if status, _ := fetch(t, pub, bigURL+"/", "", ""); status != 200 {
+		t.Errorf("the endpoint after a file that does not read: %d", status)
 	}
 }
 
