@@ -84,7 +84,7 @@ func (c *Client) call(ctx context.Context, mux *wire.Session, req wire.Request, 
 				r.also = ErrNoToken
 			}
 		case wire.CodeNameTaken:
-			r.kind = ErrNameTaken
+			r.kind, r.until = ErrNameTaken, e.Until
 		case wire.CodeUnavailable:
 			r.kind = ErrUnavailable
 		}

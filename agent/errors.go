@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Errors of the agent. Errors from the edge wrap one of these, so callers
@@ -64,9 +65,23 @@ func ctxErr(ctx context.Context, err error) error {
 // by another owner", the edge's words for a request it refused), and wraps
 // the sentinel, and also when set.
 type sentinelError struct {
-	kind error  // the sentinel
-	also error  // another sentinel, or nil
-	msg  string // what happened, printable
+	kind  error     // the sentinel
+	also  error     // another sentinel, or nil
+	msg   string    // what happened, printable
+	until time.Time // see KeptUntil
+}
+
+// KeptUntil returns, for an ErrNameTaken refusal of a name that the edge
+// keeps for the identity that held it (the grace after its session ended,
+// or after the edge's restart), when that keeping ends: the name is free
+// then, unless its holder binds it again. Zero for any other error, and
+// when the edge did not say.
+func KeptUntil(err error) time.Time {
+	var e *sentinelError
+	if errors.As(err, &e) && e.kind == ErrNameTaken {
+		return e.until
+	}
+	return time.Time{}
 }
 
 func (e *sentinelError) Error() string { return e.kind.Error() + ": " + e.msg }

@@ -471,7 +471,14 @@ func (ss *session) bindFirst(ctx context.Context, r router.Route, names iter.Seq
 			return r, failure(wire.CodeUnavailable, "port unavailable: %s", name)
 		case errors.Is(err, router.ErrNameTaken):
 			msg := strings.TrimPrefix(err.Error(), router.ErrNameTaken.Error()+": ")
-			return r, failure(wire.CodeNameTaken, "%s%s%s", msg, s.keptHint(r, msg), s.anonymousHint(ctx, r))
+			until := s.heldUntil(r)
+			hint := ""
+			if !until.IsZero() && !strings.Contains(msg, " until ") {
+				hint = fmt.Sprintf("; its owner's session ended, and the name is kept for them until %s UTC", until.UTC().Format(time.TimeOnly))
+			}
+			e := failure(wire.CodeNameTaken, "%s%s%s", msg, hint, s.anonymousHint(ctx, r))
+			e.Until = until
+			return r, e
 		default:
 			ss.log.Warn("bind", "err", err)
 			return r, failure(wire.CodeUnavailable, "bind failed")
@@ -497,17 +504,17 @@ func (s *Server) anonymousHint(ctx context.Context, r router.Route) string {
 	return ""
 }
 
-// keptHint tells, for r's name taken while a reservation keeps it for
-// another identity (the grace after that identity's session ended, rule 4
-// of router.Router), until when: unless its owner comes back, it is free
-// then. "" otherwise, when msg says it already (a restart's), and for a
-// Router that does not tell (router.MemoryRouter and the record do).
-func (s *Server) keptHint(r router.Route, msg string) string {
+// heldUntil tells, for r's name taken while a reservation keeps it for
+// another identity (the grace after that identity's session ended, or
+// after a restart: rule 4 of router.Router), until when: unless its owner
+// comes back, it is free then. Zero otherwise, and for a Router that does
+// not tell (router.MemoryRouter and the record do).
+func (s *Server) heldUntil(r router.Route) time.Time {
 	h, ok := s.router().(interface {
 		Holder(proto, name string) (string, time.Time, bool)
 	})
-	if !ok || strings.Contains(msg, " until ") {
-		return ""
+	if !ok {
+		return time.Time{}
 	}
 	protos := []string{r.Proto}
 	if r.Proto != wire.ProtoTCP {
@@ -515,10 +522,10 @@ func (s *Server) keptHint(r router.Route, msg string) string {
 	}
 	for _, p := range protos {
 		if identity, until, held := h.Holder(p, r.Name); held && identity != r.Identity && !until.IsZero() {
-			return fmt.Sprintf("; its owner's session ended, and the name is kept for them until %s UTC", until.UTC().Format(time.TimeOnly))
+			return until
 		}
 	}
-	return ""
+	return time.Time{}
 }
 
 // errPortUnavailable is a TCP port the edge could not listen on.

@@ -140,8 +140,14 @@ func TestGraceKeepsNameForIdentity(t *testing.T) {
 	})
 	bob := &agent.Client{Addrs: []string{te.agentAddr}, Token: "bob-token"}
 	defer bob.Close()
+	lost := time.Now()
 	if _, err := bob.Listen(context.Background(), "app"); !errors.Is(err, agent.ErrNameTaken) {
 		t.Fatalf("bob took alice's name during the grace period: %v", err)
+	} else if until := agent.KeptUntil(err); until.Before(lost) || until.After(lost.Add(time.Minute+time.Second)) {
+		// The edge says until when it keeps the name, as a time, not only
+		// in words: within the grace of a minute from when alice's session
+		// was seen to end (its seconds are whole in the message only).
+		t.Fatalf("the refusal says the name is kept until %v, want within a minute of %v (%v)", until, lost, err)
 	}
 	close(gate)
 	testwait.For(t, func() bool {

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -134,7 +133,7 @@ func (r *runner) bind(ctx context.Context, s endpointSpec) (*agent.Listener, err
 		if err == nil || !errors.Is(err, agent.ErrNameTaken) || !held {
 			return l, err
 		}
-		if ep.URL != s.URL && !strings.Contains(err.Error(), "kept for them until") {
+		if ep.URL != s.URL && agent.KeptUntil(err).IsZero() {
 			// The random name of an earlier run went to someone else: a
 			// new one.
 			r.log.Info("the URL of the earlier run is taken; asking for a new one", "was", kept.URL, "err", err)
@@ -144,7 +143,7 @@ func (r *runner) bind(ctx context.Context, s endpointSpec) (*agent.Listener, err
 		// The name was this agent's in an earlier run, whose session the
 		// edge still holds, or keeps the name for: it is free when the
 		// edge has seen that session end, and its grace is over.
-		delay, until := 5*time.Second, keptUntil(err)
+		delay, until := 5*time.Second, agent.KeptUntil(err)
 		if !until.IsZero() {
 			delay = max(time.Until(until)+time.Second, time.Second)
 		} else if waited > time.Minute {
@@ -152,7 +151,7 @@ func (r *runner) bind(ctx context.Context, s endpointSpec) (*agent.Listener, err
 		}
 		msg := "the name was this agent's in an earlier run, whose session the edge has not released yet (the agent had no ticket of that session to show); waiting for it"
 		if !until.IsZero() {
-			msg = "the name was this agent's in an earlier run, and the edge keeps it for that run's session (the agent had no ticket of it to show) until " + until.Format(time.TimeOnly) + " UTC; waiting for it"
+			msg = "the name was this agent's in an earlier run, and the edge keeps it for that run's session (the agent had no ticket of it to show) until " + until.UTC().Format(time.TimeOnly) + " UTC; waiting for it"
 		}
 		r.log.Warn(msg, "url", kept.URL, "retry_in", delay.Round(time.Second), "edge_said", err)
 		t := time.NewTimer(delay)
@@ -174,28 +173,6 @@ func randomName() string {
 		b[i] = chars[rand.IntN(len(chars))]
 	}
 	return string(b)
-}
-
-// keptTime is how the edge says until when it keeps a name.
-var keptTime = regexp.MustCompile(`kept for them until (\d\d:\d\d:\d\d) UTC`)
-
-// keptUntil returns the time at which a refusal says the name is kept
-// until, today or tomorrow in UTC; zero if it does not say.
-func keptUntil(err error) time.Time {
-	m := keptTime.FindStringSubmatch(err.Error())
-	if m == nil {
-		return time.Time{}
-	}
-	t, perr := time.Parse(time.TimeOnly, m[1])
-	if perr != nil {
-		return time.Time{}
-	}
-	now := time.Now().UTC()
-	at := time.Date(now.Year(), now.Month(), now.Day(), t.Hour(), t.Minute(), t.Second(), 0, time.UTC)
-	if at.Before(now.Add(-time.Hour)) {
-		at = at.Add(24 * time.Hour)
-	}
-	return at
 }
 
 // sameEndpoint returns the URL to ask for to get granted back: for an

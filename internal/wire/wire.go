@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/netip"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"golang.org/x/crypto/cryptobyte"
@@ -126,6 +127,12 @@ type Response struct {
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Until, on a name_taken refusal of a name kept for the identity
+	// that held it (the grace after its session ended, or after the
+	// edge's restart), is when that keeping ends: the name is free then,
+	// unless its holder binds it again. Zero: the edge does not say.
+	// (Version 3 edges of before it send none; agents ignore it.)
+	Until time.Time `json:"until,omitzero"`
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
