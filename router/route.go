@@ -213,6 +213,10 @@ type Reserver interface {
 	Reservations(ctx context.Context) ([]Reservation, error)
 }
 
+// ErrNoReservation is returned, wrapped, by Reserver.RemoveReservation for
+// a name that is not reserved.
+var ErrNoReservation = errors.New("router: no such reservation")
+
 // MemberChecker is implemented by Routers shared between edges that know
 // which edges are in the cluster now (etcdrouter: those whose lease is
 // alive). An edge's Relay asks it, before it accepts a relay session,
@@ -227,9 +231,5 @@ type MemberChecker interface {
 }
 
 // ErrNameTaken is returned, wrapped, by Router.Bind for a route that breaks
-// the ownership rules, and by Reserver.AddReservation.
+// the ownership rules.
 var ErrNameTaken = errors.New("router: name taken")
-
-// ErrNoReservation is returned, wrapped, by Reserver.RemoveReservation for
-// a name that is not reserved.
-var ErrNoReservation = errors.New("router: no such reservation")
