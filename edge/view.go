@@ -1,6 +1,11 @@
 package edge
 
-import "github.com/tunnelkit/tunnelkit/edge/view"
+import (
+	"github.com/tunnelkit/tunnelkit/edge/internal/book"
+	"github.com/tunnelkit/tunnelkit/edge/view"
+	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"github.com/tunnelkit/tunnelkit/router"
+)
 
 // The control plane's view of the edge, and its lever (package view):
 // Sessions, Endpoints, Watch and Disconnect.
@@ -13,15 +18,25 @@ import "github.com/tunnelkit/tunnelkit/edge/view"
 // for it.
 func (s *Server) Sessions() []view.Session {
 	s.init()
-	return nil
+	var out []view.Session
+	for _, ss := range s.sessionList() {
+		ss.mu.Lock()
+		if ss.hello == helloAccepted && !ss.closed {
+			v := view.Session{ID: ss.id, Identity: ss.identity, Remote: ss.src.String(), Version: ss.version, Agent: ss.agent, Since: ss.since}
+			for _, e := range ss.routes.All() {
+				v.Endpoints = append(v.Endpoints, e.View())
+			}
+			out = append(out, v)
+		}
+		ss.mu.Unlock()
+	}
+	book.Finish(out)
+	return out
 }
 
 // Endpoints returns the endpoints bound on this edge's sessions, ordered
 // by URL (then by session), taken as Sessions takes them.
-func (s *Server) Endpoints() []view.Endpoint {
-	s.init()
-	return nil
-}
+func (s *Server) Endpoints() []view.Endpoint { return book.Endpoints(s.Sessions()) }
 
 // Disconnect closes every session of identity on this edge now, as if its
 // agent had gone, and returns how many it closed. Their names are kept
@@ -34,7 +49,20 @@ func (s *Server) Endpoints() []view.Endpoint {
 // edge.
 func (s *Server) Disconnect(identity string, free bool) int {
 	s.init()
-	return 0
+	reserve, n := s.cfg.grace, 0
+	if free {
+		reserve = 0
+	}
+	for _, ss := range s.sessionList() {
+		ss.mu.Lock()
+		mine := ss.hello == helloAccepted && !ss.closed && ss.identity == identity
+		ss.mu.Unlock()
+		if mine {
+			ss.close(reserve)
+			n++
+		}
+	}
+	return n
 }
 
 // Watch calls f with each event on this edge from now on (see
@@ -59,5 +87,31 @@ func (s *Server) Disconnect(identity string, free bool) int {
 // and may be handled as slowly as a control plane likes.
 func (s *Server) Watch(f func(view.Event)) (stop func()) {
 	s.init()
-	return func() {}
+	return s.events.Watch(f, func(n int) { f(view.Event{Kind: view.Lost, Time: s.now(), Lost: n}) })
+}
+
+// note tells the watchers of an event of kind on the session, about the
+// endpoint e when not nil.
+func (ss *session) note(kind view.EventKind, e *book.Endpoint) {
+	if !ss.srv.events.Watched() {
+		return
+	}
+	ev := view.Event{Kind: kind, Time: ss.srv.now(), Session: ss.id, Identity: ss.identity, Remote: ss.src.String()}
+	if e != nil {
+		ev.Proto, ev.Name, ev.URL = e.Route.Proto, e.Route.Name, e.URL
+	}
+	ss.srv.events.Publish(ev)
+}
+
+// refused tells the watchers of a hello or bind (asking for r's Proto and
+// Name) refused with err, by identity when known.
+func (ss *session) refused(identity string, r *router.Route, err *wire.Error) {
+	if !ss.srv.events.Watched() {
+		return
+	}
+	ev := view.Event{Kind: view.Refused, Time: ss.srv.now(), Session: ss.id, Identity: identity, Remote: ss.src.String(), Reason: err.Code, Message: err.Message}
+	if r != nil {
+		ev.Proto, ev.Name = r.Proto, r.Name
+	}
+	ss.srv.events.Publish(ev)
 }

@@ -125,8 +125,8 @@ type Event struct {
 	// Remote is the agent's address (see Session.Remote).
 	Remote string `json:"remote,omitempty"`
 	// Proto and Name are the endpoint's (see Endpoint), or those a
-	// refused bind asked for (Name empty for a name the edge was to
-	// choose; a tcp port in decimal, or empty for any).
+	// refused bind asked for (a tcp port in decimal; "(any)" for a name
+	// or port the edge was to choose).
 	Proto string `json:"proto,omitempty"`
 	Name  string `json:"name,omitempty"`
 	// URL is the endpoint's public URL.
