@@ -146,7 +146,7 @@ func (ss *session) serveUnbind(tunnelID string) wire.Response {
 	ss.srv.quotas.Give(ss.owner(), 1)
 	ss.srv.obs().Endpoint(e.Route.Proto, -1)
 	ss.srv.unbind(e.Route, 0)
-	ss.note(view.Unbind, e)
+	ss.note(e.Event(view.Unbind))
 	ss.log.Info("unbound", "url", e.URL)
 	return wire.Response{}
 }
@@ -192,7 +192,7 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 	ss.mu.Unlock()
 	resp, identity := ss.decideHello(ctx, h)
 	if resp.Error != nil {
-		ss.refused("", nil, resp.Error)
+		ss.note(view.Event{Kind: view.Refused, Reason: resp.Error.Code, Message: resp.Error.Message})
 		ss.refuseHello()
 		return resp
 	}
@@ -204,7 +204,7 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 		s.obs().Refused(ReasonSessionLimit)
 		ss.refuseHello()
 		resp = fail(wire.CodeUnavailable, "too many sessions for this identity")
-		ss.refused(identity, nil, resp.Error)
+		ss.note(view.Event{Kind: view.Refused, Identity: identity, Reason: resp.Error.Code, Message: resp.Error.Message})
 		return resp
 	}
 	if s.perIdentity == nil {
@@ -222,7 +222,7 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 	ss.version, ss.agent, ss.since = min(h.Version, wire.Version), wire.Printable(h.Agent, 64), s.now()
 	s.perIdentity[identity]++
 	s.obs().Session(1)
-	ss.note(view.SessionUp, nil)
+	ss.note(view.Event{Kind: view.SessionUp})
 	ss.mu.Unlock()
 	s.mu.Unlock()
 	s.donePending(ss.pending)
@@ -359,7 +359,7 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	ss.routes.Set(r.TunnelID, ep)
 	granted = true
 	s.obs().Endpoint(r.Proto, 1)
-	ss.note(view.Bind, ep)
+	ss.note(ep.Event(view.Bind))
 	ss.mu.Unlock()
 	url := ep.URL
 	t, err := s.endpointTicket(r)
@@ -389,7 +389,7 @@ func (ss *session) bindRefused(b *wire.Bind, e *wire.Error) {
 		level = slog.LevelInfo
 	}
 	ss.log.Log(context.Background(), level, "bind refused", "identity", wire.Printable(ss.identity, 64), "proto", wire.Printable(b.Proto, 16), "name", name, "code", e.Code, "reason", e.Message)
-	ss.refused(ss.identity, &router.Route{Proto: wire.Printable(b.Proto, 16), Name: name}, e)
+	ss.note(view.Event{Kind: view.Refused, Proto: wire.Printable(b.Proto, 16), Name: name, Reason: e.Code, Message: e.Message})
 }
 
 // admitBind counts a bind under way of name (the zero key when the edge
@@ -465,6 +465,9 @@ func (ss *session) bindFirst(ctx context.Context, r router.Route, names iter.Seq
 	for name := range names {
 		r.Name, r.TunnelID = name, newID()
 		if r.Proto != wire.ProtoTCP {
+			if e := s.customerName(ctx, name, r.Identity); e != nil {
+				return r, e
+			}
 			if err := s.operatorName(name); err != nil {
 				if !chosen {
 					continue // a random name: the next

@@ -97,11 +97,11 @@ func (ss *session) openProxy(ctx context.Context, h wire.ProxyHeader, raw bool) 
 		ss.srv.goTracked(func() { ss.close(ss.srv.cfg.grace) })
 		return nil, fmt.Errorf("edge: open stream: %w", err)
 	}
-	c := &proxyStream{Stream: st, ss: ss, raw: raw, ep: ss.endpoint(h.TunnelID)}
-	c.ep.Opened()
-	if h.Proto == wire.ProtoTLS || h.Proto == wire.ProtoTCP {
-		c.ep.Request() // an http endpoint's are counted by the exchange
-	}
+	ss.mu.Lock()
+	ep, _ := ss.routes.Get(h.TunnelID)
+	ss.mu.Unlock()
+	c := &proxyStream{Stream: st, ss: ss, raw: raw, ep: ep}
+	ep.Opened(h.Proto)
 	buf, err := wire.AppendProxyStream(nil, h)
 	if err != nil {
 		c.Close()
@@ -163,14 +163,6 @@ func (p *proxyStream) Reset() {
 func (p *proxyStream) closed() {
 	p.ss.release()
 	p.ep.Closed()
-}
-
-// endpoint returns the endpoint of the session with tunnel ID id, or nil.
-func (ss *session) endpoint(id string) *book.Endpoint {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	e, _ := ss.routes.Get(id)
-	return e
 }
 
 // addrPort returns a conn address as a netip.AddrPort, IPv4 unmapped.

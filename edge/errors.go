@@ -27,11 +27,9 @@ var (
 	// ErrNoEndpoint: the agent no longer serves the endpoint a connection
 	// was sent to (its listener was closed).
 	ErrNoEndpoint = errors.New("edge: the agent no longer serves the endpoint")
-	// ErrReservationsUnsupported: the Server's Router keeps no
-	// reservations (it is not a router.Reserver; see Server.Reserve).
+	// ErrReservationsUnsupported: the Router is not a router.Reserver.
 	ErrReservationsUnsupported = errors.New("edge: the Router keeps no reservations")
-	// ErrInvalidReservation: a name or identity that Server.Reserve
-	// cannot reserve; the error's message says why.
+	// ErrInvalidReservation: what Server.Reserve cannot reserve.
 	ErrInvalidReservation = errors.New("edge: invalid reservation")
 )
 

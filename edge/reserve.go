@@ -2,46 +2,82 @@ package edge
 
 import (
 	"context"
+	"fmt"
 
+	"github.com/tunnelkit/tunnelkit/edge/internal/names"
+	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // The operator's reservations (rule 6 of router.Router), kept by the
 // Router, and customers' own domains.
 
-// Reserve reserves name, a full host name, for identity, whether or not
-// it is connected: nobody else binds name or a name in its tree, and
-// identity binds it at any time, over http, https or tls. A name outside
-// Domain is a customer's own domain (pointed at the edge by DNS): an
-// agent binds one only when it is reserved for its identity, and then
-// that name exactly; it is routed by Host and by server name, and served
-// over https with the operator's certificates or ACME's (within its
-// budgets). Domain, names above it and the operator's names (those of
-// ECHKeys, with their trees) cannot be reserved.
-//
-// It fails with an error wrapping router.ErrNameTaken while another
-// identity holds name, a name above it or one under it,
-// ErrInvalidReservation for a name or identity that cannot be reserved,
-// and ErrReservationsUnsupported when the Router is not a
-// router.Reserver. The in-memory Router keeps reservations in StateDir's
-// record (without StateDir they end with the process); etcdrouter in
-// etcd, for the cluster.
+// Reserve reserves name for identity, connected or not: nobody else binds
+// name or a name in its tree, and identity binds it at any time, over
+// http, https or tls. name is a host name under Domain (one label is a
+// name under it), or a customer's own domain outside it, pointed at the
+// edge by DNS, which an agent binds (exactly) only while it is reserved
+// for its identity: it is routed by Host and by TLS server name, and over
+// https gets the operator's certificates or ACME's. It fails with an
+// error wrapping router.ErrNameTaken while another identity holds name,
+// a name above or under it; ErrInvalidReservation for Domain, a name
+// above it, the operator's (see ECHKeys), a wildcard or no identity;
+// ErrReservationsUnsupported if the Router is not a router.Reserver. The
+// in-memory Router keeps reservations in StateDir's record (without it,
+// they end with the process); etcdrouter in etcd.
 func (s *Server) Reserve(ctx context.Context, name, identity string) error {
-	s.init()
-	return ErrReservationsUnsupported
+	rs, err := s.reserver()
+	if err != nil {
+		return err
+	}
+	s.initECH()
+	res, err := names.Reservation(name, identity, s.domain(), s.ech.publicNames)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidReservation, err)
+	}
+	return rs.AddReservation(ctx, res)
 }
 
 // Unreserve ends the reservation of name; routes bound under it stay
 // until they go. It fails with an error wrapping router.ErrNoReservation
 // when name is not reserved, or ErrReservationsUnsupported.
 func (s *Server) Unreserve(ctx context.Context, name string) error {
-	s.init()
-	return ErrReservationsUnsupported
+	rs, err := s.reserver()
+	if err != nil {
+		return err
+	}
+	return rs.RemoveReservation(ctx, name)
 }
 
 // Reservations returns the names reserved, ordered by name, or
 // ErrReservationsUnsupported.
 func (s *Server) Reservations(ctx context.Context) ([]router.Reservation, error) {
+	rs, err := s.reserver()
+	if err != nil {
+		return nil, err
+	}
+	return rs.Reservations(ctx)
+}
+
+func (s *Server) reserver() (router.Reserver, error) {
 	s.init()
+	if rs, ok := s.router().(router.Reserver); ok {
+		return rs, nil
+	}
 	return nil, ErrReservationsUnsupported
+}
+
+// ownDomain reports whether h, outside domain, may be a customer's own
+// domain, reserved in the Router (see Reserve), and so looked up.
+func (s *Server) ownDomain(h, domain string) bool {
+	_, ok := names.Outside(h, domain)
+	_, err := s.reserver()
+	return ok && err == nil
+}
+
+// customerName answers a bind by identity of name outside Domain that is
+// not reserved for identity (see names.Customer).
+func (s *Server) customerName(ctx context.Context, name, identity string) *wire.Error {
+	rs, _ := s.reserver()
+	return names.Customer(ctx, rs, name, s.domain(), identity)
 }

@@ -289,17 +289,16 @@ func (ss *session) close(reserve time.Duration) {
 	}
 	s.mu.Unlock()
 	for _, e := range routes {
-		r := &e.Route
-		s.obs().Endpoint(r.Proto, -1)
-		s.unbind(*r, reserve)
+		s.obs().Endpoint(e.Route.Proto, -1)
+		s.unbind(e.Route, reserve)
 		// Each route was counted at its bind (routes come after the
 		// hello): it counts on while its name is kept.
-		s.keepEndpoint(ss.owner(), endpointOf(*r), s.keptUntil(*r, reserve))
-		ss.note(view.Unbind, e)
+		s.keepEndpoint(ss.owner(), endpointOf(e.Route), s.keptUntil(e.Route, reserve))
+		ss.note(e.Event(view.Unbind))
 	}
 	ss.mux.Close()
 	if counted {
-		ss.note(view.SessionDown, nil)
+		ss.note(view.Event{Kind: view.SessionDown})
 		ss.log.Info("session closed", "routes", len(routes))
 	}
 }

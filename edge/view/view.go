@@ -4,6 +4,20 @@
 // (edge.Server's Watch). It is plain data, with JSON field names for an
 // admin API, and builds without the edge, as package router does, so that
 // a client of such an API can use it alone.
+//
+// # Events
+//
+// A watch (edge.Server.Watch) hears of sessions up and down, binds,
+// unbinds, refused hellos and binds, and a drain, with who and what. It
+// hears them in the order the edge made the changes: a session's
+// SessionUp before its binds, a bind before its unbind, its SessionDown
+// last. Events come only from the agents' side of the edge (no public
+// request or connection makes one), from a goroutine of the watch's own,
+// so that a watch may be as slow as it likes but for its queue: past
+// 65536 events waiting, further ones are dropped, and the watch hears how
+// many with a Lost event, after which it may call Sessions to catch up.
+// To start from a known state, watch first, then take a snapshot (an
+// event may then tell of a change the snapshot already shows).
 package view
 
 import "time"

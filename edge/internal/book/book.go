@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tunnelkit/tunnelkit/edge/view"
+	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
@@ -33,10 +34,15 @@ func (e *Endpoint) Request() {
 	}
 }
 
-// Opened counts a stream to the agent opened, and Closed one closed.
-func (e *Endpoint) Opened() {
+// Opened counts a stream of proto to the agent opened, and Closed one
+// closed. A tls or tcp stream is a connection: a request too (an http
+// one's requests are counted by the exchange, with Request).
+func (e *Endpoint) Opened(proto string) {
 	if e != nil {
 		e.conns.Add(1)
+		if proto == wire.ProtoTLS || proto == wire.ProtoTCP {
+			e.requests.Add(1)
+		}
 	}
 }
 
@@ -70,6 +76,12 @@ func (e *Endpoint) View() view.Endpoint {
 		Policy:   slices.Clone(e.Kinds),
 		Requests: e.requests.Load(), Conns: e.conns.Load(), BytesIn: e.in.Load(), BytesOut: e.out.Load(),
 	}
+}
+
+// Event returns an event of kind about the endpoint: its Proto, Name and
+// URL.
+func (e *Endpoint) Event(kind view.EventKind) view.Event {
+	return view.Event{Kind: kind, Proto: e.Route.Proto, Name: e.Route.Name, URL: e.URL}
 }
 
 // Finish orders the sessions of a snapshot by Since, then ID, and the
