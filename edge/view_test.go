@@ -336,7 +336,7 @@ func TestDisconnect(t *testing.T) {
 	}
 	// A Server that never served has no session to show or close.
 	var idle edge.Server
-	if idle.Sessions() != nil || idle.Endpoints() != nil || idle.Disconnect("alice", true) != 0 {
+	if len(idle.Sessions()) != 0 || len(idle.Endpoints()) != 0 || idle.Disconnect("alice", true) != 0 {
 		t.Fatal("a Server that never served shows or closes sessions")
 	}
 }
