@@ -12,8 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/edge/internal/book"
 	"github.com/tunnelkit/tunnelkit/edge/internal/limits"
 	"github.com/tunnelkit/tunnelkit/edge/internal/names"
+	"github.com/tunnelkit/tunnelkit/edge/view"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/policy"
 	"github.com/tunnelkit/tunnelkit/router"
@@ -136,27 +138,28 @@ func (ss *session) serveRequest(ctx context.Context, req *wire.Request) wire.Res
 // once.
 func (ss *session) serveUnbind(tunnelID string) wire.Response {
 	ss.mu.Lock()
-	r, ok := ss.routes.Delete(tunnelID)
+	e, ok := ss.routes.Delete(tunnelID)
 	ss.mu.Unlock()
 	if !ok {
 		return fail(wire.CodeNotFound, "no such tunnel")
 	}
 	ss.srv.quotas.Give(ss.owner(), 1)
-	ss.srv.obs().Endpoint(r.Proto, -1)
-	ss.srv.unbind(*r, 0)
-	ss.log.Info("unbound", "url", ss.srv.publicURL(*r))
+	ss.srv.obs().Endpoint(e.Route.Proto, -1)
+	ss.srv.unbind(e.Route, 0)
+	ss.note(e.Event(view.Unbind))
+	ss.log.Info("unbound", "url", e.URL)
 	return wire.Response{}
 }
 
 // serveRenew gives a fresh endpoint ticket for an endpoint of the session.
 func (ss *session) serveRenew(tunnelID string) wire.Response {
 	ss.mu.Lock()
-	r, ok := ss.routes.Get(tunnelID)
+	e, ok := ss.routes.Get(tunnelID)
 	ss.mu.Unlock()
 	if !ok {
 		return fail(wire.CodeNotFound, "no such tunnel")
 	}
-	t, err := ss.srv.endpointTicket(*r)
+	t, err := ss.srv.endpointTicket(e.Route)
 	if err != nil {
 		return fail(wire.CodeUnavailable, "no ticket")
 	}
@@ -189,6 +192,7 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 	ss.mu.Unlock()
 	resp, identity := ss.decideHello(ctx, h)
 	if resp.Error != nil {
+		ss.note(view.Event{Kind: view.Refused, Reason: resp.Error.Code, Message: resp.Error.Message})
 		ss.refuseHello()
 		return resp
 	}
@@ -199,7 +203,9 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 		ss.log.Info("agent refused: too many sessions", "identity", wire.Printable(identity, 64))
 		s.obs().Refused(ReasonSessionLimit)
 		ss.refuseHello()
-		return fail(wire.CodeUnavailable, "too many sessions for this identity")
+		resp = fail(wire.CodeUnavailable, "too many sessions for this identity")
+		ss.note(view.Event{Kind: view.Refused, Identity: identity, Reason: resp.Error.Code, Message: resp.Error.Message})
+		return resp
 	}
 	if s.perIdentity == nil {
 		s.perIdentity = map[string]int{}
@@ -213,8 +219,10 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 	}
 	ss.identity = identity
 	ss.hello = helloAccepted
+	ss.version, ss.agent, ss.since = min(h.Version, wire.Version), wire.Printable(h.Agent, 64), s.now()
 	s.perIdentity[identity]++
 	s.obs().Session(1)
+	ss.note(view.Event{Kind: view.SessionUp})
 	ss.mu.Unlock()
 	s.mu.Unlock()
 	s.donePending(ss.pending)
@@ -341,17 +349,19 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 		return wire.Response{Error: e}
 	}
 	s.holdPolicy(r, pol) // until s.unbind
+	ep := &book.Endpoint{Route: r, URL: s.publicURL(r), Kinds: combined.Kinds()}
 	ss.mu.Lock()
 	if ss.closed {
 		ss.mu.Unlock()
 		s.unbind(r, 0)
 		return fail(wire.CodeUnavailable, "session closed")
 	}
-	ss.routes.Set(r.TunnelID, &r)
+	ss.routes.Set(r.TunnelID, ep)
 	granted = true
 	s.obs().Endpoint(r.Proto, 1)
+	ss.note(ep.Event(view.Bind))
 	ss.mu.Unlock()
-	url := s.publicURL(r)
+	url := ep.URL
 	t, err := s.endpointTicket(r)
 	if err != nil {
 		ss.log.Warn("endpoint ticket", "err", err)
@@ -379,6 +389,7 @@ func (ss *session) bindRefused(b *wire.Bind, e *wire.Error) {
 		level = slog.LevelInfo
 	}
 	ss.log.Log(context.Background(), level, "bind refused", "identity", wire.Printable(ss.identity, 64), "proto", wire.Printable(b.Proto, 16), "name", name, "code", e.Code, "reason", e.Message)
+	ss.note(view.Event{Kind: view.Refused, Proto: wire.Printable(b.Proto, 16), Name: name, Reason: e.Code, Message: e.Message})
 }
 
 // admitBind counts a bind under way of name (the zero key when the edge
@@ -454,6 +465,9 @@ func (ss *session) bindFirst(ctx context.Context, r router.Route, names iter.Seq
 	for name := range names {
 		r.Name, r.TunnelID = name, newID()
 		if r.Proto != wire.ProtoTCP {
+			if e := s.customerName(ctx, name, r.Identity); e != nil {
+				return r, e
+			}
 			if err := s.operatorName(name); err != nil {
 				if !chosen {
 					continue // a random name: the next

@@ -72,11 +72,11 @@ func (s *Server) heldRoute(session string, h wire.ProxyHeader) (router.Route, er
 		return router.Route{}, fmt.Errorf("%w: %s", ErrNoSession, wire.Printable(session, 64))
 	}
 	ss.mu.Lock()
-	rp, ok := ss.routes.Get(h.TunnelID)
+	e, ok := ss.routes.Get(h.TunnelID)
 	ss.mu.Unlock()
 	var r router.Route
 	if ok {
-		r = *rp
+		r = e.Route
 	}
 	switch {
 	case !ok:

@@ -20,10 +20,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/edge/internal/book"
 	"github.com/tunnelkit/tunnelkit/edge/internal/limits"
 	"github.com/tunnelkit/tunnelkit/edge/internal/names"
 	"github.com/tunnelkit/tunnelkit/edge/internal/policies"
 	"github.com/tunnelkit/tunnelkit/edge/internal/upstream"
+	"github.com/tunnelkit/tunnelkit/edge/view"
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/policy"
@@ -314,7 +316,8 @@ type Server struct {
 	evicted atomic.Int64               // pending conns closed to make room
 
 	watchOnce sync.Once
-	stopWatch func() // stops watching a shared Router's routes
+	stopWatch func()               // stops watching a shared Router's routes
+	events    book.Hub[view.Event] // the watchers of Watch
 
 	mu          sync.Mutex
 	closed      bool
@@ -648,6 +651,7 @@ func (s *Server) Close() error {
 	s.closeSessions()
 	s.closeConns()
 	s.wg.Wait()
+	s.events.Close()
 	s.auth.Flush()
 	s.record.Stop()
 	s.stopACME()
@@ -690,6 +694,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.closeSessions()
 	s.closeConns()
 	s.wg.Wait()
+	s.events.Close()
 	s.auth.Flush()
 	s.record.Stop()
 	return err

@@ -11,7 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/edge/internal/book"
 	"github.com/tunnelkit/tunnelkit/edge/internal/limits"
+	"github.com/tunnelkit/tunnelkit/edge/view"
 	"github.com/tunnelkit/tunnelkit/internal/smallmap"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
@@ -35,9 +37,12 @@ type session struct {
 	hello    helloState
 	previous string // the session this one replaced (its ticket said so), for dropPrevious
 	identity string
-	routes   smallmap.Map[string, *router.Route] // the endpoints bound on this session, by tunnel ID
-	binding  int                                 // binds under way, counted against the endpoint bound
-	stopPing func()                              // stops the version 3 pinger; nil before the hello, or for version 2
+	version  int                                  // the protocol's, the agent's name and when its hello came, for the view
+	agent    string                               //
+	since    time.Time                            //
+	routes   smallmap.Map[string, *book.Endpoint] // the endpoints bound on this session, by tunnel ID
+	binding  int                                  // binds under way, counted against the endpoint bound
+	stopPing func()                               // stops the version 3 pinger; nil before the hello, or for version 2
 	// helloTimer drops the session if no hello came in time; stopped,
 	// and let go, once the hello was accepted or the session ended.
 	helloTimer *time.Timer
@@ -265,9 +270,9 @@ func (ss *session) close(reserve time.Duration) {
 	if ss.stopPing != nil {
 		ss.stopPing()
 	}
-	var routes []*router.Route
-	for _, r := range ss.routes.All() {
-		routes = append(routes, r)
+	var routes []*book.Endpoint
+	for _, e := range ss.routes.All() {
+		routes = append(routes, e)
 	}
 	ss.routes.Clear()
 	counted := ss.hello == helloAccepted
@@ -283,15 +288,17 @@ func (ss *session) close(reserve time.Duration) {
 		}
 	}
 	s.mu.Unlock()
-	for _, r := range routes {
-		s.obs().Endpoint(r.Proto, -1)
-		s.unbind(*r, reserve)
+	for _, e := range routes {
+		s.obs().Endpoint(e.Route.Proto, -1)
+		s.unbind(e.Route, reserve)
 		// Each route was counted at its bind (routes come after the
 		// hello): it counts on while its name is kept.
-		s.keepEndpoint(ss.owner(), endpointOf(*r), s.keptUntil(*r, reserve))
+		s.keepEndpoint(ss.owner(), endpointOf(e.Route), s.keptUntil(e.Route, reserve))
+		ss.note(e.Event(view.Unbind))
 	}
 	ss.mux.Close()
 	if counted {
+		ss.note(view.Event{Kind: view.SessionDown})
 		ss.log.Info("session closed", "routes", len(routes))
 	}
 }

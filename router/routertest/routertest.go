@@ -16,14 +16,16 @@
 //	}
 //
 // The tests check the contract written on router.Router (its ownership rules
-// 1 to 5 and what Lookup returns) and nothing an implementation is free to
+// 1 to 6, and what Lookup returns) and nothing an implementation is free to
 // choose: which names are valid, Route.Edge (always empty in the routes the
 // tests bind), the order of a pool's routes beyond round robin, the text of
 // errors beyond wrapping router.ErrNameTaken. They bind valid host names under
 // example.test, and tcp ports from 20001. A failure names the rule that was
 // broken; each subtest (EmptyRouter, Lookup, Ownership, Trees, TCPPorts,
-// Pools, Unbind, Reservations, Atomicity, ConcurrentLookups) can be run on
-// its own with go test -run.
+// Pools, Unbind, Reservations, Atomicity, ConcurrentLookups,
+// OperatorReservations, ReservationAtomicity) can be run on its own with go
+// test -run. The last two, of rule 6, run only against a router.Reserver,
+// and are skipped for another Router.
 //
 // The reservations the tests wait out last 200ms; the wait polls Bind until
 // it succeeds, for up to 10s after the lapse, so the suite asserts on
@@ -61,6 +63,8 @@ func Run(t *testing.T, newRouter func(t *testing.T) router.Router) {
 		{"Reservations", testReservations},
 		{"Atomicity", testAtomicity},
 		{"ConcurrentLookups", testConcurrentLookups},
+		{"OperatorReservations", testOperatorReservations},
+		{"ReservationAtomicity", testReservationAtomicity},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newRouter) })
