@@ -88,8 +88,8 @@ import (
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
-// Router is an [router.Router], [router.HealthReporter] and [router.RouteWatcher]
-// over etcd. Create one with New; it is safe for concurrent use.
+// Router is an [router.Router], [router.HealthReporter], [router.RouteWatcher]
+// and [router.Mover] over etcd. Create one with New; it is safe for concurrent use.
 type Router struct {
 	client *clientv3.Client
 	prefix string

@@ -22,8 +22,9 @@
 // errors beyond wrapping router.ErrNameTaken. They bind valid host names under
 // example.test, and tcp ports from 20001. A failure names the rule that was
 // broken; each subtest (EmptyRouter, Lookup, Ownership, Trees, TCPPorts,
-// Pools, Unbind, Reservations, Atomicity, ConcurrentLookups) can be run on
-// its own with go test -run.
+// Pools, Unbind, Reservations, Atomicity, ConcurrentLookups, and for a
+// router.Mover Moves and MovesNeverUnrouted) can be run on its own with go
+// test -run.
 //
 // The reservations the tests wait out last 200ms; the wait polls Bind until
 // it succeeds, for up to 10s after the lapse, so the suite asserts on
@@ -61,6 +62,8 @@ func Run(t *testing.T, newRouter func(t *testing.T) router.Router) {
 		{"Reservations", testReservations},
 		{"Atomicity", testAtomicity},
 		{"ConcurrentLookups", testConcurrentLookups},
+		{"Moves", testMoves},
+		{"MovesNeverUnrouted", testMovesNeverUnrouted},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newRouter) })
