@@ -214,6 +214,21 @@ type Timeouts struct {
 	// TicketLifetime is how long an endpoint ticket is good for; agents
 	// renew theirs at half of it. Zero: 1 hour. It cannot be disabled.
 	TicketLifetime time.Duration
+
+	// Move is how long Drain waits, in a cluster, for the agents it asked
+	// to move to another edge (of protocol version 4 and later) to say
+	// they did, before it ends their sessions with what is left in
+	// flight. Zero: 10 s; negative: until Drain's context is done.
+	Move time.Duration
+
+	// DrainNotice is how long, at least, Drain goes on taking public
+	// connections after it starts to report the edge draining (see
+	// Draining): a load balancer that checks the edge's health sends it
+	// connections until a check or more tell it, its check's interval
+	// times the failures it waits for. Zero or negative: none; a load
+	// balancer that retries connections the edge refused (HAProxy's
+	// retry-on conn-failure) needs none.
+	DrainNotice time.Duration
 }
 
 // Defaults.
@@ -239,6 +254,7 @@ const (
 	DefaultBodyTimeout           = 60 * time.Second
 	DefaultGrace                 = 30 * time.Second
 	DefaultTicketLifetime        = time.Hour
+	DefaultMoveTimeout           = 10 * time.Second
 )
 
 // config is a Server's settings resolved once: every limit and timeout a
@@ -269,6 +285,8 @@ type config struct {
 	grace             time.Duration
 	restartGrace      time.Duration
 	ticketLifetime    time.Duration
+	move              time.Duration
+	drainNotice       time.Duration
 
 	proxyFrom []netip.Prefix // the load balancers' addresses, IPv4 unmapped
 }

@@ -127,6 +127,13 @@ func (ss *session) serveRequest(ctx context.Context, req *wire.Request) wire.Res
 			return fail(wire.CodeBadRequest, "renew without body")
 		}
 		return ss.serveRenew(req.Renew.TunnelID)
+	case wire.OpMoved:
+		ss.mu.Lock()
+		ss.moved = true
+		ss.mu.Unlock()
+		ss.log.Info("agent moved to another edge")
+		ss.srv.wakeDrain()
+		return wire.Response{}
 	default:
 		return fail(wire.CodeBadRequest, "unknown operation %q", wire.Printable(req.Op, 32))
 	}
@@ -145,6 +152,7 @@ func (ss *session) serveUnbind(tunnelID string) wire.Response {
 	ss.srv.obs().Endpoint(r.Proto, -1)
 	ss.srv.unbind(*r, 0)
 	ss.log.Info("unbound", "url", ss.srv.publicURL(*r))
+	ss.srv.wakeDrain()
 	return wire.Response{}
 }
 
@@ -187,7 +195,10 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 	}
 	ss.hello = helloDeciding
 	ss.mu.Unlock()
-	resp, identity := ss.decideHello(ctx, h)
+	resp, identity := fail(wire.CodeUnavailable, "this edge is draining: connect to another"), ""
+	if !ss.srv.Draining() {
+		resp, identity = ss.decideHello(ctx, h)
+	}
 	if resp.Error != nil {
 		ss.refuseHello()
 		return resp
@@ -212,6 +223,7 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 		return fail(wire.CodeUnavailable, "session closed")
 	}
 	ss.identity = identity
+	ss.version = resp.HelloResp.Version
 	ss.hello = helloAccepted
 	s.perIdentity[identity]++
 	s.obs().Session(1)
@@ -307,6 +319,9 @@ func (s *Server) takeOver(sessionID, identity string, by *session) {
 // and the session's bound on endpoints.
 func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	s := ss.srv
+	if s.Draining() {
+		return fail(wire.CodeUnavailable, "this edge is draining: bind on another")
+	}
 	r := router.Route{Proto: b.Proto, SessionID: ss.id, Pool: b.Pool, Edge: s.ID}
 	if err := s.endpointOptions(&r, b.Options, b.Policy); err != nil {
 		return fail(wire.CodeBadRequest, "%s", err)
@@ -511,7 +526,12 @@ func (ss *session) bindRoute(ctx context.Context, r router.Route, previous strin
 			return fmt.Errorf("%w: %w", errPortUnavailable, err)
 		}
 	}
-	err := s.router().Bind(ctx, r)
+	var err error
+	if m, ok := s.router().(router.Mover); ok && previous != "" {
+		err = m.Move(ctx, r, previous) // in one step: the name never goes unrouted
+	} else {
+		err = s.router().Bind(ctx, r)
+	}
 	if errors.Is(err, router.ErrNameTaken) && previous != "" && s.dropPrevious(ctx, r, previous) {
 		// The agent's own routes from its previous session, held by an
 		// edge that has not noticed (or cannot: it died) that the agent

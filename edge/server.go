@@ -316,10 +316,14 @@ type Server struct {
 	watchOnce sync.Once
 	stopWatch func() // stops watching a shared Router's routes
 
+	drainWake chan struct{} // buffered 1: a session moved or ended, or an endpoint went (see Drain)
+
 	mu          sync.Mutex
 	closed      bool
-	stopping    chan struct{} // closed with closed: waiters for a handshake slot give up
-	httpPort    string        // the ports URLs name, from HTTPPort and TLSPort or the listeners
+	draining    bool                      // Drain was called
+	agentLns    map[net.Listener]struct{} // the listeners of ServeAgents, which Drain closes
+	stopping    chan struct{}             // closed with closed: waiters for a handshake slot give up
+	httpPort    string                    // the ports URLs name, from HTTPPort and TLSPort or the listeners
 	tlsPort     string
 	sessions    map[string]*session
 	perIdentity map[string]int // sessions that said hello, by identity
@@ -336,6 +340,7 @@ func (s *Server) init() {
 		s.cfg, s.cfgErr = s.resolve()
 		s.mem = &router.MemoryRouter{Clock: s.Clock}
 		s.stopping = make(chan struct{})
+		s.drainWake = make(chan struct{}, 1)
 		if s.cfgErr == nil && s.StateDir != "" && s.Router == nil {
 			var err error
 			if s.record, err = names.Open(s.StateDir, s.mem, s.cfg.restartGrace, s.log(), s.now); err != nil {
@@ -550,6 +555,11 @@ func (s *Server) ServeAgents(ln net.Listener) error {
 		return s.cfgErr
 	}
 	s.watchRoutes()
+	if !track(s, &s.agentLns, ln, true) {
+		ln.Close()
+		return ErrServerClosed
+	}
+	defer track(s, &s.agentLns, ln, false)
 	return s.serve(ln, "agents", s.serveSession)
 }
 
@@ -662,7 +672,98 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.init()
 	s.stopWatching()
 	s.stop()
-	s.goAway()
+	s.goAway("edge shutting down", false)
+	return s.shutdown(ctx)
+}
+
+// Drain takes the edge out of service without failing a request, as for a
+// rolling restart. It stops taking agents (the listeners of ServeAgents
+// close; hellos and binds are refused as unavailable) and reports itself
+// draining (Draining), for load balancers' health checks. In a cluster
+// (ID set), it asks every agent of protocol version 4 or later to move
+// (PROTOCOL.md, Draining): the agent binds its names on another edge,
+// which takes them over from this one in one step (router.Mover), and
+// says it moved; requests for its names reach it all along. Drain waits
+// for those agents, Timeouts.Move at most, and takes public connections
+// for Timeouts.DrainNotice at least; then it stops as Shutdown does: what
+// is in flight finishes until ctx is done, and every session is closed,
+// the names of agents that did not move kept for them (Timeouts.Grace).
+// A lone edge, or an older agent, drains by finishing what is in flight.
+// Drain returns ctx's error when in-flight requests were cut short, and
+// ErrServerClosed when the Server was closed or drained already.
+func (s *Server) Drain(ctx context.Context) error {
+	s.init()
+	start := time.Now()
+	s.mu.Lock()
+	if s.closed || s.draining {
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	s.draining = true
+	for ln := range s.agentLns {
+		ln.Close()
+	}
+	s.mu.Unlock()
+	s.goAway("edge draining", s.ID != "")
+	waiting := s.sessionList()
+	s.log().Info("draining", "sessions", len(waiting), "cluster", s.ID != "")
+	var limit <-chan time.Time
+	if s.cfg.move > 0 {
+		t := time.NewTimer(s.cfg.move)
+		defer t.Stop()
+		limit = t.C
+	}
+	for waiting = moving(waiting); len(waiting) > 0 && ctx.Err() == nil; waiting = moving(waiting) {
+		select {
+		case <-s.drainWake:
+		case <-limit:
+			s.log().Info("draining: agents that did not move in time are cut off", "sessions", len(waiting))
+			waiting = nil
+		case <-ctx.Done():
+		}
+	}
+	if d := s.cfg.drainNotice - time.Since(start); d > 0 && ctx.Err() == nil {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	return s.shutdown(ctx)
+}
+
+// Draining reports whether Drain, Shutdown or Close was called: a health
+// check for a load balancer should then fail.
+func (s *Server) Draining() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining || s.closed
+}
+
+// moving returns, of sessions, those Drain waits for: asked to move, not
+// moved yet, open and holding endpoints.
+func moving(sessions []*session) []*session {
+	return slices.DeleteFunc(sessions, func(ss *session) bool {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return !ss.moveAsked || ss.moved || ss.closed || ss.routes.Len()+ss.binding == 0
+	})
+}
+
+// wakeDrain tells Drain, if it waits, to look at the sessions again.
+func (s *Server) wakeDrain() {
+	select {
+	case s.drainWake <- struct{}{}:
+	default:
+	}
+}
+
+// shutdown stops the server as Shutdown does, once the agents were told.
+// Calling it again is harmless.
+func (s *Server) shutdown(ctx context.Context) error {
+	s.stopWatching()
+	s.stop()
 	s.mu.Lock()
 	servers := make([]*http.Server, 0, len(s.servers))
 	for hs := range s.servers {
@@ -712,10 +813,11 @@ func (s *Server) stop() {
 	}
 }
 
-// goAway tells every agent that the edge is going away.
-func (s *Server) goAway() {
+// goAway tells every agent that the edge is going away, and asks those of
+// version wire.MoveVersion or later to move when move is set.
+func (s *Server) goAway(reason string, move bool) {
 	for _, ss := range s.sessionList() {
-		ss.goAway("edge shutting down")
+		ss.goAway(reason, move)
 	}
 }
 
@@ -891,6 +993,8 @@ func (s *Server) resolve() (config, error) {
 		body:              timeout(t.Body, DefaultBodyTimeout),
 		grace:             timeout(t.Grace, DefaultGrace),
 		ticketLifetime:    positive(t.TicketLifetime, DefaultTicketLifetime),
+		move:              timeout(t.Move, DefaultMoveTimeout),
+		drainNotice:       max(t.DrainNotice, 0),
 	}
 	switch {
 	case c.clientShare == 0:

@@ -31,13 +31,16 @@ type session struct {
 
 	open atomic.Int64 // streams open now, both ways
 
-	mu       sync.Mutex
-	hello    helloState
-	previous string // the session this one replaced (its ticket said so), for dropPrevious
-	identity string
-	routes   smallmap.Map[string, *router.Route] // the endpoints bound on this session, by tunnel ID
-	binding  int                                 // binds under way, counted against the endpoint bound
-	stopPing func()                              // stops the version 3 pinger; nil before the hello, or for version 2
+	mu        sync.Mutex
+	hello     helloState
+	previous  string // the session this one replaced (its ticket said so), for dropPrevious
+	identity  string
+	version   int                                 // the protocol version, once the hello was accepted
+	moveAsked bool                                // Drain asked the agent to move
+	moved     bool                                // and it said it did (OpMoved)
+	routes    smallmap.Map[string, *router.Route] // the endpoints bound on this session, by tunnel ID
+	binding   int                                 // binds under way, counted against the endpoint bound
+	stopPing  func()                              // stops the version 3 pinger; nil before the hello, or for version 2
 	// helloTimer drops the session if no hello came in time; stopped,
 	// and let go, once the hello was accepted or the session ended.
 	helloTimer *time.Timer
@@ -294,6 +297,7 @@ func (ss *session) close(reserve time.Duration) {
 	if counted {
 		ss.log.Info("session closed", "routes", len(routes))
 	}
+	s.wakeDrain()
 }
 
 // keptUntil returns until when r's name is kept for its identity, now
@@ -458,13 +462,18 @@ func (ss *session) cutStalled(*wire.Stream) {
 }
 
 // goAway tells the agent that the edge is going away: it should expect the
-// session to end, and reconnect then.
-func (ss *session) goAway(reason string) {
+// session to end, and reconnect then; with move, an agent that can move
+// (wire.MoveVersion) is asked to, and Drain waits for it.
+func (ss *session) goAway(reason string, move bool) {
+	ss.mu.Lock()
+	move = move && ss.hello == helloAccepted && ss.version >= wire.MoveVersion
+	ss.moveAsked = ss.moveAsked || move
+	ss.mu.Unlock()
 	st, err := ss.mux.OpenStream()
 	if err != nil {
 		return
 	}
 	defer st.Close()
 	st.SetWriteDeadline(time.Now().Add(time.Second))
-	wire.WriteMessage(st, []byte{byte(wire.StreamGoAway)}, wire.GoAway{Message: reason})
+	wire.WriteMessage(st, []byte{byte(wire.StreamGoAway)}, wire.GoAway{Message: reason, Move: move})
 }
