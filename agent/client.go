@@ -148,6 +148,7 @@ type Client struct {
 	stopRenew  func()        // stops the renewals on mux; nil when none run
 	listeners  map[*Listener]struct{}
 	byTunnel   map[string]*Listener
+	leaving    map[*wire.Session][]string // sessions moved off, open until their edge ends them: their tunnels
 	closed     bool
 	ctx        context.Context // cancelled by Close
 	cancel     context.CancelFunc
@@ -255,6 +256,9 @@ func (c *Client) Close() error {
 	}
 	c.mu.Lock()
 	mux, edge := c.mux, c.edge
+	for m := range c.leaving {
+		m.Close()
+	}
 	c.mu.Unlock()
 	if mux != nil {
 		mux.Close()

@@ -2,6 +2,7 @@ package edge_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,9 +14,13 @@ import (
 
 	"golang.ngrok.com/muxado/v2"
 
+	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/edge/relay"
+	"github.com/tunnelkit/tunnelkit/internal/testpki"
 	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // clusterKey is the ticket key the edges of a cluster share.
@@ -99,6 +104,91 @@ func (l *trafficLoad) end(t *testing.T) {
 	l.wg.Wait()
 	if n := l.failed.Load(); n > 0 {
 		t.Errorf("%d of %d requests failed; the first: %s", n, n+l.ok.Load(), *l.first.Load())
+	}
+}
+
+// TestDrainMovesAgents: two edges of a cluster; an agent on edge A, which
+// drains while clients of edge B send requests, and a request through A
+// is in flight. A stops taking agents at once and reports itself
+// draining; the agent moves to B and binds its name there, which takes
+// the route over from A in one step; the request in flight finishes over
+// A's session, and only then does Drain return. Not one request fails.
+func TestDrainMovesAgents(t *testing.T) {
+	t.Parallel()
+	// The edges of a cluster share their ticket key: the agent's session
+	// ticket from A shows B that the endpoints are its own.
+	edges := startClusterOf(t, testpki.New(t), &router.MemoryRouter{}, func(s *edge.Server, _ *relay.Relay) {
+		s.TicketKey = clusterKey
+	}, "127.0.0.1", "127.0.0.1")
+	a, b := edges[0], edges[1]
+	connected := make(chan string, 8)
+	c := &agent.Client{Addrs: []string{a.agentAddr, b.agentAddr}, OnEvent: func(e agent.Event) {
+		if e.Kind == agent.Connected {
+			connected <- e.Addr
+		}
+	}}
+	defer c.Close()
+	l, err := c.Listen(context.Background(), "http://app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := <-connected; got != a.agentAddr {
+		t.Fatalf("connected to %s, want edge A's %s", got, a.agentAddr)
+	}
+	app := newSlowApp()
+	go http.Serve(l, app)
+	const host = "app.example.test"
+
+	ld := startLoad(b.httpAddr, host, 4)
+	testwait.Within(t, 10*time.Second, "requests through B reach the agent on A", func() bool { return ld.ok.Load() > 0 })
+	slow := make(chan string, 1)
+	go func() {
+		code, body, err := getThrough(&http.Client{}, a.httpAddr, host, "/slow")
+		slow <- fmt.Sprintf("%d %s %v", code, body, err)
+	}()
+	<-app.arrived
+
+	if a.srv.Draining() {
+		t.Fatal("Draining before Drain")
+	}
+	// Drain has 30 s to finish what is in flight: the relayed requests of
+	// B's clients, whose connections to the agent's session on A (idle
+	// after the move) B closes once the route moved.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	drained := make(chan error, 1)
+	go func() { drained <- a.srv.Drain(ctx) }()
+	if got := <-connected; got != b.agentAddr {
+		t.Fatalf("the agent moved to %s, want edge B's %s", got, b.agentAddr)
+	}
+	if !a.srv.Draining() {
+		t.Error("edge A does not report itself draining")
+	}
+	if conn, err := net.Dial("tcp", a.agentAddr); err == nil {
+		conn.Close()
+		t.Error("edge A still takes agent connections while draining")
+	}
+	select {
+	case err := <-drained:
+		t.Fatalf("Drain returned (%v) with a request in flight", err)
+	default:
+	}
+	close(app.release)
+	if got := <-slow; got != "200 slow done <nil>" {
+		t.Errorf("the request in flight through A: %s, want 200 slow done", got)
+	}
+	if err := <-drained; err != nil {
+		t.Errorf("Drain = %v", err)
+	}
+	// Served from B alone now, under B's port.
+	before := ld.ok.Load()
+	testwait.Within(t, 10*time.Second, "requests through B after A stopped", func() bool { return ld.ok.Load() > before+100 })
+	ld.end(t)
+	if _, port, _ := net.SplitHostPort(b.httpAddr); l.URL() != "http://"+host+":"+port {
+		t.Errorf("the listener's URL is %s, want B's", l.URL())
+	}
+	if err := a.srv.Drain(context.Background()); !errors.Is(err, edge.ErrServerClosed) {
+		t.Errorf("Drain again = %v, want ErrServerClosed", err)
 	}
 }
 

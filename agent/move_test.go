@@ -1,0 +1,267 @@
+package agent_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/internal/testtools"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
+	"github.com/tunnelkit/tunnelkit/router"
+)
+
+// A draining edge of a cluster (one with an ID) asks its agents to move.
+// The edges of these tests share no routes, so that a name moves to an
+// edge where nobody holds it, or where another holds it.
+
+// moveClient is a client of the edges at addrs, with its events.
+func moveClient(t *testing.T, addrs ...string) (*agent.Client, events) {
+	t.Helper()
+	c, ev, _ := moveClientLogs(t, addrs...)
+	return c, ev
+}
+
+// moveClientLogs is moveClient, with the client's logs.
+func moveClientLogs(t *testing.T, addrs ...string) (*agent.Client, events, *testtools.Buffer) {
+	t.Helper()
+	ev := make(events, 1000)
+	logs := new(testtools.Buffer)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the client's logs:\n%s", logs.String())
+		}
+	})
+	return &agent.Client{Addrs: addrs, Logger: slog.New(slog.NewTextHandler(logs, nil)), OnEvent: ev.record,
+		MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}, ev, logs
+}
+
+// startHTTPEdgeOn is startHTTPEdge with the agent listener given.
+func startHTTPEdgeOn(t *testing.T, srv *edge.Server, agents net.Listener) *testEdge {
+	t.Helper()
+	if srv == nil {
+		srv = &edge.Server{}
+	}
+	srv.Domain, srv.Router, srv.TicketKey = "example.test", &router.MemoryRouter{}, ticketKey
+	public, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		agents.Close()
+		t.Fatal(err)
+	}
+	_, srv.HTTPPort, _ = net.SplitHostPort(public.Addr().String())
+	var wg sync.WaitGroup
+	wg.Go(func() { srv.ServeAgents(agents) })
+	wg.Go(func() { srv.ServeHTTPListener(public) })
+	t.Cleanup(func() { srv.Close(); wg.Wait() })
+	return &testEdge{srv: srv, agents: agents.Addr().String(), http: srv.HTTPPort}
+}
+
+// listenOn binds url on c, or fails the test.
+func listenOn(t *testing.T, c *agent.Client, url string) *agent.Listener {
+	t.Helper()
+	l, err := c.Listen(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// holdApp serves l: "/hold" answers once released, others at once.
+func holdApp(t *testing.T, c *agent.Client, l net.Listener, arrived chan<- struct{}, release <-chan struct{}) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/hold" {
+				arrived <- struct{}{}
+				<-release
+			}
+			io.WriteString(w, "app "+r.URL.Path)
+		}))
+	}()
+	t.Cleanup(func() { c.Close(); <-done })
+}
+
+// TestMoveOnDrain: the client's edge drains; the client opens a session to
+// the next edge, binds both its endpoints there, says it moved, and the
+// old edge's Drain ends. The listeners stay open, now under the new edge's
+// port, and the client tells a Connected event, and no Disconnected one.
+func TestMoveOnDrain(t *testing.T) {
+	a, b := startHTTPEdge(t, &edge.Server{ID: "edge-a"}), startHTTPEdge(t, nil)
+	c, ev := moveClient(t, a.agents, b.agents)
+	l1, l2 := listenOn(t, c, "http://app"), listenOn(t, c, "http://two")
+	serveEdgeApp(t, c, l1)
+	serveEdgeApp(t, c, l2)
+	if got := ev.nextConnected(t); got != a.agents {
+		t.Fatalf("connected to %s, want %s", got, a.agents)
+	}
+	if err := a.srv.Drain(context.Background()); err != nil {
+		t.Fatalf("Drain = %v", err)
+	}
+	// The agent's events since: Connected, to B, and no end of a session
+	// before it.
+	for connected := false; !connected; {
+		select {
+		case got := <-ev:
+			switch got.Kind {
+			case agent.Disconnected:
+				t.Fatalf("the move told as an end of the session: %+v", got)
+			case agent.Connected:
+				if connected = true; got.Addr != b.agents {
+					t.Errorf("moved to %s, want %s", got.Addr, b.agents)
+				}
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("no Connected event within 20 s")
+		}
+	}
+	checkOn(t, l1, b)
+	if body, err := getURL(t, l2.URL()+"/y"); urlPort(l2.URL()) != b.http || err != nil || body != "app /y" {
+		t.Errorf("the second endpoint after the move: %s: %q %v", l2.URL(), body, err)
+	}
+}
+
+// TestMoveRefusedStays: the next edge refuses the name (another identity
+// holds it there): the client stays on its edge, whose requests keep
+// reaching the app, and the listener does not fail; the edge ends the
+// session once Timeouts.Move has passed, and the client then reconnects
+// as after any end of a session.
+func TestMoveRefusedStays(t *testing.T) {
+	a, b := startHTTPEdge(t, &edge.Server{ID: "edge-a", Timeouts: edge.Timeouts{Move: -1}}), startHTTPEdge(t, nil)
+	bob, _ := moveClient(t, b.agents)
+	serveEdgeApp(t, bob, listenOn(t, bob, "http://app"))
+	c, ev, logs := moveClientLogs(t, a.agents, b.agents)
+	l := listenOn(t, c, "http://app")
+	serveEdgeApp(t, c, l)
+	ctx, cancel := context.WithCancel(context.Background())
+	drained := make(chan error, 1)
+	go func() { drained <- a.srv.Drain(ctx) }()
+	// The move fails (bob holds the name on B); the endpoint still
+	// answers through A.
+	testwait.For(t, func() bool { return strings.Contains(logs.String(), "no other edge took the endpoints") })
+	for len(ev) > 0 {
+		if e := <-ev; e.Kind == agent.Connected && e.Addr == b.agents {
+			t.Errorf("moved onto a name bob holds: %+v", e)
+		}
+	}
+	if body, err := getURL(t, l.URL()+"/x"); urlPort(l.URL()) != a.http || err != nil || body != "app /x" {
+		t.Errorf("through A while the move failed: %s: %q %v", l.URL(), body, err)
+	}
+	cancel()
+	<-drained
+}
+
+// TestMovePartly: of two endpoints, one moves and the other is refused by
+// the next edge; the refused one stays on the old session, whose request
+// in flight finishes, and once the old edge ends the session it is bound
+// again on the client's session (the name is free by then).
+func TestMovePartly(t *testing.T) {
+	a, b := startHTTPEdge(t, &edge.Server{ID: "edge-a"}), startHTTPEdge(t, nil)
+	bob, _ := moveClient(t, b.agents)
+	held := listenOn(t, bob, "http://taken")
+	c, ev := moveClient(t, a.agents, b.agents)
+	free, taken := listenOn(t, c, "http://free"), listenOn(t, c, "http://taken")
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	serveEdgeApp(t, c, free)
+	holdApp(t, c, taken, arrived, release)
+	if got := ev.nextConnected(t); got != a.agents {
+		t.Fatalf("connected to %s, want %s", got, a.agents)
+	}
+	slow := make(chan string, 1)
+	go func() {
+		body, err := getURL(t, taken.URL()+"/hold")
+		slow <- body + " " + errString(err)
+	}()
+	<-arrived
+	drained := make(chan error, 1)
+	go func() { drained <- a.srv.Drain(context.Background()) }()
+	if got := ev.nextConnected(t); got != b.agents {
+		t.Fatalf("moved to %s, want %s", got, b.agents)
+	}
+	checkOnNamed(t, free, b, "free")
+	if urlPort(taken.URL()) != a.http {
+		t.Errorf("the endpoint B refused moved: %s", taken.URL())
+	}
+	held.Close() // bob lets the name go
+	close(release)
+	if got := <-slow; got != "app /hold " {
+		t.Errorf("the request in flight on the old session: %q", got)
+	}
+	if err := <-drained; err != nil {
+		t.Errorf("Drain = %v", err)
+	}
+	testwait.For(t, func() bool { return urlPort(taken.URL()) == b.http })
+	if body, err := getURL(t, taken.URL()+"/z"); err != nil || body != "app /z" {
+		t.Errorf("the endpoint left on the old session, bound again: %q %v", body, err)
+	}
+}
+
+// checkOnNamed is checkOn for an endpoint named name.
+func checkOnNamed(t *testing.T, l *agent.Listener, e *testEdge, name string) {
+	t.Helper()
+	testwait.For(t, func() bool { return urlPort(l.URL()) == e.http })
+	if got := l.URL(); got != "http://"+name+".example.test:"+e.http {
+		t.Fatalf("URL = %q, want the edge's HTTP port %s", got, e.http)
+	}
+	if body, err := getURL(t, l.URL()+"/x"); err != nil || body != "app /x" {
+		t.Fatalf("GET through the edge on port %s: %q, %v", e.http, body, err)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// TestMoveNowhere: the client knows no other edge (the other is down): it
+// stays, and once the draining edge ended the session it reconnects as
+// usual, to the other edge once it is up, with its listener open all
+// along.
+func TestMoveNowhere(t *testing.T) {
+	a := startHTTPEdge(t, &edge.Server{ID: "edge-a", Timeouts: edge.Timeouts{Move: time.Millisecond}})
+	later := closedAddr(t)
+	c, ev := moveClient(t, a.agents, later)
+	l := listenOn(t, c, "http://app")
+	serveEdgeApp(t, c, l)
+	if err := a.srv.Drain(context.Background()); err != nil {
+		t.Fatalf("Drain = %v", err)
+	}
+	ln, err := net.Listen("tcp", later)
+	if err != nil {
+		t.Skipf("the closed address was taken meanwhile: %v", err)
+	}
+	b := startHTTPEdgeOn(t, nil, ln)
+	if got := ev.nextConnected(t); got != a.agents {
+		t.Fatalf("first connected to %s", got)
+	}
+	if got := ev.nextConnected(t); got != b.agents {
+		t.Fatalf("reconnected to %s, want %s", got, b.agents)
+	}
+	checkOn(t, l, b)
+}
+
+// TestMoveWhileClosing: the client is closed while its edge asks it to
+// move: Close returns, the edge's Drain ends, and no goroutine is left.
+func TestMoveWhileClosing(t *testing.T) {
+	testwait.NoLeak(t, 5)
+	a, b := startHTTPEdge(t, &edge.Server{ID: "edge-a"}), startHTTPEdge(t, nil)
+	c, _ := moveClient(t, a.agents, b.agents)
+	l := listenOn(t, c, "http://app")
+	go http.Serve(l, http.NotFoundHandler())
+	drained := make(chan error, 1)
+	go func() { drained <- a.srv.Drain(context.Background()) }()
+	c.Close()
+	if err := <-drained; err != nil {
+		t.Errorf("Drain = %v", err)
+	}
+}
