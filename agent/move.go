@@ -31,7 +31,8 @@ func (c *Client) startMove(mux *wire.Session, addr string) {
 // that it moved (OpMoved); old then carries the connections in flight
 // until its edge ends it. Endpoints that did not move stay on old, and are
 // bound again on the client's session when old ends. When no other edge
-// takes them, the client stays on old, and reconnects once it ends.
+// takes them, the client stays on old, and reconnects once it ends. With
+// no endpoint on old, it tells the edge that it moved at once.
 func (c *Client) move(old *wire.Session, from string) {
 	c.connectMu.Lock()
 	defer c.connectMu.Unlock()
@@ -40,6 +41,10 @@ func (c *Client) move(old *wire.Session, from string) {
 	current := c.mux == old && !c.closed
 	c.mu.Unlock()
 	if err != nil || !current {
+		return
+	}
+	if len(c.boundOn(old)) == 0 {
+		c.moved(old, from) // nothing to move
 		return
 	}
 	// The other edges, from the one after from.
@@ -70,14 +75,7 @@ func (c *Client) moveTo(ctx context.Context, old *wire.Session, from, addr strin
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	var ls []*Listener
-	for l := range c.listeners {
-		if _, ok := l.bound(old); ok {
-			ls = append(ls, l)
-		}
-	}
-	c.mu.Unlock()
+	ls := c.boundOn(old)
 	// Proxy streams for the new tunnels wait for the binds in flight, and
 	// then for install.
 	c.binding.RLock()
@@ -128,13 +126,30 @@ func (c *Client) moveTo(ctx context.Context, old *wire.Session, from, addr strin
 		c.sessionEnded(old)
 	}
 	c.log().Info("moved to another edge", "from", from, "edge", addr, "endpoints", len(tunnels), "of", len(ls))
-	// Tell the old edge, which ends the session once what is in flight on
-	// it is done.
+	c.moved(old, from)
+	return nil
+}
+
+// boundOn returns the listeners bound on mux.
+func (c *Client) boundOn(mux *wire.Session) []*Listener {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ls []*Listener
+	for l := range c.listeners {
+		if _, ok := l.bound(mux); ok {
+			ls = append(ls, l)
+		}
+	}
+	return ls
+}
+
+// moved tells the edge of old, at from, that the client moved off it
+// (OpMoved): it ends the session once what is in flight on it is done.
+func (c *Client) moved(old *wire.Session, from string) {
 	ctx, cancel := context.WithTimeout(c.ctx, edgeTimeout)
 	defer cancel()
 	var resp wire.Response
 	if err := c.call(ctx, old, wire.Request{Op: wire.OpMoved}, &resp); err != nil {
 		c.log().Debug("telling the edge moved from", "edge", from, "err", err)
 	}
-	return nil
 }

@@ -215,19 +215,13 @@ type Timeouts struct {
 	// renew theirs at half of it. Zero: 1 hour. It cannot be disabled.
 	TicketLifetime time.Duration
 
-	// Move is how long Drain waits, in a cluster, for the agents it asked
-	// to move to another edge (of protocol version 4 and later) to say
-	// they did, before it ends their sessions with what is left in
-	// flight. Zero: 10 s; negative: until Drain's context is done.
+	// Move bounds Drain's wait, in a cluster, for the agents it asked to
+	// move to say they did. Zero: 10 s; negative: Drain's context's end.
 	Move time.Duration
 
-	// DrainNotice is how long, at least, Drain goes on taking public
-	// connections after it starts to report the edge draining (see
-	// Draining): a load balancer that checks the edge's health sends it
-	// connections until a check or more tell it, its check's interval
-	// times the failures it waits for. Zero or negative: none; a load
-	// balancer that retries connections the edge refused (HAProxy's
-	// retry-on conn-failure) needs none.
+	// DrainNotice is how long Drain takes public connections at least, for
+	// load balancers to see that the edge drains (see Draining). Zero or
+	// negative: none (HAProxy's retry-on conn-failure needs none).
 	DrainNotice time.Duration
 }
 

@@ -12,8 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/edge/internal/book"
 	"github.com/tunnelkit/tunnelkit/edge/internal/limits"
 	"github.com/tunnelkit/tunnelkit/edge/internal/names"
+	"github.com/tunnelkit/tunnelkit/edge/view"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/policy"
 	"github.com/tunnelkit/tunnelkit/router"
@@ -128,11 +130,8 @@ func (ss *session) serveRequest(ctx context.Context, req *wire.Request) wire.Res
 		}
 		return ss.serveRenew(req.Renew.TunnelID)
 	case wire.OpMoved:
-		ss.mu.Lock()
-		ss.moved = true
-		ss.mu.Unlock()
 		ss.log.Info("agent moved to another edge")
-		ss.srv.wakeDrain()
+		ss.srv.moves.Done(ss)
 		return wire.Response{}
 	default:
 		return fail(wire.CodeBadRequest, "unknown operation %q", wire.Printable(req.Op, 32))
@@ -143,28 +142,28 @@ func (ss *session) serveRequest(ctx context.Context, req *wire.Request) wire.Res
 // once.
 func (ss *session) serveUnbind(tunnelID string) wire.Response {
 	ss.mu.Lock()
-	r, ok := ss.routes.Delete(tunnelID)
+	e, ok := ss.routes.Delete(tunnelID)
 	ss.mu.Unlock()
 	if !ok {
 		return fail(wire.CodeNotFound, "no such tunnel")
 	}
 	ss.srv.quotas.Give(ss.owner(), 1)
-	ss.srv.obs().Endpoint(r.Proto, -1)
-	ss.srv.unbind(*r, 0)
-	ss.log.Info("unbound", "url", ss.srv.publicURL(*r))
-	ss.srv.wakeDrain()
+	ss.srv.obs().Endpoint(e.Route.Proto, -1)
+	ss.srv.unbind(e.Route, 0)
+	ss.note(e.Event(view.Unbind))
+	ss.log.Info("unbound", "url", e.URL)
 	return wire.Response{}
 }
 
 // serveRenew gives a fresh endpoint ticket for an endpoint of the session.
 func (ss *session) serveRenew(tunnelID string) wire.Response {
 	ss.mu.Lock()
-	r, ok := ss.routes.Get(tunnelID)
+	e, ok := ss.routes.Get(tunnelID)
 	ss.mu.Unlock()
 	if !ok {
 		return fail(wire.CodeNotFound, "no such tunnel")
 	}
-	t, err := ss.srv.endpointTicket(*r)
+	t, err := ss.srv.endpointTicket(e.Route)
 	if err != nil {
 		return fail(wire.CodeUnavailable, "no ticket")
 	}
@@ -195,11 +194,9 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 	}
 	ss.hello = helloDeciding
 	ss.mu.Unlock()
-	resp, identity := fail(wire.CodeUnavailable, "this edge is draining: connect to another"), ""
-	if !ss.srv.Draining() {
-		resp, identity = ss.decideHello(ctx, h)
-	}
+	resp, identity := ss.decideHello(ctx, h)
 	if resp.Error != nil {
+		ss.note(view.Event{Kind: view.Refused, Reason: resp.Error.Code, Message: resp.Error.Message})
 		ss.refuseHello()
 		return resp
 	}
@@ -210,7 +207,9 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 		ss.log.Info("agent refused: too many sessions", "identity", wire.Printable(identity, 64))
 		s.obs().Refused(ReasonSessionLimit)
 		ss.refuseHello()
-		return fail(wire.CodeUnavailable, "too many sessions for this identity")
+		resp = fail(wire.CodeUnavailable, "too many sessions for this identity")
+		ss.note(view.Event{Kind: view.Refused, Identity: identity, Reason: resp.Error.Code, Message: resp.Error.Message})
+		return resp
 	}
 	if s.perIdentity == nil {
 		s.perIdentity = map[string]int{}
@@ -223,10 +222,11 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 		return fail(wire.CodeUnavailable, "session closed")
 	}
 	ss.identity = identity
-	ss.version = resp.HelloResp.Version
 	ss.hello = helloAccepted
+	ss.version, ss.agent, ss.since = min(h.Version, wire.Version), wire.Printable(h.Agent, 64), s.now()
 	s.perIdentity[identity]++
 	s.obs().Session(1)
+	ss.note(view.Event{Kind: view.SessionUp})
 	ss.mu.Unlock()
 	s.mu.Unlock()
 	s.donePending(ss.pending)
@@ -244,6 +244,9 @@ const anonymousPrefix = "anonymous-"
 // agent's previous session, and returns the answer and the identity.
 func (ss *session) decideHello(ctx context.Context, h *wire.Hello) (wire.Response, string) {
 	s := ss.srv
+	if s.Draining() {
+		return fail(wire.CodeUnavailable, "this edge is draining: connect to another"), ""
+	}
 	if h.Version < wire.MinVersion {
 		return fail(wire.CodeVersion, "protocol version %d not supported (want %d or later)", h.Version, wire.MinVersion), ""
 	}
@@ -356,17 +359,19 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 		return wire.Response{Error: e}
 	}
 	s.holdPolicy(r, pol) // until s.unbind
+	ep := &book.Endpoint{Route: r, URL: s.publicURL(r), Kinds: combined.Kinds()}
 	ss.mu.Lock()
 	if ss.closed {
 		ss.mu.Unlock()
 		s.unbind(r, 0)
 		return fail(wire.CodeUnavailable, "session closed")
 	}
-	ss.routes.Set(r.TunnelID, &r)
+	ss.routes.Set(r.TunnelID, ep)
 	granted = true
 	s.obs().Endpoint(r.Proto, 1)
+	ss.note(ep.Event(view.Bind))
 	ss.mu.Unlock()
-	url := s.publicURL(r)
+	url := ep.URL
 	t, err := s.endpointTicket(r)
 	if err != nil {
 		ss.log.Warn("endpoint ticket", "err", err)
@@ -394,6 +399,7 @@ func (ss *session) bindRefused(b *wire.Bind, e *wire.Error) {
 		level = slog.LevelInfo
 	}
 	ss.log.Log(context.Background(), level, "bind refused", "identity", wire.Printable(ss.identity, 64), "proto", wire.Printable(b.Proto, 16), "name", name, "code", e.Code, "reason", e.Message)
+	ss.note(view.Event{Kind: view.Refused, Proto: wire.Printable(b.Proto, 16), Name: name, Reason: e.Code, Message: e.Message})
 }
 
 // admitBind counts a bind under way of name (the zero key when the edge
@@ -469,6 +475,9 @@ func (ss *session) bindFirst(ctx context.Context, r router.Route, names iter.Seq
 	for name := range names {
 		r.Name, r.TunnelID = name, newID()
 		if r.Proto != wire.ProtoTCP {
+			if e := s.customerName(ctx, name, r.Identity); e != nil {
+				return r, e
+			}
 			if err := s.operatorName(name); err != nil {
 				if !chosen {
 					continue // a random name: the next
@@ -526,49 +535,14 @@ func (ss *session) bindRoute(ctx context.Context, r router.Route, previous strin
 			return fmt.Errorf("%w: %w", errPortUnavailable, err)
 		}
 	}
-	var err error
-	if m, ok := s.router().(router.Mover); ok && previous != "" {
-		err = m.Move(ctx, r, previous) // in one step: the name never goes unrouted
-	} else {
-		err = s.router().Bind(ctx, r)
-	}
-	if errors.Is(err, router.ErrNameTaken) && previous != "" && s.dropPrevious(ctx, r, previous) {
-		// The agent's own routes from its previous session, held by an
-		// edge that has not noticed (or cannot: it died) that the agent
-		// left it.
-		err = s.router().Bind(ctx, r)
-	}
+	// The agent's own routes of its previous session give way: held by
+	// an edge that has not noticed (or cannot: it died) that the agent
+	// left it, or one that asked it to move.
+	err := router.Move(ctx, s.router(), r, previous)
 	if err != nil && r.Proto == wire.ProtoTCP {
 		s.closeTCP(r.Name)
 	}
 	return err
-}
-
-// dropPrevious unbinds the routes of r's name that the agent's previous
-// session holds (its session ticket proved it), and reports whether there
-// were some and no others: in a cluster, that session may live on another
-// edge, which has not seen the agent go.
-func (s *Server) dropPrevious(ctx context.Context, r router.Route, previous string) bool {
-	routes, err := s.lookup(ctx, r.Proto, strings.TrimPrefix(r.Name, "*."))
-	if err != nil {
-		return false
-	}
-	var mine []router.Route
-	for _, o := range routes {
-		if o.Name != r.Name {
-			continue
-		}
-		if o.Identity != r.Identity || o.SessionID != previous {
-			return false
-		}
-		mine = append(mine, o)
-	}
-	for _, o := range mine {
-		if err := s.router().Unbind(ctx, o, 0); err != nil {
-			return false
-		}
-	}
-	return len(mine) > 0
 }
 
 // endpointOptions applies a bind's options to r, refusing any it does not

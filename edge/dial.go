@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/tunnelkit/tunnelkit/edge/internal/book"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
 )
@@ -96,7 +97,11 @@ func (ss *session) openProxy(ctx context.Context, h wire.ProxyHeader, raw bool) 
 		ss.srv.goTracked(func() { ss.close(ss.srv.cfg.grace) })
 		return nil, fmt.Errorf("edge: open stream: %w", err)
 	}
-	c := &proxyStream{Stream: st, ss: ss, raw: raw}
+	ss.mu.Lock()
+	ep, _ := ss.routes.Get(h.TunnelID)
+	ss.mu.Unlock()
+	c := &proxyStream{Stream: st, ss: ss, raw: raw, ep: ep}
+	ep.Opened(h.Proto)
 	buf, err := wire.AppendProxyStream(nil, h)
 	if err != nil {
 		c.Close()
@@ -119,6 +124,7 @@ func (ss *session) openProxy(ctx context.Context, h wire.ProxyHeader, raw bool) 
 type proxyStream struct {
 	*wire.Stream
 	ss        *session
+	ep        *book.Endpoint // counts the stream's traffic; nil if it went
 	raw       bool
 	closeOnce sync.Once
 	verdict   wire.Verdict
@@ -130,12 +136,20 @@ func (p *proxyStream) Read(b []byte) (int, error) {
 			return 0, err
 		}
 	}
-	return p.Stream.Read(b)
+	n, err := p.Stream.Read(b)
+	p.ep.Received(n)
+	return n, err
+}
+
+func (p *proxyStream) Write(b []byte) (int, error) {
+	n, err := p.Stream.Write(b)
+	p.ep.Sent(n)
+	return n, err
 }
 
 func (p *proxyStream) Close() error {
 	err := p.Stream.Close()
-	p.closeOnce.Do(p.ss.release)
+	p.closeOnce.Do(p.closed)
 	return err
 }
 
@@ -143,7 +157,12 @@ func (p *proxyStream) Close() error {
 // connection was cut short.
 func (p *proxyStream) Reset() {
 	p.Stream.Reset()
-	p.closeOnce.Do(p.ss.release)
+	p.closeOnce.Do(p.closed)
+}
+
+func (p *proxyStream) closed() {
+	p.ss.release()
+	p.ep.Closed()
 }
 
 // addrPort returns a conn address as a netip.AddrPort, IPv4 unmapped.

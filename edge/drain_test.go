@@ -17,6 +17,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/edge/relay"
+	"github.com/tunnelkit/tunnelkit/edge/view"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
 	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
@@ -193,11 +194,19 @@ func TestDrainMovesAgents(t *testing.T) {
 }
 
 // TestDrainLoneEdge: an edge without a cluster drains by finishing what
-// is in flight: it stops taking agents, reports itself draining, asks no
-// agent to move, and returns once the request in flight is answered.
+// is in flight: it stops taking agents, reports itself draining (and
+// tells its watchers), asks no agent to move, and returns once the
+// request in flight is answered.
 func TestDrainLoneEdge(t *testing.T) {
 	t.Parallel()
 	te := startEdge(t)
+	events := make(chan view.Event, 64)
+	stop := te.srv.Watch(func(e view.Event) {
+		if e.Kind == view.Drain {
+			events <- e
+		}
+	})
+	defer stop()
 	app := newSlowApp()
 	te.serveApp(t, "app", app)
 	slow := make(chan string, 1)
@@ -209,6 +218,7 @@ func TestDrainLoneEdge(t *testing.T) {
 	drained := make(chan error, 1)
 	go func() { drained <- te.srv.Drain(context.Background()) }()
 	testwait.Within(t, 10*time.Second, "the edge reports itself draining", te.srv.Draining)
+	<-events // a control plane hears of it
 	testwait.Within(t, 10*time.Second, "the agent port closes", func() bool {
 		conn, err := net.Dial("tcp", te.agentAddr)
 		if err == nil {

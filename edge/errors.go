@@ -27,6 +27,10 @@ var (
 	// ErrNoEndpoint: the agent no longer serves the endpoint a connection
 	// was sent to (its listener was closed).
 	ErrNoEndpoint = errors.New("edge: the agent no longer serves the endpoint")
+	// ErrReservationsUnsupported: the Router is not a router.Reserver.
+	ErrReservationsUnsupported = errors.New("edge: the Router keeps no reservations")
+	// ErrInvalidReservation: what Server.Reserve cannot reserve.
+	ErrInvalidReservation = errors.New("edge: invalid reservation")
 )
 
 // Reason is why the edge refused an agent, a connection or a request: a

@@ -114,6 +114,9 @@ func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, routes []
 		return
 	}
 	x.up, x.reused = up, reused
+	if p, ok := up.Conn().(*proxyStream); ok {
+		p.ep.Request() // through this edge to an endpoint of its own
+	}
 	x.touch()
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		x.body = &bodyReader{ReadCloser: r.Body, rc: x.rc, timeout: s.cfg.body, activity: &x.activity}

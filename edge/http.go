@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/tunnelkit/tunnelkit/edge/acme"
+	"github.com/tunnelkit/tunnelkit/edge/internal/names"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
 )
@@ -218,8 +219,8 @@ func (s *Server) routeHost(hostport string) (string, error) {
 	if !ok {
 		return "", errMalformedHost
 	}
-	domain, ok := router.Normalise(s.Domain)
-	if !ok || !strings.HasSuffix(h, "."+domain) {
+	domain := s.domain()
+	if !strings.HasSuffix(h, "."+domain) && !s.ownDomain(h, domain) {
 		return "", errOtherHost
 	}
 	return h, nil
@@ -273,7 +274,7 @@ func (s *Server) httpsOnly(w http.ResponseWriter, r *http.Request, host string) 
 	s.mu.Lock()
 	port := s.tlsPort
 	s.mu.Unlock()
-	target := "https://" + withPort(host, port, "443") + r.URL.RequestURI()
+	target := "https://" + names.WithPort(host, port, "443") + r.URL.RequestURI()
 	if !s.RedirectHTTP {
 		s.refuse(w, r, ReasonHTTPSOnly, "this tunnel is served over https only: "+target, nil)
 		return

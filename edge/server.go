@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -15,15 +14,17 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/edge/internal/book"
+	"github.com/tunnelkit/tunnelkit/edge/internal/drain"
 	"github.com/tunnelkit/tunnelkit/edge/internal/limits"
 	"github.com/tunnelkit/tunnelkit/edge/internal/names"
 	"github.com/tunnelkit/tunnelkit/edge/internal/policies"
 	"github.com/tunnelkit/tunnelkit/edge/internal/upstream"
+	"github.com/tunnelkit/tunnelkit/edge/view"
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/policy"
@@ -314,9 +315,10 @@ type Server struct {
 	evicted atomic.Int64               // pending conns closed to make room
 
 	watchOnce sync.Once
-	stopWatch func() // stops watching a shared Router's routes
+	stopWatch func()               // stops watching a shared Router's routes
+	events    book.Hub[view.Event] // the watchers of Watch
 
-	drainWake chan struct{} // buffered 1: a session moved or ended, or an endpoint went (see Drain)
+	moves drain.Moves[*session] // the sessions Drain asked to move, until they did or ended
 
 	mu          sync.Mutex
 	closed      bool
@@ -340,7 +342,6 @@ func (s *Server) init() {
 		s.cfg, s.cfgErr = s.resolve()
 		s.mem = &router.MemoryRouter{Clock: s.Clock}
 		s.stopping = make(chan struct{})
-		s.drainWake = make(chan struct{}, 1)
 		if s.cfgErr == nil && s.StateDir != "" && s.Router == nil {
 			var err error
 			if s.record, err = names.Open(s.StateDir, s.mem, s.cfg.restartGrace, s.log(), s.now); err != nil {
@@ -400,41 +401,12 @@ func (s *Server) logStart() {
 // another domain, most likely), and names the public names none covers.
 func (s *Server) checkCertificates(public []string) {
 	domain, _ := router.Normalise(s.Domain)
-	var names []string // of every certificate, for the warning
-	coversDomain := false
-	covered := map[string]bool{}
-	for _, c := range s.Certificates {
-		leaf := c.Leaf
-		if leaf == nil && len(c.Certificate) > 0 {
-			leaf, _ = x509.ParseCertificate(c.Certificate[0])
-		}
-		if leaf == nil {
-			continue
-		}
-		for _, n := range leaf.DNSNames {
-			names = append(names, n)
-			n = strings.ToLower(n)
-			if domain != "" && (n == domain || strings.HasSuffix(n, "."+domain)) {
-				coversDomain = true
-			}
-		}
-		for _, p := range public {
-			if leaf.VerifyHostname(p) == nil {
-				covered[p] = true
-			}
-		}
-	}
-	var uncovered []string
-	for _, p := range public {
-		if !covered[p] {
-			uncovered = append(uncovered, p)
-		}
-	}
+	certNames, coversDomain, uncovered := names.Certified(s.Certificates, domain, public)
 	switch {
-	case !coversDomain && len(covered) == 0:
-		s.log().Warn("the certificates of Certificates cover neither a name under the domain nor a public name of the ECH keys: https endpoints need ACME or GetCertificate", "domain", domain, "ech_public_names", public, "certificate_names", names)
+	case !coversDomain && len(uncovered) == len(public):
+		s.log().Warn("the certificates of Certificates cover neither a name under the domain nor a public name of the ECH keys: https endpoints need ACME or GetCertificate", "domain", domain, "ech_public_names", public, "certificate_names", certNames)
 	case len(uncovered) > 0 && s.GetCertificate == nil:
-		s.log().Warn("no certificate of Certificates covers these public names of the ECH keys: the edge cannot complete the handshakes of clients whose ECH configuration is stale", "ech_public_names", uncovered, "certificate_names", names)
+		s.log().Warn("no certificate of Certificates covers these public names of the ECH keys: the edge cannot complete the handshakes of clients whose ECH configuration is stale", "ech_public_names", uncovered, "certificate_names", certNames)
 	}
 }
 
@@ -555,10 +527,7 @@ func (s *Server) ServeAgents(ln net.Listener) error {
 		return s.cfgErr
 	}
 	s.watchRoutes()
-	if !track(s, &s.agentLns, ln, true) {
-		ln.Close()
-		return ErrServerClosed
-	}
+	track(s, &s.agentLns, ln, true) // for Drain to close; serve closes it once the server is
 	defer track(s, &s.agentLns, ln, false)
 	return s.serve(ln, "agents", s.serveSession)
 }
@@ -658,6 +627,7 @@ func (s *Server) Close() error {
 	s.closeSessions()
 	s.closeConns()
 	s.wg.Wait()
+	s.events.Close()
 	s.auth.Flush()
 	s.record.Stop()
 	s.stopACME()
@@ -670,27 +640,18 @@ func (s *Server) Close() error {
 // requests were cut short.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.init()
-	s.stopWatching()
-	s.stop()
-	s.goAway("edge shutting down", false)
-	return s.shutdown(ctx)
+	return s.shutdown(ctx, "edge shutting down")
 }
 
-// Drain takes the edge out of service without failing a request, as for a
-// rolling restart. It stops taking agents (the listeners of ServeAgents
-// close; hellos and binds are refused as unavailable) and reports itself
-// draining (Draining), for load balancers' health checks. In a cluster
-// (ID set), it asks every agent of protocol version 4 or later to move
-// (PROTOCOL.md, Draining): the agent binds its names on another edge,
-// which takes them over from this one in one step (router.Mover), and
-// says it moved; requests for its names reach it all along. Drain waits
-// for those agents, Timeouts.Move at most, and takes public connections
-// for Timeouts.DrainNotice at least; then it stops as Shutdown does: what
-// is in flight finishes until ctx is done, and every session is closed,
-// the names of agents that did not move kept for them (Timeouts.Grace).
-// A lone edge, or an older agent, drains by finishing what is in flight.
-// Drain returns ctx's error when in-flight requests were cut short, and
-// ErrServerClosed when the Server was closed or drained already.
+// Drain takes the edge out of service without failing a request, for a
+// rolling restart: it stops taking agents (ServeAgents' listeners close;
+// hellos and binds are refused), reports itself draining (Draining) and,
+// in a cluster (ID set), asks its agents to move to another edge, which
+// takes their names over in one step (PROTOCOL.md, Draining; a
+// router.Mover), waiting for them Timeouts.Move at most. Then, once
+// Timeouts.DrainNotice has passed, it stops as Shutdown does. It returns
+// ctx's error when in-flight requests were cut short, ErrServerClosed
+// when the Server was closed or drained already.
 func (s *Server) Drain(ctx context.Context) error {
 	s.init()
 	start := time.Now()
@@ -704,33 +665,14 @@ func (s *Server) Drain(ctx context.Context) error {
 		ln.Close()
 	}
 	s.mu.Unlock()
+	s.log().Info("draining", "cluster", s.ID != "")
+	s.events.Publish(view.Event{Kind: view.Drain, Time: s.now()})
 	s.goAway("edge draining", s.ID != "")
-	waiting := s.sessionList()
-	s.log().Info("draining", "sessions", len(waiting), "cluster", s.ID != "")
-	var limit <-chan time.Time
-	if s.cfg.move > 0 {
-		t := time.NewTimer(s.cfg.move)
-		defer t.Stop()
-		limit = t.C
+	if n := s.moves.Wait(ctx, s.cfg.move); n > 0 {
+		s.log().Info("draining: agents that did not move are cut off", "sessions", n)
 	}
-	for waiting = moving(waiting); len(waiting) > 0 && ctx.Err() == nil; waiting = moving(waiting) {
-		select {
-		case <-s.drainWake:
-		case <-limit:
-			s.log().Info("draining: agents that did not move in time are cut off", "sessions", len(waiting))
-			waiting = nil
-		case <-ctx.Done():
-		}
-	}
-	if d := s.cfg.drainNotice - time.Since(start); d > 0 && ctx.Err() == nil {
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-		}
-		t.Stop()
-	}
-	return s.shutdown(ctx)
+	drain.Notice(ctx, start, s.cfg.drainNotice)
+	return s.shutdown(ctx, "")
 }
 
 // Draining reports whether Drain, Shutdown or Close was called: a health
@@ -741,29 +683,14 @@ func (s *Server) Draining() bool {
 	return s.draining || s.closed
 }
 
-// moving returns, of sessions, those Drain waits for: asked to move, not
-// moved yet, open and holding endpoints.
-func moving(sessions []*session) []*session {
-	return slices.DeleteFunc(sessions, func(ss *session) bool {
-		ss.mu.Lock()
-		defer ss.mu.Unlock()
-		return !ss.moveAsked || ss.moved || ss.closed || ss.routes.Len()+ss.binding == 0
-	})
-}
-
-// wakeDrain tells Drain, if it waits, to look at the sessions again.
-func (s *Server) wakeDrain() {
-	select {
-	case s.drainWake <- struct{}{}:
-	default:
-	}
-}
-
-// shutdown stops the server as Shutdown does, once the agents were told.
-// Calling it again is harmless.
-func (s *Server) shutdown(ctx context.Context) error {
+// shutdown stops the server as Shutdown does, telling the agents why
+// (unless Drain did already).
+func (s *Server) shutdown(ctx context.Context, why string) error {
 	s.stopWatching()
 	s.stop()
+	if why != "" {
+		s.goAway(why, false)
+	}
 	s.mu.Lock()
 	servers := make([]*http.Server, 0, len(s.servers))
 	for hs := range s.servers {
@@ -778,19 +705,13 @@ func (s *Server) shutdown(ctx context.Context) error {
 		}
 	}
 	err := errs.err()
-	// Let public TLS and TCP connections finish until ctx is done.
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for s.connCount() > 0 && err == nil {
-		select {
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-t.C:
-		}
+	if err == nil { // public TLS and TCP connections, and relayed ones, finish
+		err = drain.Until(ctx, func() bool { return s.connCount() == 0 })
 	}
 	s.closeSessions()
 	s.closeConns()
 	s.wg.Wait()
+	s.events.Close()
 	s.auth.Flush()
 	s.record.Stop()
 	return err

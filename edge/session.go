@@ -11,7 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/edge/internal/book"
 	"github.com/tunnelkit/tunnelkit/edge/internal/limits"
+	"github.com/tunnelkit/tunnelkit/edge/view"
 	"github.com/tunnelkit/tunnelkit/internal/smallmap"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
@@ -31,16 +33,16 @@ type session struct {
 
 	open atomic.Int64 // streams open now, both ways
 
-	mu        sync.Mutex
-	hello     helloState
-	previous  string // the session this one replaced (its ticket said so), for dropPrevious
-	identity  string
-	version   int                                 // the protocol version, once the hello was accepted
-	moveAsked bool                                // Drain asked the agent to move
-	moved     bool                                // and it said it did (OpMoved)
-	routes    smallmap.Map[string, *router.Route] // the endpoints bound on this session, by tunnel ID
-	binding   int                                 // binds under way, counted against the endpoint bound
-	stopPing  func()                              // stops the version 3 pinger; nil before the hello, or for version 2
+	mu       sync.Mutex
+	hello    helloState
+	previous string // the session this one replaced (its ticket said so), for router.Move
+	identity string
+	version  int                                  // the protocol's, the agent's name and when its hello came, for the view
+	agent    string                               //
+	since    time.Time                            //
+	routes   smallmap.Map[string, *book.Endpoint] // the endpoints bound on this session, by tunnel ID
+	binding  int                                  // binds under way, counted against the endpoint bound
+	stopPing func()                               // stops the version 3 pinger; nil before the hello, or for version 2
 	// helloTimer drops the session if no hello came in time; stopped,
 	// and let go, once the hello was accepted or the session ended.
 	helloTimer *time.Timer
@@ -268,9 +270,9 @@ func (ss *session) close(reserve time.Duration) {
 	if ss.stopPing != nil {
 		ss.stopPing()
 	}
-	var routes []*router.Route
-	for _, r := range ss.routes.All() {
-		routes = append(routes, r)
+	var routes []*book.Endpoint
+	for _, e := range ss.routes.All() {
+		routes = append(routes, e)
 	}
 	ss.routes.Clear()
 	counted := ss.hello == helloAccepted
@@ -286,18 +288,20 @@ func (ss *session) close(reserve time.Duration) {
 		}
 	}
 	s.mu.Unlock()
-	for _, r := range routes {
-		s.obs().Endpoint(r.Proto, -1)
-		s.unbind(*r, reserve)
+	for _, e := range routes {
+		s.obs().Endpoint(e.Route.Proto, -1)
+		s.unbind(e.Route, reserve)
 		// Each route was counted at its bind (routes come after the
 		// hello): it counts on while its name is kept.
-		s.keepEndpoint(ss.owner(), endpointOf(*r), s.keptUntil(*r, reserve))
+		s.keepEndpoint(ss.owner(), endpointOf(e.Route), s.keptUntil(e.Route, reserve))
+		ss.note(e.Event(view.Unbind))
 	}
 	ss.mux.Close()
 	if counted {
+		ss.note(view.Event{Kind: view.SessionDown})
 		ss.log.Info("session closed", "routes", len(routes))
 	}
-	s.wakeDrain()
+	s.moves.Done(ss)
 }
 
 // keptUntil returns until when r's name is kept for its identity, now
@@ -466,8 +470,10 @@ func (ss *session) cutStalled(*wire.Stream) {
 // (wire.MoveVersion) is asked to, and Drain waits for it.
 func (ss *session) goAway(reason string, move bool) {
 	ss.mu.Lock()
-	move = move && ss.hello == helloAccepted && ss.version >= wire.MoveVersion
-	ss.moveAsked = ss.moveAsked || move
+	move = move && ss.hello == helloAccepted && !ss.closed && ss.version >= wire.MoveVersion
+	if move && ss.routes.Len()+ss.binding > 0 {
+		ss.srv.moves.Ask(ss) // under ss.mu: close's Done comes after
+	}
 	ss.mu.Unlock()
 	st, err := ss.mux.OpenStream()
 	if err != nil {

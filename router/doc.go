@@ -8,10 +8,11 @@
 //   - [Route] and [Router]: an endpoint an agent bound, as plain data, and
 //     the contract a routing store implements: Bind and Unbind under the
 //     ownership rules (one namespace for host names, a name owns its tree,
-//     pools by consent, reservations, atomicity), Lookup in the order to
-//     try. [HealthReporter] and [RouteWatcher] are its optional extensions;
-//     package router/routertest checks an implementation against the
-//     contract.
+//     pools by consent, reservations, atomicity, the operator's
+//     reservations), Lookup in the order to try. [HealthReporter],
+//     [RouteWatcher], [MemberChecker] and [Reserver] (the operator's
+//     reservations) are its optional extensions; package
+//     router/routertest checks an implementation against the contract.
 //   - [MemoryRouter]: the in-memory Router an edge uses by default.
 //   - [Table]: a lock-free routing table from host names and wildcards to
 //     pools of backends, round robin with failover, usable alone (an L4

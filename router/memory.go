@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -11,7 +12,8 @@ import (
 
 // MemoryRouter is the in-memory Router an edge uses when none is set: a
 // router.Table per protocol for lookups, and an index of names by owner
-// for the ownership rules. Its zero value is ready to use. A Bind or Unbind
+// for the ownership rules. It keeps the operator's reservations too
+// (Reserver), in memory. Its zero value is ready to use. A Bind or Unbind
 // costs the same however many names it holds (but for the number of
 // labels of the name); lookups take no lock.
 type MemoryRouter struct {
@@ -25,6 +27,7 @@ type MemoryRouter struct {
 	owners    map[string]*owner         // by namespace and base: "host:abc.example.test"
 	below     map[string]map[string]int // by namespace and base: identity -> bases under it that identity holds
 	lapses    reservationHeap           // reservations by the time they lapse
+	reserved  map[string]string         // the operator's reservations (rule 6): identity by name
 	tables    sync.Map                  // proto to *Table[Route]
 	watchers  map[*RouteFeed]struct{}
 }
@@ -497,4 +500,64 @@ func (m *MemoryRouter) notifyLocked(r Route, bound bool) {
 	for w := range m.watchers {
 		w.Push(r, bound)
 	}
+}
+
+var _ Reserver = (*MemoryRouter)(nil)
+
+// AddReservation implements Reserver: the name counts as one more
+// endpoint of its identity on its base, with no end.
+func (m *MemoryRouter) AddReservation(_ context.Context, r Reservation) error {
+	name, ok := Normalise(r.Name)
+	if !ok || r.Identity == "" {
+		return fmt.Errorf("router: %w: reservation of %q for %q", ErrInvalidName, r.Name, r.Identity)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.expireLocked()
+	if m.reserved[name] == r.Identity {
+		return nil
+	}
+	if err := m.checkOwnerLocked("host:", name, r.Identity); err != nil {
+		return err
+	}
+	if m.reserved == nil {
+		m.reserved = map[string]string{}
+	}
+	m.reserved[name] = r.Identity
+	m.holdLocked("host:", name, r.Identity)
+	return nil
+}
+
+// RemoveReservation implements Reserver.
+func (m *MemoryRouter) RemoveReservation(_ context.Context, name string) error {
+	n, _ := Normalise(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.reserved[n]; !ok {
+		return fmt.Errorf("%w: %q", ErrNoReservation, name)
+	}
+	delete(m.reserved, n)
+	m.releaseLocked("host:", n)
+	return nil
+}
+
+// Reservation implements Reserver.
+func (m *MemoryRouter) Reservation(_ context.Context, name string) (Reservation, bool, error) {
+	n, _ := Normalise(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	id, ok := m.reserved[n]
+	return Reservation{Name: n, Identity: id}, ok, nil
+}
+
+// Reservations implements Reserver.
+func (m *MemoryRouter) Reservations(context.Context) ([]Reservation, error) {
+	m.mu.Lock()
+	out := make([]Reservation, 0, len(m.reserved))
+	for name, id := range m.reserved {
+		out = append(out, Reservation{Name: name, Identity: id})
+	}
+	m.mu.Unlock()
+	slices.SortFunc(out, func(a, b Reservation) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
 }

@@ -110,6 +110,14 @@ func (r Route) Key() RouteKey { return RouteKey{r.Edge, r.SessionID, r.TunnelID}
 //     Pool, which ends the reservation. A lapsed reservation is gone.
 //  5. Atomicity. Of Binds racing for conflicting names on behalf of
 //     different identities, exactly one succeeds, every time.
+//  6. The operator's reservations. A Router that implements Reserver
+//     keeps the names the operator reserves for an identity, whether or
+//     not it is connected: a reserved name counts as held by its identity
+//     under rule 2, over every protocol of the host names' namespace,
+//     with no end, until the operator removes it. It has no routes
+//     (Lookup finds nothing); its identity binds it, and names under it,
+//     at any time, with or without Pool, and unbinding their routes does
+//     not end it. Rule 5 holds between Binds and AddReservation.
 //
 // Lookup(proto, host) finds the routes of the most specific pattern of proto
 // matching host (an exact name before any wildcard, a longer wildcard before
@@ -164,6 +172,50 @@ type HealthReporter interface {
 type RouteWatcher interface {
 	WatchRoutes(f func(r Route, bound bool)) (stop func())
 }
+
+// Reservation is a name the operator keeps for an identity (rule 6 of
+// Router): nobody else binds it, or a name in its tree, whether or not its
+// identity is connected.
+type Reservation struct {
+	// Name is a host name, without "*." (a name's tree is the same with or
+	// without it, rule 2), in lower case without a trailing dot as
+	// Reserver's methods return it. It is in the namespace of host names:
+	// http, https and tls.
+	Name string
+	// Identity is who the name is kept for.
+	Identity string
+}
+
+// Reserver is implemented by Routers that keep the operator's
+// reservations (rule 6 of Router): router.MemoryRouter and
+// router/etcdrouter. An edge.Server's Reserve, Unreserve and Reservations
+// use it. The edge decides which names may be reserved at all (valid
+// names, under its domain or a customer's own); the Router decides who
+// holds them.
+type Reserver interface {
+	// AddReservation reserves r.Name for r.Identity. It fails with an
+	// error wrapping ErrNameTaken when another identity holds the name, a
+	// name above it or a name under it (a route, a reservation of rule 4
+	// or one of these), and with one wrapping ErrInvalidName for a name
+	// that is not a host name. Reserving a name again for the identity
+	// that has it does nothing; for another, it fails with ErrNameTaken:
+	// remove the reservation first. Routes bound under the name meanwhile
+	// are not touched.
+	AddReservation(ctx context.Context, r Reservation) error
+	// RemoveReservation ends the reservation of name, or fails with an
+	// error wrapping ErrNoReservation when there is none. The routes its
+	// identity bound under the name stay, and hold it while they last
+	// (rule 2), with a reservation of rule 4 after them.
+	RemoveReservation(ctx context.Context, name string) error
+	// Reservation returns the reservation of name, if there is one.
+	Reservation(ctx context.Context, name string) (Reservation, bool, error)
+	// Reservations returns every reservation, ordered by name.
+	Reservations(ctx context.Context) ([]Reservation, error)
+}
+
+// ErrNoReservation is returned, wrapped, by Reserver.RemoveReservation for
+// a name that is not reserved.
+var ErrNoReservation = errors.New("router: no such reservation")
 
 // MemberChecker is implemented by Routers shared between edges that know
 // which edges are in the cluster now (etcdrouter: those whose lease is

@@ -16,15 +16,18 @@
 //	}
 //
 // The tests check the contract written on router.Router (its ownership rules
-// 1 to 5 and what Lookup returns) and nothing an implementation is free to
+// 1 to 6, and what Lookup returns) and nothing an implementation is free to
 // choose: which names are valid, Route.Edge (always empty in the routes the
 // tests bind), the order of a pool's routes beyond round robin, the text of
 // errors beyond wrapping router.ErrNameTaken. They bind valid host names under
 // example.test, and tcp ports from 20001. A failure names the rule that was
 // broken; each subtest (EmptyRouter, Lookup, Ownership, Trees, TCPPorts,
-// Pools, Unbind, Reservations, Atomicity, ConcurrentLookups, and for a
-// router.Mover Moves and MovesNeverUnrouted) can be run on its own with go
-// test -run.
+// Pools, Unbind, Reservations, Atomicity, ConcurrentLookups,
+// OperatorReservations, ReservationAtomicity, Moves, MovesNeverUnrouted)
+// can be run on its own with go test -run. OperatorReservations and
+// ReservationAtomicity, of rule 6, run only against a router.Reserver, and
+// Moves and MovesNeverUnrouted only against a router.Mover: they are
+// skipped for another Router.
 //
 // The reservations the tests wait out last 200ms; the wait polls Bind until
 // it succeeds, for up to 10s after the lapse, so the suite asserts on
@@ -62,6 +65,8 @@ func Run(t *testing.T, newRouter func(t *testing.T) router.Router) {
 		{"Reservations", testReservations},
 		{"Atomicity", testAtomicity},
 		{"ConcurrentLookups", testConcurrentLookups},
+		{"OperatorReservations", testOperatorReservations},
+		{"ReservationAtomicity", testReservationAtomicity},
 		{"Moves", testMoves},
 		{"MovesNeverUnrouted", testMovesNeverUnrouted},
 	}

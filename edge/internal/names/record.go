@@ -31,7 +31,10 @@ import (
 //
 // The record is a journal of JSON lines in StateDir, one per change of a
 // name's holder: who holds it, and until when a reservation keeps it
-// (none while it has routes); or that nobody does. A clean stop ends it
+// (none while it has routes); or that nobody does. The operator's
+// reservations (router.Reserver) have lines of their own, each written
+// before the reservation is granted, and outlive every restart (until
+// removed, or until the record is lost). A clean stop ends it
 // with a line saying when. Each start rewrites it as a snapshot of what it
 // restored, and it is compacted so whenever it grows past twice what it
 // describes. A line is written when the change is made, before the agent
@@ -42,6 +45,7 @@ const recordFile = "names.jsonl"
 
 // recordLine is one line of the record.
 type recordLine struct {
+	Reserved string    `json:"reserved,omitempty"` // a name the operator reserved for Identity; none: removed
 	Proto    string    `json:"proto,omitempty"`
 	Name     string    `json:"name,omitempty"`
 	Identity string    `json:"identity,omitempty"` // empty: nobody holds the name
@@ -93,12 +97,17 @@ func Open(dir string, mem *router.MemoryRouter, grace time.Duration, log *slog.L
 		return nil, err
 	}
 	n := &Record{MemoryRouter: mem, path: filepath.Join(dir, recordFile), log: log, now: now, restored: map[baseKey]restoredName{}, held: map[Endpoint]Holding{}}
-	before, err := readRecord(n.path)
+	before, reserved, err := readRecord(n.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		log.Info("first start: no record of names held before", "record", n.path)
 	case err != nil:
 		return nil, err
+	}
+	for name, id := range reserved {
+		if err := mem.AddReservation(context.Background(), router.Reservation{Name: name, Identity: id}); err != nil {
+			log.Error("a reservation of the record not restored", "name", name, "identity", id, "err", err)
+		}
 	}
 	n.restoredUntil = now().Add(grace)
 	for k, h := range before {
@@ -128,14 +137,15 @@ func Open(dir string, mem *router.MemoryRouter, grace time.Duration, log *slog.L
 }
 
 // readRecord returns the names a record says were held when the edge
-// stopped: when its last line says so, or else when the file was last
-// written. A line cut short by a crash is skipped.
-func readRecord(path string) (map[Endpoint]Holding, error) {
+// stopped (when its last line says so, or else when the file was last
+// written), and the operator's reservations, identities by name. A line
+// cut short by a crash is skipped.
+func readRecord(path string) (held map[Endpoint]Holding, reserved map[string]string, err error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	held := map[Endpoint]Holding{}
+	held, reserved = map[Endpoint]Holding{}, map[string]string{}
 	var stopped time.Time
 	for line := range bytes.Lines(b) {
 		var l recordLine
@@ -144,6 +154,10 @@ func readRecord(path string) (map[Endpoint]Holding, error) {
 		}
 		stopped = l.Stopped
 		switch k := (Endpoint{l.Proto, l.Name}); {
+		case l.Reserved != "" && l.Identity == "":
+			delete(reserved, l.Reserved)
+		case l.Reserved != "":
+			reserved[l.Reserved] = l.Identity
 		case l.Proto == "" || l.Name == "":
 		case l.Identity == "":
 			delete(held, k)
@@ -161,7 +175,7 @@ func readRecord(path string) (map[Endpoint]Holding, error) {
 			delete(held, k) // lapsed before the edge stopped
 		}
 	}
-	return held, nil
+	return held, reserved, nil
 }
 
 // baseKey is a name's place in the ownership rules: its namespace (host
@@ -277,6 +291,10 @@ func (n *Record) snapshotLocked() error {
 	w := bufio.NewWriter(f)
 	enc := json.NewEncoder(w)
 	now := n.now()
+	reserved, _ := n.MemoryRouter.Reservations(context.Background())
+	for _, r := range reserved {
+		enc.Encode(recordLine{Reserved: r.Name, Identity: r.Identity})
+	}
 	for k, h := range n.held {
 		if !h.Until.IsZero() && h.Until.Before(now) {
 			delete(n.held, k) // lapsed
@@ -315,6 +333,43 @@ func (n *Record) failLocked(err error) {
 		n.f = nil
 	}
 	os.Remove(n.path)
+}
+
+// errNotRecording refuses a reservation that the record cannot keep.
+var errNotRecording = errors.New("names: the record of names is not written (it failed, or the edge stopped): a reservation would not outlive a restart")
+
+// AddReservation implements router.Reserver: the MemoryRouter's, written
+// to the record before it is granted; refused when the record cannot be
+// written.
+func (n *Record) AddReservation(ctx context.Context, r router.Reservation) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.f == nil {
+		return errNotRecording
+	}
+	before, had, _ := n.MemoryRouter.Reservation(ctx, r.Name)
+	if err := n.MemoryRouter.AddReservation(ctx, r); err != nil || had && before.Identity == r.Identity {
+		return err
+	}
+	name, _ := router.Normalise(r.Name)
+	if n.writeLocked(recordLine{Reserved: name, Identity: r.Identity}); n.f == nil {
+		n.MemoryRouter.RemoveReservation(ctx, name)
+		return errNotRecording
+	}
+	return nil
+}
+
+// RemoveReservation implements router.Reserver: the MemoryRouter's,
+// recorded.
+func (n *Record) RemoveReservation(ctx context.Context, name string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.MemoryRouter.RemoveReservation(ctx, name); err != nil || n.f == nil {
+		return err
+	}
+	name, _ = router.Normalise(name)
+	n.writeLocked(recordLine{Reserved: name})
+	return nil
 }
 
 // Restored returns the names that Open restored, and until when each is

@@ -34,7 +34,7 @@ not json at all
 	if err := os.WriteFile(path, []byte(lines), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	held, err := readRecord(path)
+	held, _, err := readRecord(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ not json at all
 	if err := os.Chtimes(path, stop, stop); err != nil {
 		t.Fatal(err)
 	}
-	held, err = readRecord(path)
+	held, _, err = readRecord(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestRecordCompacts(t *testing.T) {
 	if lines := bytes.Count(b, []byte("\n")); lines > 1100 {
 		t.Fatalf("the record has %d lines for one name held", lines)
 	}
-	held, err := readRecord(filepath.Join(dir, recordFile))
+	held, _, err := readRecord(filepath.Join(dir, recordFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,6 +70,9 @@ func (up *Upstream) RoundTrip(req *http.Request) (*http.Response, error) { retur
 // Route is the route the upstream reaches.
 func (up *Upstream) Route() router.Route { return up.route }
 
+// Conn is the conn to the agent the upstream speaks over, as dialled.
+func (up *Upstream) Conn() net.Conn { return up.conn.Conn }
+
 // H2 reports whether the upstream speaks HTTP/2 (the route's app protocol
 // is h2c), else HTTP/1.1.
 func (up *Upstream) H2() bool { return up.h2 }

@@ -1,0 +1,121 @@
+// Package book keeps what an edge shows a control plane of itself
+// (package edge/view): the counters of each endpoint bound on its
+// sessions, bumped on the data path with one atomic add each (Endpoint),
+// the order and the pools of a snapshot (Finish), and the events its
+// watchers get, each watcher in order from a goroutine of its own (Hub).
+package book
+
+import (
+	"cmp"
+	"slices"
+	"sync/atomic"
+
+	"github.com/tunnelkit/tunnelkit/edge/view"
+	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"github.com/tunnelkit/tunnelkit/router"
+)
+
+// Endpoint is an endpoint bound on a session: its route, what a snapshot
+// shows of it, and its traffic. Its methods may be called on a nil
+// *Endpoint (a stream whose endpoint went as it was opened), and then do
+// nothing.
+type Endpoint struct {
+	Route router.Route
+	URL   string   // its public URL
+	Kinds []string // of the traffic policy enforced on it; never modified
+
+	requests, conns, in, out atomic.Int64
+}
+
+// Request counts a request, or a connection, sent to the endpoint's agent.
+func (e *Endpoint) Request() {
+	if e != nil {
+		e.requests.Add(1)
+	}
+}
+
+// Opened counts a stream of proto to the agent opened, and Closed one
+// closed. A tls or tcp stream is a connection: a request too (an http
+// one's requests are counted by the exchange, with Request).
+func (e *Endpoint) Opened(proto string) {
+	if e != nil {
+		e.conns.Add(1)
+		if proto == wire.ProtoTLS || proto == wire.ProtoTCP {
+			e.requests.Add(1)
+		}
+	}
+}
+
+// Closed: see Opened.
+func (e *Endpoint) Closed() {
+	if e != nil {
+		e.conns.Add(-1)
+	}
+}
+
+// Sent counts n bytes sent to the agent, and Received n bytes from it.
+func (e *Endpoint) Sent(n int) {
+	if e != nil && n > 0 {
+		e.in.Add(int64(n))
+	}
+}
+
+// Received: see Sent.
+func (e *Endpoint) Received(n int) {
+	if e != nil && n > 0 {
+		e.out.Add(int64(n))
+	}
+}
+
+// View returns what a snapshot shows of the endpoint, its Pool to be
+// counted (see Finish).
+func (e *Endpoint) View() view.Endpoint {
+	r := e.Route
+	return view.Endpoint{
+		URL: e.URL, Proto: r.Proto, Name: r.Name, Identity: r.Identity, Session: r.SessionID, Tunnel: r.TunnelID,
+		Policy:   slices.Clone(e.Kinds),
+		Requests: e.requests.Load(), Conns: e.conns.Load(), BytesIn: e.in.Load(), BytesOut: e.out.Load(),
+	}
+}
+
+// Event returns an event of kind about the endpoint: its Proto, Name and
+// URL.
+func (e *Endpoint) Event(kind view.EventKind) view.Event {
+	return view.Event{Kind: kind, Proto: e.Route.Proto, Name: e.Route.Name, URL: e.URL}
+}
+
+// Finish orders the sessions of a snapshot by Since, then ID, and the
+// endpoints of each by URL, and sets each endpoint's Pool: how many of
+// all of them share its Proto and Name.
+func Finish(sessions []view.Session) {
+	type key struct{ proto, name string }
+	pools := map[key]int{}
+	for _, s := range sessions {
+		for _, e := range s.Endpoints {
+			pools[key{e.Proto, e.Name}]++
+		}
+	}
+	for _, s := range sessions {
+		for i := range s.Endpoints {
+			e := &s.Endpoints[i]
+			e.Pool = pools[key{e.Proto, e.Name}]
+		}
+		slices.SortFunc(s.Endpoints, func(a, b view.Endpoint) int { return cmp.Compare(a.URL, b.URL) })
+	}
+	slices.SortFunc(sessions, func(a, b view.Session) int {
+		return cmp.Or(a.Since.Compare(b.Since), cmp.Compare(a.ID, b.ID))
+	})
+}
+
+// Endpoints returns the endpoints of the sessions of a snapshot that
+// Finish ordered, ordered by URL, then session.
+func Endpoints(sessions []view.Session) []view.Endpoint {
+	var out []view.Endpoint
+	for _, s := range sessions {
+		out = append(out, s.Endpoints...)
+	}
+	slices.SortStableFunc(out, func(a, b view.Endpoint) int {
+		return cmp.Or(cmp.Compare(a.URL, b.URL), cmp.Compare(a.Session, b.Session))
+	})
+	return out
+}

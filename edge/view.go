@@ -1,0 +1,87 @@
+package edge
+
+import (
+	"cmp"
+
+	"github.com/tunnelkit/tunnelkit/edge/internal/book"
+	"github.com/tunnelkit/tunnelkit/edge/view"
+)
+
+// The control plane's view of the edge, and its lever (package view).
+
+// Sessions returns the agent sessions this edge holds whose hello was
+// accepted, ordered by when that was (then by ID), each with its
+// endpoints and their traffic. It is a snapshot taken while the edge
+// serves: each session is read under its own lock, while the others go
+// on; no public request or connection waits for it.
+func (s *Server) Sessions() []view.Session {
+	s.init()
+	var out []view.Session
+	for _, ss := range s.sessionList() {
+		ss.mu.Lock()
+		if ss.hello == helloAccepted && !ss.closed {
+			v := view.Session{ID: ss.id, Identity: ss.identity, Remote: ss.src.String(), Version: ss.version, Agent: ss.agent, Since: ss.since}
+			for _, e := range ss.routes.All() {
+				v.Endpoints = append(v.Endpoints, e.View())
+			}
+			out = append(out, v)
+		}
+		ss.mu.Unlock()
+	}
+	book.Finish(out)
+	return out
+}
+
+// Endpoints returns the endpoints bound on this edge's sessions, ordered
+// by URL (then by session), taken as Sessions takes them.
+func (s *Server) Endpoints() []view.Endpoint { return book.Endpoints(s.Sessions()) }
+
+// Disconnect closes every session of identity on this edge now, as if its
+// agent had gone, and returns how many it closed. Their names are kept
+// for identity for Timeouts.Grace, as for any session that ends, or, with
+// free, freed at once (but for the operator's reservations, see Reserve).
+// It does not keep identity from connecting again: withdraw its token
+// first, so that Authenticate refuses it (a hello accepted before that,
+// and not seen by Disconnect yet, still opens a session). In a cluster,
+// call it on every edge.
+func (s *Server) Disconnect(identity string, free bool) int {
+	s.init()
+	reserve, n := s.cfg.grace, 0
+	if free {
+		reserve = 0
+	}
+	for _, ss := range s.sessionList() {
+		ss.mu.Lock()
+		mine := ss.hello == helloAccepted && !ss.closed && ss.identity == identity
+		ss.mu.Unlock()
+		if mine {
+			ss.close(reserve)
+			n++
+		}
+	}
+	return n
+}
+
+// Watch calls f with each event on this edge from now on, from a
+// goroutine of the watch's own, in order, until stop is called (which
+// waits for a call of f under way; f must not call it), or until Close or
+// Shutdown, once f had the events of the sessions they closed. A slow f
+// delays only its own events, which wait in a queue of up to 65536, and
+// then are dropped, with an event of kind view.Lost. Package view says
+// what each event tells. Events are a hook of their own rather than
+// methods of Observer, which counts on the request path, with no identity
+// or name (metrics keep a bounded set of labels), and must not block.
+func (s *Server) Watch(f func(view.Event)) (stop func()) {
+	s.init()
+	return s.events.Watch(f, func(n int) { f(view.Event{Kind: view.Lost, Time: s.now(), Lost: n}) })
+}
+
+// note tells the watchers of ev, about the session: when, which session,
+// and who (ev's Identity if set: a hello refused once its identity was
+// known, before the session's).
+func (ss *session) note(ev view.Event) {
+	if ss.srv.events.Watched() {
+		ev.Time, ev.Session, ev.Remote, ev.Identity = ss.srv.now(), ss.id, ss.src.String(), cmp.Or(ev.Identity, ss.identity)
+		ss.srv.events.Publish(ev)
+	}
+}
