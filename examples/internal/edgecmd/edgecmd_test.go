@@ -164,3 +164,25 @@ func TestTLSAgentsFlag(t *testing.T) {
 		}
 	}
 }
+
+// -admin-token-file goes with -admin, and must be its owner's alone.
+func TestAdminTokenFlags(t *testing.T) {
+	dir := t.TempDir()
+	open := filepath.Join(dir, "open")
+	if err := os.WriteFile(open, []byte("a-token-of-sixteen-bytes-or-more"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-admin-token-file", open}, "give -admin too"},
+		{[]string{"-admin", "127.0.0.1:0", "-admin-token-file", open}, "chmod 600"},
+		{[]string{"-admin", "127.0.0.1:0", "-admin-token-file", filepath.Join(dir, "missing")}, "-admin-token-file"},
+	} {
+		args := append([]string{"-agents", "127.0.0.1:0", "-http", "127.0.0.1:0"}, c.args...)
+		if err := Run(context.Background(), "edge", args, io.Discard, io.Discard, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("edge %v: %v, want an error saying %q", c.args, err, c.want)
+		}
+	}
+}
