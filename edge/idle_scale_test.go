@@ -180,7 +180,7 @@ func checkIdleSessions(t *testing.T, link string, n int, before, after runtime.M
 
 // openIdleSessions opens n sessions, 64 at a time, each on the conn
 // dial(i) returns, and checks that each got its URL.
-func openIdleSessions(t *testing.T, n int, dial func(i int) (net.Conn, error)) {
+func openIdleSessions(t testing.TB, n int, dial func(i int) (net.Conn, error)) {
 	t.Helper()
 	var (
 		next     atomic.Int64
@@ -243,8 +243,8 @@ func idleAgent(c net.Conn, i int) error {
 	if resp.Error != nil || resp.BindResp == nil {
 		return fmt.Errorf("bind answered %+v", resp)
 	}
-	if want := fmt.Sprintf("http://idle%d.example.test", i); resp.BindResp.URL != want {
-		return fmt.Errorf("bound %q, want %q", resp.BindResp.URL, want)
+	if want := fmt.Sprintf("http://idle%d.example.test", i); resp.BindResp.URL != want && !strings.HasPrefix(resp.BindResp.URL, want+":") {
+		return fmt.Errorf("bound %q, want %q (and the edge's HTTP port, if it has one)", resp.BindResp.URL, want)
 	}
 	return nil
 }

@@ -2,6 +2,8 @@ package edge
 
 import (
 	"cmp"
+	"slices"
+	"strings"
 
 	"github.com/tunnelkit/tunnelkit/edge/internal/book"
 	"github.com/tunnelkit/tunnelkit/edge/view"
@@ -10,14 +12,14 @@ import (
 // The control plane's view of the edge, and its lever (package view).
 
 // Sessions returns the agent sessions this edge holds whose hello was
-// accepted, ordered by when that was (then by ID), each with its
-// endpoints and their traffic. It is a snapshot taken while the edge
-// serves: each session is read under its own lock, while the others go
-// on; no public request or connection waits for it.
+// accepted, ordered by ID, each with its endpoints and their traffic: a
+// snapshot taken while the edge serves, each session read under its own
+// lock; no public request or connection waits for it.
 func (s *Server) Sessions() []view.Session {
-	s.init()
-	var out []view.Session
-	for _, ss := range s.sessionList() {
+	list := s.sessionList()
+	slices.SortFunc(list, func(a, b *session) int { return strings.Compare(a.id, b.id) })
+	out := make([]view.Session, 0, len(list))
+	for _, ss := range list {
 		ss.mu.Lock()
 		if ss.hello == helloAccepted && !ss.closed {
 			v := view.Session{ID: ss.id, Identity: ss.identity, Remote: ss.src.String(), Version: ss.version, Agent: ss.agent, Since: ss.since}
@@ -76,9 +78,8 @@ func (s *Server) Watch(f func(view.Event)) (stop func()) {
 	return s.events.Watch(f, func(n int) { f(view.Event{Kind: view.Lost, Time: s.now(), Lost: n}) })
 }
 
-// note tells the watchers of ev, about the session: when, which session,
-// and who (ev's Identity if set: a hello refused once its identity was
-// known, before the session's).
+// note tells the watchers of ev, on the session: when, which, and who
+// (ev.Identity if set: a hello refused, before the session had one).
 func (ss *session) note(ev view.Event) {
 	if ss.srv.events.Watched() {
 		ev.Time, ev.Session, ev.Remote, ev.Identity = ss.srv.now(), ss.id, ss.src.String(), cmp.Or(ev.Identity, ss.identity)

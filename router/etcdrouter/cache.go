@@ -115,6 +115,14 @@ func (r *Router) apply(events []*clientv3.Event, rev int64) int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, ev := range events {
+		value := ev.Kv.Value
+		if ev.Type != mvccpb.PUT {
+			value = nil
+		}
+		if r.cacheReservationLocked(string(ev.Kv.Key), value) {
+			rev = max(rev, ev.Kv.ModRevision)
+			continue
+		}
 		if id, ok := r.memberOf(string(ev.Kv.Key)); ok {
 			if ev.Type == mvccpb.PUT {
 				r.members[id] = struct{}{}
@@ -158,6 +166,7 @@ func (r *Router) apply(events []*clientv3.Event, rev int64) int64 {
 func (r *Router) load(ctx context.Context) (int64, error) {
 	fresh := map[router.Route]struct{}{}
 	members := map[string]struct{}{}
+	reserved := map[string]string{}
 	key, end := r.prefix, clientv3.GetPrefixRangeEnd(r.prefix)
 	var rev int64
 	for {
@@ -173,6 +182,12 @@ func (r *Router) load(ctx context.Context) (int64, error) {
 			rev = resp.Header.Revision
 		}
 		for _, kv := range resp.Kvs {
+			if name, ok := r.reservationOf(string(kv.Key)); ok {
+				if e, err := decode(kv.Value); err == nil {
+					reserved[name] = e.Identity
+				}
+				continue
+			}
 			if id, ok := r.memberOf(string(kv.Key)); ok {
 				members[id] = struct{}{}
 				continue
@@ -194,7 +209,7 @@ func (r *Router) load(ctx context.Context) (int64, error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.members = members
+	r.members, r.reserved = members, reserved
 	for _, rt := range r.allLocked() {
 		if _, ok := fresh[rt]; ok {
 			delete(fresh, rt) // cached already

@@ -46,7 +46,8 @@
 // name and of every name under it share a key prefix:
 //
 //	<prefix>host/test.example.abc./http/*.abc.example.test/r/<edge>/<session>/<tunnel>   a route
-//	<prefix>host/test.example.abc./http/*.abc.example.test/reserved                       a reservation
+//	<prefix>host/test.example.abc./http/*.abc.example.test/reserved                       a reservation (rule 4)
+//	<prefix>host/test.example.abc./!reserved                                              the operator's reservation (rule 6)
 //	<prefix>tcp/20001./tcp/20001/r/<edge>/<session>/<tunnel>
 //	<prefix>edges/<edge>                                                                  an edge of the cluster
 //
@@ -88,8 +89,9 @@ import (
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
-// Router is an [router.Router], [router.HealthReporter], [router.RouteWatcher]
-// and [router.Mover] over etcd. Create one with New; it is safe for concurrent use.
+// Router is an [router.Router], [router.HealthReporter],
+// [router.RouteWatcher], [router.Reserver] and [router.Mover] over etcd.
+// Create one with New; it is safe for concurrent use.
 type Router struct {
 	client *clientv3.Client
 	prefix string
@@ -113,6 +115,7 @@ type Router struct {
 	revCh    chan struct{} // closed when rev advances
 	watchers map[*router.RouteFeed]struct{}
 	members  map[string]struct{} // the edges registered under the prefix
+	reserved map[string]string   // the operator's reservations: identity by name
 
 	// The routes bound through this Router, to bind again under a new
 	// lease if this edge's lease expires, and those whose Unbind failed,
@@ -209,6 +212,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		revCh:    make(chan struct{}),
 		watchers: map[*router.RouteFeed]struct{}{},
 		members:  map[string]struct{}{},
+		reserved: map[string]string{},
 		own:      map[string]router.Route{},
 		pending:  map[string]pendingUnbind{},
 		syncCh:   make(chan struct{}, 1),

@@ -67,15 +67,19 @@ func (e *Endpoint) Received(n int) {
 	}
 }
 
-// View returns what a snapshot shows of the endpoint, its Pool to be
-// counted (see Finish).
+// View returns what a snapshot shows of the endpoint: its Pool is 1, or,
+// for a route that asked for a pool, 0 until Finish counts it.
 func (e *Endpoint) View() view.Endpoint {
 	r := e.Route
-	return view.Endpoint{
+	v := view.Endpoint{
 		URL: e.URL, Proto: r.Proto, Name: r.Name, Identity: r.Identity, Session: r.SessionID, Tunnel: r.TunnelID,
 		Policy:   slices.Clone(e.Kinds),
 		Requests: e.requests.Load(), Conns: e.conns.Load(), BytesIn: e.in.Load(), BytesOut: e.out.Load(),
 	}
+	if !r.Pool {
+		v.Pool = 1
+	}
+	return v
 }
 
 // Event returns an event of kind about the endpoint: its Proto, Name and
@@ -84,38 +88,74 @@ func (e *Endpoint) Event(kind view.EventKind) view.Event {
 	return view.Event{Kind: kind, Proto: e.Route.Proto, Name: e.Route.Name, URL: e.URL}
 }
 
-// Finish orders the sessions of a snapshot by Since, then ID, and the
-// endpoints of each by URL, and sets each endpoint's Pool: how many of
-// all of them share its Proto and Name.
+// Finish orders the endpoints of each session of a snapshot by URL, and
+// sets the Pool of each that View left at 0 (its route asked for a
+// pool): how many of them all share its Proto and Name.
 func Finish(sessions []view.Session) {
 	type key struct{ proto, name string }
-	pools := map[key]int{}
+	var pools map[key]int
 	for _, s := range sessions {
 		for _, e := range s.Endpoints {
-			pools[key{e.Proto, e.Name}]++
+			if e.Pool == 0 {
+				if pools == nil {
+					pools = map[key]int{}
+				}
+				pools[key{e.Proto, e.Name}]++
+			}
 		}
 	}
 	for _, s := range sessions {
 		for i := range s.Endpoints {
-			e := &s.Endpoints[i]
-			e.Pool = pools[key{e.Proto, e.Name}]
+			if e := &s.Endpoints[i]; e.Pool == 0 {
+				e.Pool = pools[key{e.Proto, e.Name}]
+			}
 		}
 		slices.SortFunc(s.Endpoints, func(a, b view.Endpoint) int { return cmp.Compare(a.URL, b.URL) })
 	}
-	slices.SortFunc(sessions, func(a, b view.Session) int {
-		return cmp.Or(a.Since.Compare(b.Since), cmp.Compare(a.ID, b.ID))
-	})
 }
 
 // Endpoints returns the endpoints of the sessions of a snapshot that
-// Finish ordered, ordered by URL, then session.
+// Finish finished, ordered by URL, then session.
 func Endpoints(sessions []view.Session) []view.Endpoint {
-	var out []view.Endpoint
+	n := 0
+	for _, s := range sessions {
+		n += len(s.Endpoints)
+	}
+	out := make([]view.Endpoint, 0, n)
 	for _, s := range sessions {
 		out = append(out, s.Endpoints...)
 	}
-	slices.SortStableFunc(out, func(a, b view.Endpoint) int {
+	sortLarge(out, func(a, b *view.Endpoint) int {
 		return cmp.Or(cmp.Compare(a.URL, b.URL), cmp.Compare(a.Session, b.Session))
 	})
 	return out
+}
+
+// sortLarge sorts s by cmp, as slices.SortFunc would, but sorts indexes,
+// then moves each element once: a sort of large structs moves them
+// O(n log n) times.
+func sortLarge[T any](s []T, cmp func(a, b *T) int) {
+	idx := make([]int32, len(s))
+	for i := range idx {
+		idx[i] = int32(i)
+	}
+	slices.SortFunc(idx, func(a, b int32) int { return cmp(&s[a], &s[b]) })
+	// s[j] is to be the element now at idx[j]: follow each cycle of the
+	// permutation, marking the places done.
+	for i := range idx {
+		if int(idx[i]) == i {
+			continue
+		}
+		first, j := s[i], i
+		for {
+			k := int(idx[j])
+			idx[j] = int32(j)
+			if k == i {
+				s[j] = first
+				break
+			}
+			s[j] = s[k]
+			j = k
+		}
+	}
 }
