@@ -12,13 +12,18 @@ import (
 // stream's move): make before break.
 
 // startMove moves the client off the session mux to the edge at addr, in
-// a goroutine of the client's, unless the client is closed.
+// a goroutine of the client's, unless the client is closed or the edge
+// asked already: one attempt per session, however often it asks.
 func (c *Client) startMove(mux *wire.Session, addr string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if _, asked := c.leaving[mux]; asked || c.closed {
 		return
 	}
+	if c.leaving == nil {
+		c.leaving = map[*wire.Session][]string{}
+	}
+	c.leaving[mux] = nil // its tunnels that moved, once they did
 	c.wg.Go(func() { c.move(mux, addr) })
 }
 
@@ -43,7 +48,11 @@ func (c *Client) move(old *wire.Session, from string) {
 	if err != nil || !current {
 		return
 	}
-	if len(c.boundOn(old)) == 0 {
+	// The binds in flight register their listeners first.
+	c.binding.Lock()
+	nothing := len(c.boundOn(old)) == 0
+	c.binding.Unlock()
+	if nothing {
 		c.moved(old, from) // nothing to move
 		return
 	}
@@ -106,9 +115,6 @@ func (c *Client) moveTo(ctx context.Context, old *wire.Session, from, addr strin
 		return err
 	}
 	c.mu.Lock()
-	if c.leaving == nil {
-		c.leaving = map[*wire.Session][]string{}
-	}
 	c.leaving[old] = left
 	var closed []string // listeners closed while their endpoint moved
 	for id, l := range tunnels {

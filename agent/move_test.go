@@ -8,13 +8,18 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"golang.ngrok.com/muxado/v2"
+
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/internal/testnet"
 	"github.com/tunnelkit/tunnelkit/internal/testtools"
 	"github.com/tunnelkit/tunnelkit/internal/testwait"
+	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
@@ -264,4 +269,96 @@ func TestMoveWhileClosing(t *testing.T) {
 	if err := <-drained; err != nil {
 		t.Errorf("Drain = %v", err)
 	}
+}
+
+// goAwayEdge is an edge that grants the hello, every bind and unbind, and
+// once it answered a request of op after, opens n goaway streams asking
+// the agent to move; it answers moved requests, counting them.
+func goAwayEdge(t *testing.T, n int, after string) (addr string, moved *atomic.Int32) {
+	t.Helper()
+	moved = new(atomic.Int32)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr = testnet.Serve(t, ln, func(c net.Conn) {
+		defer c.Close()
+		window, err := wire.ReadPreamble(c)
+		if err != nil || wire.WritePreamble(c, wire.ClampWindow(int(window))) != nil {
+			return
+		}
+		sess := muxado.Server(c, wire.MuxConfig(wire.ClampWindow(int(window))))
+		defer sess.Close()
+		for {
+			st, err := sess.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer st.Close()
+				var typ [1]byte
+				if _, err := io.ReadFull(st, typ[:]); err != nil || wire.StreamType(typ[0]) != wire.StreamControl {
+					return
+				}
+				var req wire.Request
+				if wire.ReadMessage(st, &req) != nil {
+					return
+				}
+				var resp wire.Response
+				switch req.Op {
+				case wire.OpHello:
+					resp.HelloResp = &wire.HelloResp{Version: wire.Version, SessionID: "s1"}
+				case wire.OpBind:
+					resp.BindResp = &wire.BindResp{TunnelID: "t1", URL: "http://app.example.test"}
+				case wire.OpMoved:
+					moved.Add(1)
+				}
+				if req.Op == after {
+					defer func() {
+						for range n {
+							g, err := sess.Open()
+							if err != nil {
+								return
+							}
+							wire.WriteMessage(g, []byte{byte(wire.StreamGoAway)}, wire.GoAway{Message: "drain", Move: true})
+							g.Close()
+						}
+					}()
+				}
+				wire.WriteMessage(st, nil, resp)
+			}()
+		}
+	})
+	return addr, moved
+}
+
+// TestMoveAskedOften: an edge that asks the agent to move 50 times on one
+// session gets one attempt: one try of the other edge (which closes the
+// connection, and is probed once to tell why), and the agent stays.
+func TestMoveAskedOften(t *testing.T) {
+	addr, _ := goAwayEdge(t, 50, wire.OpBind)
+	other, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dials atomic.Int32
+	testnet.Serve(t, other, func(c net.Conn) { dials.Add(1); c.Close() })
+	c, _, logs := moveClientLogs(t, addr, other.Addr().String())
+	defer c.Close()
+	listenOn(t, c, "http://app")
+	testwait.For(t, func() bool { return strings.Count(logs.String(), "asks the agent to move") == 50 })
+	testwait.For(t, func() bool { return strings.Contains(logs.String(), "no other edge took the endpoints") })
+	if n, tries := dials.Load(), strings.Count(logs.String(), "moving to another edge failed"); tries != 1 || n > 2 {
+		t.Errorf("asked to move 50 times, the agent tried the other edge %d times (%d connections), want once", tries, n)
+	}
+}
+
+// TestMoveNothingSaysMoved: an agent asked to move with no endpoint on the
+// session says at once that it moved.
+func TestMoveNothingSaysMoved(t *testing.T) {
+	addr, moved := goAwayEdge(t, 1, wire.OpUnbind)
+	c, _ := moveClient(t, addr, closedAddr(t))
+	defer c.Close()
+	listenOn(t, c, "http://app").Close() // unbound: the goaway comes then
+	testwait.For(t, func() bool { return moved.Load() == 1 })
 }
