@@ -256,3 +256,47 @@ func exitCode(err error) int {
 	}
 	return 0
 }
+
+// TestSIGTERMDrainTimeout: a request that never ends does not keep a
+// draining edge up past -drain-timeout: it cuts what is in flight short
+// then, says so, and exits 0.
+func TestSIGTERMDrainTimeout(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds binaries")
+	}
+	bin := build(t, "edge", "agent")
+	agents, httpAddr := freePort(t), freePort(t)
+	edge := startProc(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", httpAddr, "-drain-timeout", "1s")
+	waitListening(t, agents)
+	arrived, never := make(chan struct{}, 1), make(chan struct{})
+	t.Cleanup(func() { close(never) })
+	appLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go http.Serve(appLn, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-never
+	}))
+	t.Cleanup(func() { appLn.Close() })
+	url := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-url", "http://stuck.example.test", "-to", appLn.Addr().String()))
+	go func() { // a client that waits for good
+		client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, httpAddr)
+		}}}
+		if resp, err := client.Get(url + "/"); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-arrived
+	edge.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-edge.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the edge did not exit within 30 s of SIGTERM, with -drain-timeout 1s")
+	}
+	if edge.err != nil || !strings.Contains(edge.output(), "cutting short what was in flight") {
+		t.Errorf("the edge exited with %v, having logged:\n%s", edge.err, edge.output())
+	}
+}
