@@ -29,7 +29,8 @@ func (c *Client) startMove(mux *wire.Session, addr string) {
 
 // move moves the client's session off old, the session to the edge at
 // from, which asked it to: it opens a session to another edge of Addrs
-// (the next ones after from, in turn), with the session ticket of old, and
+// (the next ones after from, in turn; with Addrs holding from alone, from
+// again, a few times), with the session ticket of old, and
 // binds there every endpoint bound on old; the edge takes each over from
 // old at once. With at least one endpoint moved, the new session becomes
 // the client's (a Connected event tells it) and the agent tells old's edge
@@ -56,11 +57,16 @@ func (c *Client) move(old *wire.Session, from string) {
 		c.moved(old, from) // nothing to move
 		return
 	}
-	// The other edges, from the one after from.
+	// The other edges, from the one after from; with none, from again: an
+	// address behind a load balancer (or DNS) reaches other edges too,
+	// since the draining one takes no agent.
 	i := slices.Index(edges, from)
 	others := slices.Concat(edges[i+1:], edges[:max(i, 0)])
 	if i < 0 {
 		others = edges
+	}
+	if len(others) == 0 {
+		others = []string{from, from, from}
 	}
 	for _, addr := range others {
 		ctx, cancel := context.WithTimeout(c.ctx, 2*edgeTimeout)

@@ -111,23 +111,7 @@ func TestMoveOnDrain(t *testing.T) {
 	if err := a.srv.Drain(context.Background()); err != nil {
 		t.Fatalf("Drain = %v", err)
 	}
-	// The agent's events since: Connected, to B, and no end of a session
-	// before it.
-	for connected := false; !connected; {
-		select {
-		case got := <-ev:
-			switch got.Kind {
-			case agent.Disconnected:
-				t.Fatalf("the move told as an end of the session: %+v", got)
-			case agent.Connected:
-				if connected = true; got.Addr != b.agents {
-					t.Errorf("moved to %s, want %s", got.Addr, b.agents)
-				}
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatal("no Connected event within 20 s")
-		}
-	}
+	movedTo(t, ev, b.agents)
 	checkOn(t, l1, b)
 	if body, err := getURL(t, l2.URL()+"/y"); urlPort(l2.URL()) != b.http || err != nil || body != "app /y" {
 		t.Errorf("the second endpoint after the move: %s: %q %v", l2.URL(), body, err)
@@ -361,4 +345,68 @@ func TestMoveNothingSaysMoved(t *testing.T) {
 	defer c.Close()
 	listenOn(t, c, "http://app").Close() // unbound: the goaway comes then
 	testwait.For(t, func() bool { return moved.Load() == 1 })
+}
+
+// roundRobin is a TCP load balancer in front of backends: each connection
+// goes to the next backend that takes it.
+func roundRobin(t *testing.T, backends ...string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var next atomic.Int32
+	return testnet.Serve(t, ln, func(c net.Conn) {
+		defer c.Close()
+		for range backends {
+			b, err := net.Dial("tcp", backends[int(next.Add(1)-1)%len(backends)])
+			if err != nil {
+				continue
+			}
+			defer b.Close()
+			go func() { io.Copy(b, c); b.(*net.TCPConn).CloseWrite() }()
+			io.Copy(c, b)
+			return
+		}
+	})
+}
+
+// TestMoveBehindOneAddress: the client knows one address, a load balancer
+// in front of two edges; the edge it is on drains, and the same address
+// takes it to the other edge, where its endpoint moves.
+func TestMoveBehindOneAddress(t *testing.T) {
+	a, b := startHTTPEdge(t, &edge.Server{ID: "edge-a"}), startHTTPEdge(t, nil)
+	lb := roundRobin(t, a.agents, b.agents)
+	c, ev := moveClient(t, lb)
+	l := listenOn(t, c, "http://app")
+	serveEdgeApp(t, c, l)
+	ev.nextConnected(t)
+	checkOn(t, l, a) // the first connection goes to A
+	if err := a.srv.Drain(context.Background()); err != nil {
+		t.Fatalf("Drain = %v", err)
+	}
+	movedTo(t, ev, lb)
+	checkOn(t, l, b)
+}
+
+// movedTo reads the client's events until Connected, which must be to
+// addr, with no end of a session before it: a move, not a reconnection.
+func movedTo(t *testing.T, ev events, addr string) {
+	t.Helper()
+	for {
+		select {
+		case got := <-ev:
+			switch got.Kind {
+			case agent.Disconnected:
+				t.Fatalf("the move told as an end of the session: %+v", got)
+			case agent.Connected:
+				if got.Addr != addr {
+					t.Errorf("moved to %s, want %s", got.Addr, addr)
+				}
+				return
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("no Connected event within 20 s")
+		}
+	}
 }
