@@ -65,14 +65,14 @@ func (s *Server) Disconnect(identity string, free bool) int {
 }
 
 // Watch calls f with each event on this edge from now on, from a
-// goroutine of the watch's own, in order, until stop is called (which
-// waits for a call of f under way; f must not call it), or until Close or
-// Shutdown, once f had the events of the sessions they closed. A slow f
-// delays only its own events, which wait in a queue of up to 65536, and
-// then are dropped, with an event of kind view.Lost. Package view says
-// what each event tells. Events are a hook of their own rather than
-// methods of Observer, which counts on the request path, with no identity
-// or name (metrics keep a bounded set of labels), and must not block.
+// goroutine of the watch's own, in order, until stop (which waits for a
+// call of f under way: f must not call it, nor Close or Shutdown), or
+// until Close or Shutdown, once f had the events of the sessions they
+// closed. A slow f delays only its own events, which wait in a queue of up
+// to 65536, then are dropped, with an event of kind view.Lost (see package
+// view). Events are a hook of their own rather than methods of Observer,
+// which counts on the request path, with no identity or name (metrics
+// keep a bounded set of labels), and must not block.
 func (s *Server) Watch(f func(view.Event)) (stop func()) {
 	s.init()
 	return s.events.Watch(f, func(n int) { f(view.Event{Kind: view.Lost, Time: s.now(), Lost: n}) })

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.ngrok.com/muxado/v2"
+
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/edge/view"
@@ -256,6 +258,18 @@ func TestSessionsAndEndpoints(t *testing.T) {
 	}
 	raw2.Close()
 	testwait.For(t, func() bool { return endpointOf(t, e.srv.Endpoints(), tl.URL(), "").Conns == 0 })
+
+	// An agent that calls itself names no terminal should print is shown
+	// as printable ASCII, cut short.
+	hostile := &rawAgent{t, rawSession(t, e.agentAddr)}
+	go answerStreams(hostile.s, func(muxado.Stream, wire.StreamType) {})
+	hr := hostile.call(wire.Request{Op: wire.OpHello, Hello: &wire.Hello{Version: wire.Version, Token: "bob-token", Agent: "evil\x1b[2J\x00" + strings.Repeat("é", 100)}})
+	if hr.HelloResp == nil {
+		t.Fatalf("hello: %+v", hr.Error)
+	}
+	if got, want := sessionOf(t, e.srv.Sessions(), hr.HelloResp.SessionID).Agent, "evil?[2J?"+strings.Repeat("?", 55); got != want {
+		t.Errorf("a hostile agent's name shown as %q, want %q", got, want)
+	}
 
 	// An endpoint the agent unbinds goes from the view; a session that
 	// ends goes with its endpoints.

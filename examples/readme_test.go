@@ -346,6 +346,7 @@ var fragmentImports = map[string]string{
 	"sni":       "github.com/tunnelkit/tunnelkit/sni",
 	"time":      "time",
 	"tls":       "crypto/tls",
+	"view":      "github.com/tunnelkit/tunnelkit/edge/view",
 	"x509":      "crypto/x509",
 }
 

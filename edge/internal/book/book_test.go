@@ -18,7 +18,9 @@ func TestSortLarge(t *testing.T) {
 		for i := range s {
 			s[i] = view.Endpoint{URL: fmt.Sprint(rand.IntN(n + 1)), Session: fmt.Sprint(i)}
 		}
-		by := func(a, b *view.Endpoint) int { return cmp.Or(cmp.Compare(a.URL, b.URL), cmp.Compare(a.Session, b.Session)) }
+		by := func(a, b *view.Endpoint) int {
+			return cmp.Or(cmp.Compare(a.URL, b.URL), cmp.Compare(a.Session, b.Session))
+		}
 		want := slices.Clone(s)
 		slices.SortFunc(want, func(a, b view.Endpoint) int { return by(&a, &b) })
 		sortLarge(s, by)
