@@ -26,9 +26,14 @@ import (
 // tickets get the names back after the edge restarted. A bind the edge
 // cannot grant for now is tried again with backoff; only a name lost for
 // good (ErrNameTaken, ErrRefused) ends a listener, whose Accept then
-// returns that error. Opening a session to one edge (the dial, TLS, the
-// hello) takes at most 10 s, within the context given to Listen. A Client
-// must not be copied, nor its fields changed, after first use.
+// returns that error. An edge that drains (edge.Server.Drain) asks the
+// client to move: it opens a session to another edge of Addrs, binds its
+// endpoints there, which takes them over at once, and only then leaves
+// the old session, which carries what was in flight until its edge ends
+// it (a Connected event tells the move; no Disconnected). Opening a
+// session to one edge (the dial, TLS, the hello) takes at most 10 s,
+// within the context given to Listen. A Client must not be copied, nor
+// its fields changed, after first use.
 type Client struct {
 	// Addrs are the agent addresses of the edges, "host:port" each (an
 	// agent port, or an edge's public TLS port, which takes agents over
@@ -160,6 +165,7 @@ type Client struct {
 	stopRenew  func()        // stops the renewals on mux; nil when none run
 	listeners  map[*Listener]struct{}
 	byTunnel   map[string]*Listener
+	leaving    map[*wire.Session][]string // sessions asked to move off, until they end: their tunnels that moved
 	closed     bool
 	ctx        context.Context // cancelled by Close
 	cancel     context.CancelFunc
@@ -282,6 +288,9 @@ func (c *Client) Close() error {
 	}
 	c.mu.Lock()
 	mux, edge := c.mux, c.edge
+	for m := range c.leaving {
+		m.Close()
+	}
 	c.mu.Unlock()
 	if mux != nil {
 		mux.Close()

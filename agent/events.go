@@ -10,7 +10,8 @@ type EventKind int
 
 // The kinds of events.
 const (
-	// Connected: a session is open (again); listeners are bound.
+	// Connected: a session is open (again); listeners are bound. After a
+	// move to another edge (a draining edge asked it), the new session's.
 	Connected EventKind = iota + 1
 	// Disconnected: the session ended; Err says why.
 	Disconnected

@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"sync"
 	"time"
@@ -25,6 +27,27 @@ func (c *Client) connect(ctx context.Context, addr string) (*wire.Session, error
 // open opens a session: the transport, the mux, the hello. It installs
 // the session and starts its goroutines.
 func (c *Client) open(ctx context.Context, addr string) (*wire.Session, error) {
+	h, err := c.handshake(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.install(h, nil, nil); err != nil {
+		return nil, err
+	}
+	return h.mux, nil
+}
+
+// opened is a session whose hello the edge accepted, not yet the client's.
+type opened struct {
+	mux       *wire.Session
+	addr      string
+	hello     *wire.HelloResp
+	accepting chan struct{} // closed by install: proxy streams wait for it
+}
+
+// handshake opens a session to addr, and says hello with the client's
+// session ticket, within ctx.
+func (c *Client) handshake(ctx context.Context, addr string) (*opened, error) {
 	conn, window, err := c.reach(ctx, addr)
 	if err != nil {
 		return nil, err
@@ -44,32 +67,55 @@ func (c *Client) open(ctx context.Context, addr string) (*wire.Session, error) {
 	if err == nil && resp.HelloResp == nil {
 		err = fmt.Errorf("%w: hello answered without a session", ErrRefused)
 	}
-	c.mu.Lock()
-	if err == nil && c.closed {
-		err = fmt.Errorf("agent: %w", net.ErrClosed)
-	}
 	if err != nil {
-		c.mu.Unlock()
 		close(accepting)
 		mux.Close()
 		return nil, err
 	}
-	c.mux = mux
-	c.edge = addr
-	c.sessionID = resp.HelloResp.SessionID
-	if resp.HelloResp.Ticket != "" {
-		c.ticket = resp.HelloResp.Ticket
+	return &opened{mux: mux, addr: addr, hello: resp.HelloResp, accepting: accepting}, nil
+}
+
+// install makes h the client's session, in the place of left (nil: of
+// none), and registers the tunnels bound on it. It fails, closing h's
+// session, once the client is closed, or when the client's session is
+// another than left (the caller holds connectMu: none opens meanwhile).
+func (c *Client) install(h *opened, left *wire.Session, tunnels map[string]*Listener) error {
+	c.mu.Lock()
+	var err error
+	switch {
+	case c.closed:
+		err = fmt.Errorf("agent: %w", net.ErrClosed)
+	case c.mux != nil && c.mux != left:
+		err = errors.New("agent: another session was opened meanwhile")
 	}
-	c.renewAfter = time.Duration(resp.HelloResp.RenewAfter) * time.Second
-	c.keepAlive(mux, addr, resp.HelloResp.Version)
+	if err != nil {
+		c.mu.Unlock()
+		close(h.accepting)
+		h.mux.Close()
+		return err
+	}
+	stopRenew := c.stopRenew
+	c.mux = h.mux
+	c.edge = h.addr
+	c.sessionID = h.hello.SessionID
+	if h.hello.Ticket != "" {
+		c.ticket = h.hello.Ticket
+	}
+	maps.Copy(c.byTunnel, tunnels)
+	c.renewAfter = time.Duration(h.hello.RenewAfter) * time.Second
+	c.keepAlive(h.mux, h.addr, h.hello.Version)
+	c.stopRenew = nil
 	if renew := c.renewAfter; renew > 0 {
-		c.stopRenew = c.renewTickets(mux, renew)
+		c.stopRenew = c.renewTickets(h.mux, renew)
 	}
 	c.mu.Unlock()
-	close(accepting)
-	c.log().Info("connected to edge", "edge", addr, "session", resp.HelloResp.SessionID)
-	c.emit(Event{Kind: Connected, Addr: addr})
-	return mux, nil
+	if stopRenew != nil {
+		stopRenew() // the session moved from's
+	}
+	close(h.accepting)
+	c.log().Info("connected to edge", "edge", h.addr, "session", h.hello.SessionID)
+	c.emit(Event{Kind: Connected, Addr: h.addr})
+	return nil
 }
 
 // reach dials the edge at addr (through Client.Proxy if set), completes
@@ -161,7 +207,7 @@ func (c *Client) serve(mux *wire.Session, addr string, accepting <-chan struct{}
 	var streams sync.WaitGroup
 	c.wg.Add(1)
 	mux.Serve(func(st *wire.Stream) {
-		streams.Go(func() { c.handleStream(st, addr, accepting, dead) })
+		streams.Go(func() { c.handleStream(st, mux, addr, accepting, dead) })
 	}, func() {
 		defer c.wg.Done()
 		close(dead)
@@ -171,12 +217,28 @@ func (c *Client) serve(mux *wire.Session, addr string, accepting <-chan struct{}
 }
 
 // sessionEnded forgets a session that died and reconnects when listeners
-// are open.
+// are open; for a session the client moved off (see move), it forgets
+// the tunnels it had, and binds again the endpoints that stayed on it.
 func (c *Client) sessionEnded(mux *wire.Session) {
 	localErr, _, _ := mux.Wait()
 	c.mu.Lock()
+	for _, id := range c.leaving[mux] {
+		delete(c.byTunnel, id)
+	}
+	delete(c.leaving, mux)
 	if c.mux != mux {
+		stranded := false
+		for l := range c.listeners {
+			if _, ok := l.bound(mux); ok {
+				stranded = true
+			}
+		}
+		redial := stranded && !c.closed && !c.redialing
+		c.redialing = c.redialing || redial
 		c.mu.Unlock()
+		if redial {
+			c.wg.Go(c.reconnectLoop)
+		}
 		return
 	}
 	c.mux = nil

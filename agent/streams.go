@@ -10,7 +10,7 @@ import (
 // handleStream reads the header of a stream the edge opened and hands it to
 // its listener.
 // A stream waiting for Accept is dropped when dead is closed.
-func (c *Client) handleStream(st *wire.Stream, addr string, accepting, dead <-chan struct{}) {
+func (c *Client) handleStream(st *wire.Stream, mux *wire.Session, addr string, accepting, dead <-chan struct{}) {
 	st.SetReadDeadline(time.Now().Add(10 * time.Second))
 	var t [1]byte
 	if _, err := io.ReadFull(st, t[:]); err != nil {
@@ -29,7 +29,11 @@ func (c *Client) handleStream(st *wire.Stream, addr string, accepting, dead <-ch
 		var g wire.GoAway
 		err := wire.ReadMessage(st, &g)
 		st.Close()
-		if err == nil {
+		switch {
+		case err == nil && g.Move:
+			c.log().Info("edge is going away, and asks the agent to move to another edge", "edge", addr, "reason", wire.Printable(g.Message, 200))
+			c.startMove(mux, addr)
+		case err == nil:
 			c.log().Info("edge is going away; will reconnect when the session ends", "edge", addr, "reason", wire.Printable(g.Message, 200))
 		}
 	case wire.StreamProxy:

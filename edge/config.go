@@ -214,6 +214,15 @@ type Timeouts struct {
 	// TicketLifetime is how long an endpoint ticket is good for; agents
 	// renew theirs at half of it. Zero: 1 hour. It cannot be disabled.
 	TicketLifetime time.Duration
+
+	// Move bounds Drain's wait, in a cluster, for the agents it asked to
+	// move to say they did. Zero: 10 s; negative: Drain's context's end.
+	Move time.Duration
+
+	// DrainNotice is how long Drain takes public connections at least, for
+	// load balancers to see that the edge drains (see Draining). Zero or
+	// negative: none (HAProxy's retry-on conn-failure needs none).
+	DrainNotice time.Duration
 }
 
 // Defaults.
@@ -239,6 +248,7 @@ const (
 	DefaultBodyTimeout           = 60 * time.Second
 	DefaultGrace                 = 30 * time.Second
 	DefaultTicketLifetime        = time.Hour
+	DefaultMoveTimeout           = 10 * time.Second
 )
 
 // config is a Server's settings resolved once: every limit and timeout a
@@ -269,6 +279,8 @@ type config struct {
 	grace             time.Duration
 	restartGrace      time.Duration
 	ticketLifetime    time.Duration
+	move              time.Duration
+	drainNotice       time.Duration
 
 	proxyFrom []netip.Prefix // the load balancers' addresses, IPv4 unmapped
 }

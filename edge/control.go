@@ -129,6 +129,10 @@ func (ss *session) serveRequest(ctx context.Context, req *wire.Request) wire.Res
 			return fail(wire.CodeBadRequest, "renew without body")
 		}
 		return ss.serveRenew(req.Renew.TunnelID)
+	case wire.OpMoved:
+		ss.log.Info("agent moved to another edge")
+		ss.srv.moves.Done(ss)
+		return wire.Response{}
 	default:
 		return fail(wire.CodeBadRequest, "unknown operation %q", wire.Printable(req.Op, 32))
 	}
@@ -240,6 +244,9 @@ const anonymousPrefix = "anonymous-"
 // agent's previous session, and returns the answer and the identity.
 func (ss *session) decideHello(ctx context.Context, h *wire.Hello) (wire.Response, string) {
 	s := ss.srv
+	if s.Draining() {
+		return fail(wire.CodeUnavailable, "this edge is draining: connect to another"), ""
+	}
 	if h.Version < wire.MinVersion {
 		return fail(wire.CodeVersion, "protocol version %d not supported (want %d or later)", h.Version, wire.MinVersion), ""
 	}
@@ -315,6 +322,9 @@ func (s *Server) takeOver(sessionID, identity string, by *session) {
 // and the session's bound on endpoints.
 func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	s := ss.srv
+	if s.Draining() {
+		return fail(wire.CodeUnavailable, "this edge is draining: bind on another")
+	}
 	r := router.Route{Proto: b.Proto, SessionID: ss.id, Pool: b.Pool, Edge: s.ID}
 	if err := s.endpointOptions(&r, b.Options, b.Policy); err != nil {
 		return fail(wire.CodeBadRequest, "%s", err)
@@ -557,44 +567,14 @@ func (ss *session) bindRoute(ctx context.Context, r router.Route, previous strin
 			return fmt.Errorf("%w: %w", errPortUnavailable, err)
 		}
 	}
-	err := s.router().Bind(ctx, r)
-	if errors.Is(err, router.ErrNameTaken) && previous != "" && s.dropPrevious(ctx, r, previous) {
-		// The agent's own routes from its previous session, held by an
-		// edge that has not noticed (or cannot: it died) that the agent
-		// left it.
-		err = s.router().Bind(ctx, r)
-	}
+	// The agent's own routes of its previous session give way: held by
+	// an edge that has not noticed (or cannot: it died) that the agent
+	// left it, or one that asked it to move.
+	err := router.Move(ctx, s.router(), r, previous)
 	if err != nil && r.Proto == wire.ProtoTCP {
 		s.closeTCP(r.Name)
 	}
 	return err
-}
-
-// dropPrevious unbinds the routes of r's name that the agent's previous
-// session holds (its session ticket proved it), and reports whether there
-// were some and no others: in a cluster, that session may live on another
-// edge, which has not seen the agent go.
-func (s *Server) dropPrevious(ctx context.Context, r router.Route, previous string) bool {
-	routes, err := s.lookup(ctx, r.Proto, strings.TrimPrefix(r.Name, "*."))
-	if err != nil {
-		return false
-	}
-	var mine []router.Route
-	for _, o := range routes {
-		if o.Name != r.Name {
-			continue
-		}
-		if o.Identity != r.Identity || o.SessionID != previous {
-			return false
-		}
-		mine = append(mine, o)
-	}
-	for _, o := range mine {
-		if err := s.router().Unbind(ctx, o, 0); err != nil {
-			return false
-		}
-	}
-	return len(mine) > 0
 }
 
 // endpointOptions applies a bind's options to r, refusing any it does not

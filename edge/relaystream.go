@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"strings"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/edge/internal/names"
 	"github.com/tunnelkit/tunnelkit/internal/pipe"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
@@ -83,32 +83,8 @@ func (s *Server) heldRoute(session string, h wire.ProxyHeader) (router.Route, er
 		return router.Route{}, fmt.Errorf("edge: session %s holds no endpoint %s", wire.Printable(session, 64), wire.Printable(h.TunnelID, 64))
 	case r.Proto != h.Proto:
 		return router.Route{}, fmt.Errorf("edge: endpoint %s is %s, not %s", r.Name, r.Proto, wire.Printable(h.Proto, 16))
-	case !answersFor(r, h.Host):
+	case !names.AnswersFor(r, h.Host):
 		return router.Route{}, fmt.Errorf("edge: endpoint %s %s does not answer for host %q", r.Proto, r.Name, wire.Printable(h.Host, 256))
 	}
 	return r, nil
-}
-
-// answersFor reports whether a connection for host may go to r: for tcp,
-// one without a host; otherwise, one whose host (an HTTP Host, with a
-// port or not, or a TLS server name) r's name or wildcard covers.
-func answersFor(r router.Route, host string) bool {
-	if r.Proto == wire.ProtoTCP {
-		return host == ""
-	}
-	if i := strings.LastIndexByte(host, ':'); i >= 0 && r.Proto != wire.ProtoTLS {
-		host = host[:i] // a port: an IPv6 literal would not be a name anyway
-	}
-	host, ok := router.Normalise(host)
-	if !ok {
-		return false
-	}
-	name, ok := router.NormalisePattern(r.Name)
-	if !ok {
-		return false
-	}
-	if base, wild := strings.CutPrefix(name, "*."); wild {
-		return strings.HasSuffix(host, "."+base)
-	}
-	return host == name
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -15,12 +14,12 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/edge/internal/book"
+	"github.com/tunnelkit/tunnelkit/edge/internal/drain"
 	"github.com/tunnelkit/tunnelkit/edge/internal/limits"
 	"github.com/tunnelkit/tunnelkit/edge/internal/names"
 	"github.com/tunnelkit/tunnelkit/edge/internal/policies"
@@ -319,10 +318,14 @@ type Server struct {
 	stopWatch func()               // stops watching a shared Router's routes
 	events    book.Hub[view.Event] // the watchers of Watch
 
+	moves drain.Moves[*session] // the sessions Drain asked to move, until they did or ended
+
 	mu          sync.Mutex
 	closed      bool
-	stopping    chan struct{} // closed with closed: waiters for a handshake slot give up
-	httpPort    string        // the ports URLs name, from HTTPPort and TLSPort or the listeners
+	draining    bool                      // Drain was called
+	agentLns    map[net.Listener]struct{} // the listeners of ServeAgents, which Drain closes
+	stopping    chan struct{}             // closed with closed: waiters for a handshake slot give up
+	httpPort    string                    // the ports URLs name, from HTTPPort and TLSPort or the listeners
 	tlsPort     string
 	sessions    map[string]*session
 	perIdentity map[string]int // sessions that said hello, by identity
@@ -398,41 +401,12 @@ func (s *Server) logStart() {
 // another domain, most likely), and names the public names none covers.
 func (s *Server) checkCertificates(public []string) {
 	domain, _ := router.Normalise(s.Domain)
-	var names []string // of every certificate, for the warning
-	coversDomain := false
-	covered := map[string]bool{}
-	for _, c := range s.Certificates {
-		leaf := c.Leaf
-		if leaf == nil && len(c.Certificate) > 0 {
-			leaf, _ = x509.ParseCertificate(c.Certificate[0])
-		}
-		if leaf == nil {
-			continue
-		}
-		for _, n := range leaf.DNSNames {
-			names = append(names, n)
-			n = strings.ToLower(n)
-			if domain != "" && (n == domain || strings.HasSuffix(n, "."+domain)) {
-				coversDomain = true
-			}
-		}
-		for _, p := range public {
-			if leaf.VerifyHostname(p) == nil {
-				covered[p] = true
-			}
-		}
-	}
-	var uncovered []string
-	for _, p := range public {
-		if !covered[p] {
-			uncovered = append(uncovered, p)
-		}
-	}
+	certNames, coversDomain, uncovered := names.Certified(s.Certificates, domain, public)
 	switch {
-	case !coversDomain && len(covered) == 0:
-		s.log().Warn("the certificates of Certificates cover neither a name under the domain nor a public name of the ECH keys: https endpoints need ACME or GetCertificate", "domain", domain, "ech_public_names", public, "certificate_names", names)
+	case !coversDomain && len(uncovered) == len(public):
+		s.log().Warn("the certificates of Certificates cover neither a name under the domain nor a public name of the ECH keys: https endpoints need ACME or GetCertificate", "domain", domain, "ech_public_names", public, "certificate_names", certNames)
 	case len(uncovered) > 0 && s.GetCertificate == nil:
-		s.log().Warn("no certificate of Certificates covers these public names of the ECH keys: the edge cannot complete the handshakes of clients whose ECH configuration is stale", "ech_public_names", uncovered, "certificate_names", names)
+		s.log().Warn("no certificate of Certificates covers these public names of the ECH keys: the edge cannot complete the handshakes of clients whose ECH configuration is stale", "ech_public_names", uncovered, "certificate_names", certNames)
 	}
 }
 
@@ -553,6 +527,8 @@ func (s *Server) ServeAgents(ln net.Listener) error {
 		return s.cfgErr
 	}
 	s.watchRoutes()
+	track(s, &s.agentLns, ln, true) // for Drain to close; serve closes it once the server is
+	defer track(s, &s.agentLns, ln, false)
 	return s.serve(ln, "agents", s.serveSession)
 }
 
@@ -664,9 +640,57 @@ func (s *Server) Close() error {
 // requests were cut short.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.init()
+	return s.shutdown(ctx, "edge shutting down")
+}
+
+// Drain takes the edge out of service without failing a request, for a
+// rolling restart: it stops taking agents (ServeAgents' listeners close;
+// hellos and binds are refused), reports itself draining (Draining) and,
+// in a cluster (ID set), asks its agents to move to another edge, which
+// takes their names over in one step (PROTOCOL.md, Draining; a
+// router.Mover), waiting for them Timeouts.Move at most. Then, once
+// Timeouts.DrainNotice has passed, it stops as Shutdown does. It returns
+// ctx's error when in-flight requests were cut short, ErrServerClosed
+// when the Server was closed or drained already.
+func (s *Server) Drain(ctx context.Context) error {
+	s.init()
+	start := time.Now()
+	s.mu.Lock()
+	if s.closed || s.draining {
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	s.draining = true
+	for ln := range s.agentLns {
+		ln.Close()
+	}
+	s.mu.Unlock()
+	s.log().Info("draining", "cluster", s.ID != "")
+	s.events.Publish(view.Event{Kind: view.Drain, Time: s.now()})
+	s.goAway("edge draining", s.ID != "")
+	if n := s.moves.Wait(ctx, s.cfg.move); n > 0 {
+		s.log().Info("draining: agents that did not move are cut off", "sessions", n)
+	}
+	drain.Notice(ctx, start, s.cfg.drainNotice)
+	return s.shutdown(ctx, "")
+}
+
+// Draining reports whether Drain, Shutdown or Close was called: a health
+// check for a load balancer should then fail.
+func (s *Server) Draining() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining || s.closed
+}
+
+// shutdown stops the server as Shutdown does, telling the agents why
+// (unless Drain did already).
+func (s *Server) shutdown(ctx context.Context, why string) error {
 	s.stopWatching()
 	s.stop()
-	s.goAway()
+	if why != "" {
+		s.goAway(why, false)
+	}
 	s.mu.Lock()
 	servers := make([]*http.Server, 0, len(s.servers))
 	for hs := range s.servers {
@@ -681,15 +705,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 	}
 	err := errs.err()
-	// Let public TLS and TCP connections finish until ctx is done.
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for s.connCount() > 0 && err == nil {
-		select {
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-t.C:
-		}
+	if err == nil { // public TLS and TCP connections, and relayed ones, finish
+		err = drain.Until(ctx, func() bool { return s.connCount() == 0 })
 	}
 	s.closeSessions()
 	s.closeConns()
@@ -717,10 +734,11 @@ func (s *Server) stop() {
 	}
 }
 
-// goAway tells every agent that the edge is going away.
-func (s *Server) goAway() {
+// goAway tells every agent that the edge is going away, and asks those of
+// version wire.MoveVersion or later to move when move is set.
+func (s *Server) goAway(reason string, move bool) {
 	for _, ss := range s.sessionList() {
-		ss.goAway("edge shutting down")
+		ss.goAway(reason, move)
 	}
 }
 
@@ -896,6 +914,8 @@ func (s *Server) resolve() (config, error) {
 		body:              timeout(t.Body, DefaultBodyTimeout),
 		grace:             timeout(t.Grace, DefaultGrace),
 		ticketLifetime:    positive(t.TicketLifetime, DefaultTicketLifetime),
+		move:              timeout(t.Move, DefaultMoveTimeout),
+		drainNotice:       max(t.DrainNotice, 0),
 	}
 	switch {
 	case c.clientShare == 0:

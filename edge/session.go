@@ -35,7 +35,7 @@ type session struct {
 
 	mu       sync.Mutex
 	hello    helloState
-	previous string // the session this one replaced (its ticket said so), for dropPrevious
+	previous string // the session this one replaced (its ticket said so), for router.Move
 	identity string
 	version  int                                  // the protocol's, the agent's name and when its hello came, for the view
 	agent    string                               //
@@ -301,6 +301,7 @@ func (ss *session) close(reserve time.Duration) {
 		ss.note(view.Event{Kind: view.SessionDown})
 		ss.log.Info("session closed", "routes", len(routes))
 	}
+	s.moves.Done(ss)
 }
 
 // keptUntil returns until when r's name is kept for its identity, now
@@ -465,13 +466,20 @@ func (ss *session) cutStalled(*wire.Stream) {
 }
 
 // goAway tells the agent that the edge is going away: it should expect the
-// session to end, and reconnect then.
-func (ss *session) goAway(reason string) {
+// session to end, and reconnect then; with move, an agent that can move
+// (wire.MoveVersion) is asked to, and Drain waits for it.
+func (ss *session) goAway(reason string, move bool) {
+	ss.mu.Lock()
+	move = move && ss.hello == helloAccepted && !ss.closed && ss.version >= wire.MoveVersion
+	if move && ss.routes.Len()+ss.binding > 0 {
+		ss.srv.moves.Ask(ss) // under ss.mu: close's Done comes after
+	}
+	ss.mu.Unlock()
 	st, err := ss.mux.OpenStream()
 	if err != nil {
 		return
 	}
 	defer st.Close()
 	st.SetWriteDeadline(time.Now().Add(time.Second))
-	wire.WriteMessage(st, []byte{byte(wire.StreamGoAway)}, wire.GoAway{Message: reason})
+	wire.WriteMessage(st, []byte{byte(wire.StreamGoAway)}, wire.GoAway{Message: reason, Move: move})
 }

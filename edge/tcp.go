@@ -101,7 +101,8 @@ func (s *Server) tcpURLHost() string {
 // edges hold, while they exist, when its router.Router can be shared (a router.Router
 // set, which is a router.RouteWatcher; the Server's own in-memory one is not
 // shared), and drop the traffic policies it compiled for routes of other
-// edges that went.
+// edges that went, and close the upstreams to them once idle (a route
+// moved: the agent's edge waits for them to drain).
 func (s *Server) watchRoutes() {
 	rw, ok := s.Router.(router.RouteWatcher)
 	if !ok {
@@ -114,7 +115,8 @@ func (s *Server) watchRoutes() {
 				return
 			}
 			if !bound {
-				s.forgetPolicy(r) // compiled on first use here, if it was
+				s.forgetPolicy(r)   // compiled on first use here, if it was
+				s.ups.CloseRoute(r) // the relayed upstreams of public conns that sent no request since
 			}
 			if r.Proto != "tcp" {
 				return

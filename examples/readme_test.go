@@ -503,10 +503,10 @@ func untracked(root string) (files []string, ok bool) {
 func TestREADMEShell(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
-		t.Skip("runs the README's blocks: edges, agents, etcd")
+		t.Skip("runs the README's blocks: edges, agents, etcd, haproxy")
 	}
 	p := readme(t)
-	testtools.Need(t, "bash", "curl", "openssl", "etcd")
+	testtools.Need(t, "bash", "curl", "openssl", "etcd", "haproxy")
 	needIsolation(t)
 	if p.install == nil {
 		t.Fatal("README: no block installs the binaries with `go install ./examples/NAME...`")

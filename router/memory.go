@@ -151,6 +151,17 @@ func (m *MemoryRouter) clock() time.Time {
 
 // Bind implements Router.
 func (m *MemoryRouter) Bind(_ context.Context, r Route) error {
+	return m.bind(r, "")
+}
+
+// Move implements Mover.
+func (m *MemoryRouter) Move(_ context.Context, r Route, from string) error {
+	return m.bind(r, from)
+}
+
+// bind binds r, in the place of the routes of r's name that the session
+// from holds, if from is not empty (see Mover).
+func (m *MemoryRouter) bind(r Route, from string) error {
 	name, ok := NormalisePattern(r.Name)
 	if !ok {
 		return fmt.Errorf("router: %w: %q", ErrInvalidName, r.Name)
@@ -165,10 +176,21 @@ func (m *MemoryRouter) Bind(_ context.Context, r Route) error {
 	}
 	k := endpointKey{r.Proto, name}
 	ep := m.endpoints[k]
-	if ep != nil && ep.routes.len() > 0 {
+	var moved []Route // the routes r takes the place of
+	others := 0       // and the others
+	if ep != nil {
 		if _, dup := ep.routes.get(r.Key()); dup {
 			return nil
 		}
+		for _, o := range ep.routes.list {
+			if from != "" && o.SessionID == from {
+				moved = append(moved, o)
+			} else {
+				others++
+			}
+		}
+	}
+	if others > 0 {
 		if !ep.pool {
 			return fmt.Errorf("%w: %s %s is bound already and not shared (its agent did not ask for a pool)", ErrNameTaken, r.Proto, name)
 		}
@@ -179,17 +201,24 @@ func (m *MemoryRouter) Bind(_ context.Context, r Route) error {
 			return fmt.Errorf("%w: %s %s is a pool with another traffic policy: its agents must declare the same one", ErrNameTaken, r.Proto, name)
 		}
 	}
+	// r goes in before the routes it replaces go out: lookups, which
+	// take no lock, find the one or the other.
 	if err := m.table(r.Proto).Add(name, r); err != nil {
 		return err
 	}
 	if ep == nil {
 		ep = m.newEndpointLocked(k, base, r.Identity)
 	}
-	if ep.routes.len() == 0 {
+	if others == 0 {
 		ep.pool, ep.policy, ep.until = r.Pool, r.Policy, time.Time{}
 	}
 	ep.routes.add(r)
 	m.notifyLocked(r, true)
+	for _, o := range moved {
+		ep.routes.remove(o.Key())
+		m.table(r.Proto).Remove(name, o)
+		m.notifyLocked(o, false)
+	}
 	return nil
 }
 

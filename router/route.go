@@ -230,6 +230,27 @@ type MemberChecker interface {
 	IsMember(ctx context.Context, id string) (bool, error)
 }
 
+// Mover is implemented by Routers that move an agent's endpoints from one
+// of its sessions to another in one step, so that a name never goes
+// unrouted while its agent changes edges: an edge that drains asks its
+// agents to move (edge.Server.Drain), and an agent's session on another
+// edge binds its names there, its session ticket naming the session it
+// leaves. Without a Mover, that edge unbinds the old session's routes and
+// then binds its own, and a lookup in between finds nothing.
+type Mover interface {
+	// Move binds r as Bind does, in the place of the routes of r.Identity
+	// for r.Proto and r.Name that the session from holds (whichever edge
+	// holds it): it adds r, then removes those routes, in one step, so
+	// that Lookup finds them, then r (and, from a Router whose lookups
+	// see the two changes apart, both at once), never neither. Those
+	// routes do not count under rule 3: r goes in their place whatever
+	// their Pool and Policy; any other route of the name must share with
+	// r as rule 3 says. With no such route, Move is Bind. It fails with
+	// an error wrapping ErrNameTaken where Bind would, once those routes
+	// are set aside, and then changes nothing.
+	Move(ctx context.Context, r Route, from string) error
+}
+
 // ErrNameTaken is returned, wrapped, by Router.Bind for a route that breaks
 // the ownership rules.
 var ErrNameTaken = errors.New("router: name taken")

@@ -53,6 +53,14 @@
 //	  - token: ${TEAM_A_TOKEN}
 //	    identity: team-a
 //
+// -admin ADDR serves /healthz for load balancers (200 while serving, 503
+// while draining) and, with -admin-token-file, the control plane's API
+// under /v1/ (sessions, endpoints, disconnect, reservations, drain; see
+// the README's "Operating a cluster"). SIGTERM drains the edge: its
+// agents move to other edges of the cluster, what is in flight finishes,
+// and it exits within -drain-timeout. SIGINT shuts it down at once.
+// SIGHUP reads -tokens again.
+//
 // Traffic policy: agents declare theirs with each endpoint (see the agent
 // command); -policy FILE adds the operator's to every endpoint (the JSON
 // form agents send, e.g. {"cidr_deny":["192.0.2.0/24"],"rate_limit":{"requests":100}}),

@@ -76,6 +76,10 @@ var protocolMessages = []string{
 	`{"error":{"code":"name_taken","message":"abc.example.test is taken"}}`,
 	`{"error":{"code":"unsupported_version","message":"protocol version 1 not supported (want 2 or later)"}}`,
 	`{"message":"edge shutting down"}`,
+	`{"message":"edge draining","move":true}`,
+	`{"message":"edge draining","move":"yes"}`,
+	`{"op":"moved"}`,
+	`{"op":"hello","hello":{"version":4,"token":"s3cret","agent":"tunnelkit-agent","ticket":"AQEAAAAA"}}`,
 }
 
 // nastyMessages are bodies that are valid JSON of the wrong shape, or not
@@ -906,4 +910,19 @@ func FuzzReadRelayHeader(f *testing.F) {
 			t.Fatalf("wrote %d bytes back from a header of %d", len(b), cr.n)
 		}
 	})
+}
+
+// TestGoAwayMoveIgnoredByOlderAgents: an agent of version 3 reads a goaway
+// that asks it to move as the goaway it knows, a message and nothing else.
+func TestGoAwayMoveIgnoredByOlderAgents(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteMessage(&b, nil, GoAway{Message: "edge draining", Move: true}); err != nil {
+		t.Fatal(err)
+	}
+	var v3 struct {
+		Message string `json:"message"`
+	}
+	if err := ReadMessage(&b, &v3); err != nil || v3.Message != "edge draining" {
+		t.Fatalf("a version 3 agent read %+v, %v", v3, err)
+	}
 }

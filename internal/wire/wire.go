@@ -18,11 +18,15 @@ import (
 // Version is the protocol version this package speaks. An edge and an agent
 // exchange theirs in the hello and use the lower one; an edge refuses a
 // version below MinVersion.
-const Version = 3
+const Version = 4
 
 // PingVersion is the first version whose sessions keep alive with ping
 // streams (StreamPing) rather than heartbeat streams (StreamHeartbeat).
 const PingVersion = 3
+
+// MoveVersion is the first version whose agents move to another edge of a
+// cluster when their edge drains (GoAway.Move), and say so (OpMoved).
+const MoveVersion = 4
 
 // MinVersion is the oldest version an edge accepts. Version 2 added the
 // reply at the start of every proxy stream, tickets and the renew request.
@@ -43,9 +47,10 @@ const (
 	// StreamHeartbeat is opened by either side once per session: the opener
 	// writes 8-byte pings and the other side echoes each one.
 	StreamHeartbeat StreamType = 3
-	// StreamGoAway is opened by the edge when it shuts down:
+	// StreamGoAway is opened by the edge when it shuts down or drains:
 	// [type][u32 length][JSON GoAway]. The agent expects the session to
-	// end, and reconnects then.
+	// end, and reconnects then; asked to move (GoAway.Move), it opens a
+	// session to another edge first.
 	StreamGoAway StreamType = 4
 	// StreamPing is opened by either side of a version 3 session every
 	// heartbeat interval: [type][u64 send time, Unix ns], then the end of
@@ -57,6 +62,14 @@ const (
 // GoAway tells an agent why the edge is going away.
 type GoAway struct {
 	Message string `json:"message"`
+	// Move asks an agent of version MoveVersion or later to move before
+	// the session ends: to open a session on another edge of the cluster,
+	// bind its endpoints there with the session ticket of this one in the
+	// hello (the new edge takes them over from this session at once), and
+	// then send OpMoved on this session. The edge keeps serving the
+	// session until its connections in flight are done. Older agents
+	// ignore the field, as any unknown one.
+	Move bool `json:"move,omitempty"`
 }
 
 // MaxMessage bounds a control message.
@@ -75,6 +88,12 @@ const (
 	OpBind   = "bind"
 	OpUnbind = "unbind"
 	OpRenew  = "renew"
+	// OpMoved tells an edge that asked the agent to move (GoAway.Move)
+	// that its endpoints are bound on another edge now, which took them
+	// over from this session: the edge ends the session once the
+	// connections in flight on it are done. It has no body, and is
+	// answered with an empty response. Version MoveVersion and later.
+	OpMoved = "moved"
 )
 
 // Protocols of an endpoint.

@@ -27,6 +27,21 @@ import (
 // at once. When etcd cannot be reached, Bind fails, with an error that does
 // not wrap router.ErrNameTaken, when ctx ends.
 func (r *Router) Bind(ctx context.Context, rt router.Route) error {
+	return r.bindFrom(ctx, rt, "")
+}
+
+// Move implements [router.Mover] as Bind does Bind, in the same
+// transaction that deletes the routes of rt's Proto and Name that the
+// session from holds, whichever edge they are of: it puts rt first, so
+// that the watch of every edge reports rt before their deletion, and no
+// lookup finds the name unrouted in between.
+func (r *Router) Move(ctx context.Context, rt router.Route, from string) error {
+	return r.bindFrom(ctx, rt, from)
+}
+
+// bindFrom binds rt, in the place of the routes of its name of the session
+// from when from is not empty.
+func (r *Router) bindFrom(ctx context.Context, rt router.Route, from string) error {
 	if r.closed.Load() {
 		return errClosed
 	}
@@ -43,13 +58,16 @@ func (r *Router) Bind(ctx context.Context, rt router.Route) error {
 		return fmt.Errorf("etcdrouter: bind: a route of edge %q bound through edge %q", rt.Edge, r.edge)
 	}
 	k := r.keysOf(rt)
-	rev, _, err := r.bind(ctx, rt, k, false)
+	rev, _, moved, err := r.bind(ctx, rt, k, from, false)
 	if err != nil {
 		return err
 	}
 	r.ownMu.Lock()
 	r.own[k.route] = rt
 	delete(r.pending, k.route)
+	for _, key := range moved {
+		delete(r.own, key) // gone: not to be bound again
+	}
 	r.ownMu.Unlock()
 	if err := r.await(ctx, rev); err != nil {
 		// Bound, but not visible here yet, and the edge will not use
@@ -65,12 +83,14 @@ func (r *Router) Bind(ctx context.Context, rt router.Route) error {
 }
 
 // bind binds rt, whose Name is normalised and Edge set, and returns the
-// store's revision that has it. With refresh set it binds a route of this
+// store's revision that has it. With from set, it deletes in the same
+// transaction the routes of rt's Proto and Name of the session from, and
+// returns their keys (moved). With refresh set it binds a route of this
 // edge again under the current lease (when the lease it was bound under
 // expired): a stored route of the same key is put again, attached to the
 // current lease, instead of being left as it is. wrote reports whether it
 // put the route.
-func (r *Router) bind(ctx context.Context, rt router.Route, k keys, refresh bool) (rev int64, wrote bool, err error) {
+func (r *Router) bind(ctx context.Context, rt router.Route, k keys, from string, refresh bool) (rev int64, wrote bool, moved []string, err error) {
 	value := encode(rt)
 	reads := make([]clientv3.Op, 0, 1+len(k.ancestors))
 	reads = append(reads, clientv3.OpGet(k.tree, clientv3.WithPrefix()))
@@ -81,19 +101,19 @@ func (r *Router) bind(ctx context.Context, rt router.Route, k keys, refresh bool
 	for {
 		lease, err := r.leaseFor(ctx, bad)
 		if err != nil {
-			return 0, false, r.storeErr("bind", rt, err)
+			return 0, false, nil, r.storeErr("bind", rt, err)
 		}
 		resp, err := r.client.Txn(ctx).Then(reads...).Commit()
 		if err != nil {
-			return 0, false, r.storeErr("bind", rt, err)
+			return 0, false, nil, r.storeErr("bind", rt, err)
 		}
 		rev := resp.Header.Revision
-		d, err := decide(rt, k, resp.Responses)
+		d, err := decide(rt, k, from, resp.Responses)
 		if err != nil {
-			return 0, false, err
+			return 0, false, nil, err
 		}
 		if d.self != nil && (!refresh || clientv3.LeaseID(d.self.Lease) == lease) {
-			return d.self.ModRevision, false, nil // bound already
+			return d.self.ModRevision, false, nil, nil // bound already
 		}
 		// Write only if no key read has been created or changed since.
 		// Keys deleted since do not matter: a deletion frees names.
@@ -102,9 +122,14 @@ func (r *Router) bind(ctx context.Context, rt router.Route, k keys, refresh bool
 		for _, a := range k.ancestors {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(a), "<", rev+1).WithPrefix())
 		}
+		// The put comes first: the watch reports the events of a
+		// transaction in the order of its operations.
 		ops := []clientv3.Op{clientv3.OpPut(k.route, value, clientv3.WithLease(lease))}
 		if d.reserved {
 			ops = append(ops, clientv3.OpDelete(k.reserved)) // binding the name again ends its reservation
+		}
+		for _, key := range d.moved {
+			ops = append(ops, clientv3.OpDelete(key))
 		}
 		w, err := r.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		switch {
@@ -113,11 +138,11 @@ func (r *Router) bind(ctx context.Context, rt router.Route, k keys, refresh bool
 			bad = lease
 			continue
 		case err != nil:
-			return 0, false, r.storeErr("bind", rt, err)
+			return 0, false, nil, r.storeErr("bind", rt, err)
 		case !w.Succeeded:
 			continue // another Bind or Unbind wrote in the ranges read
 		}
-		return w.Header.Revision, true, nil
+		return w.Header.Revision, true, d.moved, nil
 	}
 }
 
@@ -125,11 +150,14 @@ func (r *Router) bind(ctx context.Context, rt router.Route, k keys, refresh bool
 type decision struct {
 	self     *mvccpb.KeyValue // the route itself, bound already
 	reserved bool             // its Proto and Name are reserved for its identity
+	moved    []string         // the keys of the routes it takes the place of
 }
 
 // decide checks the ownership rules for binding rt against the entries read
 // for it: reads[0] those of k.tree, reads[i] those of k.ancestors[i-1].
-func decide(rt router.Route, k keys, reads []*etcdserverpb.ResponseOp) (decision, error) {
+// The routes of rt's Proto and Name of the session from, when from is not
+// empty, make room for rt.
+func decide(rt router.Route, k keys, from string, reads []*etcdserverpb.ResponseOp) (decision, error) {
 	var d decision
 	var pooled, solo, otherPolicy int // the other routes of rt's Proto and Name
 	for i, op := range reads {
@@ -157,6 +185,8 @@ func decide(rt router.Route, k keys, reads []*etcdserverpb.ResponseOp) (decision
 				d.self = kv
 			case key == k.reserved:
 				d.reserved = true
+			case from != "" && e.SessionID == from:
+				d.moved = append(d.moved, key)
 			case e.Pool:
 				pooled++
 				if e.Policy != rt.Policy {

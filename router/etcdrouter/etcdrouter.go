@@ -90,8 +90,8 @@ import (
 )
 
 // Router is an [router.Router], [router.HealthReporter],
-// [router.RouteWatcher] and [router.Reserver] over etcd. Create one with
-// New; it is safe for concurrent use.
+// [router.RouteWatcher], [router.Reserver] and [router.Mover] over etcd.
+// Create one with New; it is safe for concurrent use.
 type Router struct {
 	client *clientv3.Client
 	prefix string

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -498,4 +499,74 @@ func TestWatchRoutes(t *testing.T) {
 	if len(resp.Kvs) != 0 {
 		t.Fatalf("after Close, %d keys are left under the prefix; want none", len(resp.Kvs))
 	}
+}
+
+// TestMoveAcrossEdges moves an agent's route back and forth between two
+// edges' sessions, each Move made through the edge the route moves to,
+// while a third edge looks the name up through its own watch: it always
+// finds a route, the old or the new, and at the end the last one alone.
+// The old edge then unbinds its moved route, with a reservation, as a
+// session that ends does: the name keeps its route.
+func TestMoveAcrossEdges(t *testing.T) {
+	prefix := uniquePrefix(t)
+	edges := []*Router{
+		newRouter(t, Config{Prefix: prefix, Edge: "edge-a"}),
+		newRouter(t, Config{Client: newClient(t, sharedEndpoint), Prefix: prefix, Edge: "edge-b"}),
+	}
+	c := newRouter(t, Config{Client: newClient(t, sharedEndpoint), Prefix: prefix, Edge: "edge-c"})
+	var _ interface {
+		Move(context.Context, router.Route, string) error
+	} = edges[0] // router.Mover
+	const name = "moving.example.test"
+	cur := router.Route{Proto: "http", Name: name, Identity: "alice", SessionID: "s0", TunnelID: "t0"}
+	bind(t, edges[0], cur)
+	cur = at(cur, "edge-a")
+	testwait.Within(t, callTimeout, "edge-c sees the route", sees(t, c, "http", name, cur))
+
+	var (
+		stop          atomic.Bool
+		empty, looked atomic.Int64
+		wg            sync.WaitGroup
+	)
+	wg.Go(func() {
+		for !stop.Load() {
+			if routes, err := c.Lookup(context.Background(), "http", name); err == nil && len(routes) == 0 {
+				empty.Add(1)
+			}
+			looked.Add(1)
+		}
+	})
+	const moves = 600
+	for i := 1; i <= moves; i++ {
+		to := edges[i%2]
+		next := router.Route{Proto: "http", Name: name, Identity: "alice", SessionID: fmt.Sprint("s", i), TunnelID: fmt.Sprint("t", i)}
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		err := to.Move(ctx, next, cur.SessionID)
+		cancel()
+		if err != nil {
+			stop.Store(true)
+			wg.Wait()
+			t.Fatalf("move %d: Move(%+v, %q) through %s = %v", i, next, cur.SessionID, to.edge, err)
+		}
+		prev := cur
+		cur = at(next, to.edge)
+		if i == 1 {
+			// The edge moved from unbinds its route as a session's end
+			// does, with a reservation: nothing changes.
+			unbind(t, edges[0], prev, time.Minute)
+		}
+	}
+	testwait.Within(t, callTimeout, "edge-c sees the last route alone", sees(t, c, "http", name, cur))
+	stop.Store(true)
+	wg.Wait()
+	if n := empty.Load(); n > 0 {
+		t.Errorf("%d of %d lookups through edge-c during %d moves found no route", n, looked.Load(), moves)
+	}
+	for _, r := range edges {
+		testwait.Within(t, callTimeout, r.edge+" sees the last route alone", sees(t, r, "http", name, cur))
+	}
+	// The name is alice's, and no reservation of the moved-from route
+	// lingers once the last route goes.
+	unbind(t, edges[moves%2], cur, 0)
+	bind(t, c, router.Route{Proto: "http", Name: name, Identity: "bob", SessionID: "sb", TunnelID: "tb"})
 }

@@ -235,7 +235,7 @@ func (r *Router) rebind(id clientv3.LeaseID) bool {
 			continue // unbound meanwhile
 		}
 		ctx, cancel := context.WithTimeout(r.ctx, opTimeout)
-		rev, wrote, err := r.bind(ctx, rt, r.keysOf(rt), true)
+		rev, wrote, _, err := r.bind(ctx, rt, r.keysOf(rt), "", true)
 		if err == nil {
 			r.await(ctx, rev) // so that an Unbind from now on knows of it (see Unbind's before)
 		}

@@ -23,9 +23,11 @@
 // example.test, and tcp ports from 20001. A failure names the rule that was
 // broken; each subtest (EmptyRouter, Lookup, Ownership, Trees, TCPPorts,
 // Pools, Unbind, Reservations, Atomicity, ConcurrentLookups,
-// OperatorReservations, ReservationAtomicity) can be run on its own with go
-// test -run. The last two, of rule 6, run only against a router.Reserver,
-// and are skipped for another Router.
+// OperatorReservations, ReservationAtomicity, Moves, MovesNeverUnrouted)
+// can be run on its own with go test -run. OperatorReservations and
+// ReservationAtomicity, of rule 6, run only against a router.Reserver, and
+// Moves and MovesNeverUnrouted only against a router.Mover: they are
+// skipped for another Router.
 //
 // The reservations the tests wait out last 200ms; the wait polls Bind until
 // it succeeds, for up to 10s after the lapse, so the suite asserts on
@@ -65,6 +67,8 @@ func Run(t *testing.T, newRouter func(t *testing.T) router.Router) {
 		{"ConcurrentLookups", testConcurrentLookups},
 		{"OperatorReservations", testOperatorReservations},
 		{"ReservationAtomicity", testReservationAtomicity},
+		{"Moves", testMoves},
+		{"MovesNeverUnrouted", testMovesNeverUnrouted},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newRouter) })

@@ -198,6 +198,16 @@ func (n *Record) Bind(ctx context.Context, r router.Route) error {
 	return nil
 }
 
+// Move implements router.Mover: the MemoryRouter's, recorded and
+// explained as Bind is (the embedded MemoryRouter's would be neither).
+func (n *Record) Move(ctx context.Context, r router.Route, from string) error {
+	if err := n.MemoryRouter.Move(ctx, r, from); err != nil {
+		return n.explain(err, r)
+	}
+	n.note(r.Proto, r.Name)
+	return nil
+}
+
 // Unbind implements router.Router: the MemoryRouter's, recorded.
 func (n *Record) Unbind(ctx context.Context, r router.Route, reserve time.Duration) error {
 	err := n.MemoryRouter.Unbind(ctx, r, reserve)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,4 +140,34 @@ func TestRecordFailureRemovesIt(t *testing.T) {
 		t.Fatalf("no error logged: %s", logged.String())
 	}
 	n.Stop()
+}
+
+// A Move is recorded as a Bind is: the name it binds is in the record,
+// and, refused for a name kept at a restart, it says so.
+func TestRecordMove(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	log := slog.New(slog.DiscardHandler)
+	n, err := Open(dir, new(router.MemoryRouter), time.Minute, log, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	moved := router.Route{Proto: "http", Name: "moved.example.test", Identity: "alice", SessionID: "s2", TunnelID: "t2"}
+	if err := n.Move(ctx, moved, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	n.Stop()
+	n, err = Open(dir, new(router.MemoryRouter), time.Minute, log, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	if h := n.Restored()[Endpoint{"http", "moved.example.test"}]; h.Identity != "alice" {
+		t.Errorf("after a restart, the record holds %+v for the name moved into, want alice's", h)
+	}
+	err = n.Move(ctx, router.Route{Proto: "http", Name: "moved.example.test", Identity: "bob", SessionID: "s3", TunnelID: "t3"}, "s2")
+	if err == nil || !strings.Contains(err.Error(), "when the edge stopped") {
+		t.Errorf("bob's Move into alice's kept name: %v, want it refused, saying it was kept", err)
+	}
 }

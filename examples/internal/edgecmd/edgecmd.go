@@ -27,9 +27,11 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/examples/internal/admin"
 	"github.com/tunnelkit/tunnelkit/examples/internal/cli"
 	"github.com/tunnelkit/tunnelkit/examples/internal/logbuf"
 
@@ -53,11 +55,16 @@ type Extension struct {
 }
 
 // Main runs the command named name with the process's arguments until
-// SIGINT or SIGTERM, and exits 2 on an error (0 after -h and -version).
+// SIGINT (a shutdown: what is in flight gets 10 s) or SIGTERM (a drain,
+// within -drain-timeout), re-reading -tokens at each SIGHUP, and exits 2
+// on an error (0 after -h and -version).
 func Main(name string, ext *Extension) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, name, os.Args[1:], os.Stdout, os.Stderr, ext); err != nil {
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sig)
+	if err := run(ctx, name, os.Args[1:], os.Stdout, os.Stderr, ext, sig); err != nil {
 		if errors.Is(err, cli.ErrExit) {
 			return // -h, -version: printed
 		}
@@ -71,10 +78,12 @@ func Main(name string, ext *Extension) {
 // Run runs the command with args until ctx is done, printing results to
 // stdout and logging to stderr.
 func Run(ctx context.Context, name string, args []string, stdout, stderr io.Writer, ext *Extension) error {
-	return run(ctx, name, args, stdout, stderr, ext)
+	return run(ctx, name, args, stdout, stderr, ext, nil)
 }
 
-func run(ctx context.Context, name string, args []string, stdout, stderr io.Writer, ext *Extension) error {
+// run is Run, which also takes the signals of sig: SIGTERM drains the
+// edge, SIGHUP re-reads -tokens.
+func run(ctx context.Context, name string, args []string, stdout, stderr io.Writer, ext *Extension, sig <-chan os.Signal) error {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	agents := fs.String("agents", "127.0.0.1:7000", "address agents connect to (empty: none; agents connect on -tls, see -tls-agents)")
@@ -128,6 +137,10 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	publicName := fs.String("public-name", "", "the public name of the key -ech-keygen makes: the name clients show in clear (an operator's name under the domain, covered by -cert)")
 	policyFile := fs.String("policy", "", "file of the operator's traffic policy, in the JSON form agents send (PROTOCOL.md, bind.policy), enforced on every endpoint beside the agent's: allow lists intersect, deny lists add up, the lower rate limit holds, the operator's headers come last; a login, client CAs or webhook check here leaves none to agents (empty: none)")
 	policyKinds := fs.String("policy-kinds", "", "the kinds of traffic policy agents may declare, comma separated (cidr_allow,cidr_deny,rate_limit,basic_auth,oidc,mutual_tls,request_headers,response_headers,webhook); others are refused (empty: every kind)")
+	adminAddr := fs.String("admin", "", "address of the admin API: /healthz (200 while serving, 503 while draining, for load balancers), and with -admin-token-file the control plane's /v1/ (empty: none)")
+	adminTokenFile := fs.String("admin-token-file", "", "file whose first line is the bearer token of the admin API's /v1/ (16 bytes at least; a file others may read or write is refused)")
+	drainTimeout := fs.Duration("drain-timeout", 30*time.Second, "how long SIGTERM (or POST /v1/drain) gives the edge to drain: its agents move to other edges of the cluster and what is in flight finishes, then it exits")
+	drainNotice := fs.Duration("drain-notice", 0, "while draining, go on taking public connections this long at least, for load balancers' health checks to see /healthz fail (their interval times the failures they wait for; 0: none, for a load balancer that retries refused connections)")
 	var oidcIssuers stringList
 	fs.Var(&oidcIssuers, "oidc-issuer-allowed", "an OpenID provider's issuer URL that agents' oidc policies may name (repeat for more; empty: any https issuer)")
 	configFile := fs.String("config", "", "read the settings from this YAML file: each flag's name, with _ for -, is a key; tokens and policy also take the list of tokens and the policy themselves; flags given win over the file")
@@ -223,25 +236,45 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 			ConnsPerSource:           *connsPerSource,
 			HandshakesPerSource:      *handshakesPerSource,
 		},
-		Timeouts: edge.Timeouts{Body: *bodyTimeout, HTTPIdle: *httpIdle},
+		Timeouts: edge.Timeouts{Body: *bodyTimeout, HTTPIdle: *httpIdle, DrainNotice: *drainNotice},
 	}
-	ids := identities{}
-	if *token != "" {
-		ids.add(*token, "token")
-	}
-	if *tokensFile != "" {
-		if err := ids.load(*tokensFile); err != nil {
-			return err
+	readTokens := func() (identities, error) {
+		ids := identities{}
+		if *token != "" {
+			ids.add(*token, "token")
 		}
-	}
-	for _, t := range file.tokens {
-		if _, dup := ids[sha256.Sum256([]byte(t.Token))]; dup {
-			return fmt.Errorf("%s: tokens: a token given twice (identity %s)", *configFile, t.Identity)
+		if *tokensFile != "" {
+			if err := ids.load(*tokensFile); err != nil {
+				return nil, err
+			}
 		}
-		ids.add(t.Token, t.Identity)
+		for _, t := range file.tokens {
+			if _, dup := ids[sha256.Sum256([]byte(t.Token))]; dup {
+				return nil, fmt.Errorf("%s: tokens: a token given twice (identity %s)", *configFile, t.Identity)
+			}
+			ids.add(t.Token, t.Identity)
+		}
+		return ids, nil
 	}
+	ids, err := readTokens()
+	if err != nil {
+		return err
+	}
+	var tokens atomic.Pointer[identities] // swapped at SIGHUP
+	tokens.Store(&ids)
 	if len(ids) > 0 {
-		srv.Authenticate = ids.authenticate
+		srv.Authenticate = func(ctx context.Context, token string) (string, error) {
+			return tokens.Load().authenticate(ctx, token)
+		}
+	}
+	var adminToken [32]byte
+	if *adminTokenFile != "" {
+		if *adminAddr == "" {
+			return errors.New("-admin-token-file is the token of -admin's API: give -admin too")
+		}
+		if adminToken, err = admin.LoadToken(*adminTokenFile); err != nil {
+			return fmt.Errorf("-admin-token-file: %w", err)
+		}
 	}
 	if err := operatorPolicy(srv, *policyFile, file.policy, *policyKinds, oidcIssuers); err != nil {
 		return err
@@ -313,10 +346,15 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return err
 	}
-	var tlsLn, relayLn net.Listener
+	var tlsLn, relayLn, adminLn net.Listener
 	if *tlsAddr != "" {
 		if tlsLn, err = listen(*tlsAddr); err != nil {
 			return err
+		}
+	}
+	if *adminAddr != "" {
+		if adminLn, err = listen(*adminAddr); err != nil {
+			return fmt.Errorf("-admin: %w", err)
 		}
 	}
 	if relay != nil {
@@ -339,18 +377,77 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 		go func() { errc <- relay.Serve(relayLn) }()
 		defer relay.Close()
 	}
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down")
-	case err = <-errc:
+	drainc := make(chan struct{}, 1) // POST /v1/drain
+	if adminLn != nil {
+		api := &admin.API{Server: srv, Token: adminToken, Logger: log, Drain: func() {
+			select {
+			case drainc <- struct{}{}:
+			default:
+			}
+		}}
+		hs := admin.NewServer(api)
+		go hs.Serve(adminLn)
+		defer hs.Close() // after the drain: /healthz answers 503 meanwhile
+		log.Info("admin API", "url", "http://"+adminLn.Addr().String()+"/healthz", "v1", adminToken != [32]byte{})
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("shutting down")
+		case err = <-errc:
+		case s := <-sig:
+			if s == syscall.SIGHUP {
+				reloadTokens(log, *tokensFile, &tokens, readTokens)
+				continue
+			}
+			drainEdge(ctx, srv, log, *drainTimeout)
+		case <-drainc:
+			drainEdge(ctx, srv, log, *drainTimeout)
+		}
+		break
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	srv.Shutdown(sctx)
+	srv.Shutdown(sctx) // after a drain, it returns at once
 	if errors.Is(err, net.ErrClosed) {
 		err = nil
 	}
 	return err
+}
+
+// drainEdge drains srv within d, or until ctx (SIGINT) ends it sooner.
+func drainEdge(ctx context.Context, srv *edge.Server, log *slog.Logger, d time.Duration) {
+	log.Info("draining", "timeout", d)
+	dctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	start := time.Now()
+	if err := srv.Drain(dctx); err != nil {
+		log.Warn("drained, cutting short what was in flight", "err", err, "took", time.Since(start).Round(time.Millisecond))
+		return
+	}
+	log.Info("drained", "took", time.Since(start).Round(time.Millisecond))
+}
+
+// reloadTokens reads -tokens (and -token) again into tokens, at SIGHUP: a
+// token withdrawn is refused from then on (its agents' sessions live on:
+// POST /v1/identities/{identity}/disconnect ends them). On an error, the
+// tokens stay as they were.
+func reloadTokens(log *slog.Logger, path string, tokens *atomic.Pointer[identities], read func() (identities, error)) {
+	if path == "" {
+		log.Info("SIGHUP: no -tokens file to read again")
+		return
+	}
+	if len(*tokens.Load()) == 0 {
+		log.Warn("SIGHUP: the edge started without tokens, taking any agent; restart it to require them")
+		return
+	}
+	ids, err := read()
+	if err != nil {
+		log.Error("SIGHUP: tokens not read again; the old ones stay", "err", err)
+		return
+	}
+	tokens.Store(&ids)
+	log.Info("SIGHUP: tokens read again", "file", path, "tokens", len(ids))
 }
 
 // prefixList is the value of -proxy-protocol-from: CIDR prefixes or single

@@ -5,13 +5,19 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/internal/testtools"
+	"github.com/tunnelkit/tunnelkit/internal/testwait"
 
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/policy"
@@ -240,5 +246,92 @@ func TestConfigFileErrors(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), file+c.want) {
 			t.Errorf("%q: %v\nwant an error starting %s%s", c.src, err, file, c.want)
 		}
+	}
+}
+
+// -admin-token-file goes with -admin, and must be its owner's alone.
+func TestAdminTokenFlags(t *testing.T) {
+	dir := t.TempDir()
+	open := filepath.Join(dir, "open")
+	if err := os.WriteFile(open, []byte("a-token-of-sixteen-bytes-or-more"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-admin-token-file", open}, "give -admin too"},
+		{[]string{"-admin", "127.0.0.1:0", "-admin-token-file", open}, "chmod 600"},
+		{[]string{"-admin", "127.0.0.1:0", "-admin-token-file", filepath.Join(dir, "missing")}, "-admin-token-file"},
+	} {
+		args := append([]string{"-agents", "127.0.0.1:0", "-http", "127.0.0.1:0"}, c.args...)
+		if err := Run(context.Background(), "edge", args, io.Discard, io.Discard, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("edge %v: %v, want an error saying %q", c.args, err, c.want)
+		}
+	}
+}
+
+// SIGHUP reads -tokens again: a file that does not parse leaves the
+// tokens as they were; a withdrawn token is refused from then on, others
+// still taken. SIGTERM then drains the edge, and the command returns.
+func TestSIGHUPAndSIGTERM(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("alice-token alice\nbob-token bob\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents := ln.Addr().String()
+	ln.Close()
+	var logs testtools.Buffer
+	sig := make(chan os.Signal, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(context.Background(), "edge", []string{"-agents", agents, "-http", "127.0.0.1:0", "-tokens", tokens}, io.Discard, &logs, nil, sig)
+	}()
+	testwait.For(t, func() bool { return strings.Contains(logs.String(), `msg="edge up"`) })
+	listen := func(token string) error {
+		c := &agent.Client{Addrs: []string{agents}, Token: token}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		l, err := c.Listen(ctx, "http://"+strings.TrimSuffix(token, "-token"))
+		if err == nil {
+			l.Close()
+		}
+		return err
+	}
+	hup := func(content, logged string) {
+		t.Helper()
+		if err := os.WriteFile(tokens, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		n := strings.Count(logs.String(), logged)
+		sig <- syscall.SIGHUP
+		testwait.For(t, func() bool { return strings.Count(logs.String(), logged) > n })
+	}
+	if err := listen("alice-token"); err != nil {
+		t.Fatalf("alice before: %v", err)
+	}
+	hup("alice-token\n", "tokens not read again")
+	if err := listen("alice-token"); err != nil {
+		t.Errorf("alice after a SIGHUP with a broken file: %v", err)
+	}
+	hup("bob-token bob\n", "tokens read again")
+	if err := listen("alice-token"); !errors.Is(err, agent.ErrUnauthorized) {
+		t.Errorf("alice after her token was withdrawn: %v, want ErrUnauthorized", err)
+	}
+	if err := listen("bob-token"); err != nil {
+		t.Errorf("bob: %v", err)
+	}
+	sig <- syscall.SIGTERM
+	if err := <-done; err != nil {
+		t.Errorf("after SIGTERM: %v", err)
+	}
+	if !strings.Contains(logs.String(), `msg=drained`) {
+		t.Errorf("no drain logged:\n%s", logs.String())
 	}
 }
