@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/edge/internal/book"
 	"github.com/tunnelkit/tunnelkit/edge/internal/limits"
 	"github.com/tunnelkit/tunnelkit/edge/view"
+	"github.com/tunnelkit/tunnelkit/internal/slogattrs"
 	"github.com/tunnelkit/tunnelkit/internal/smallmap"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
@@ -150,7 +152,10 @@ func (s *Server) serveAgent(c net.Conn, secure func(net.Conn) (net.Conn, error))
 		done:    make(chan struct{}),
 		pending: pending,
 	}
-	ss.log = ss.sessionLogger()
+	ss.log = discard
+	if s.Logger != nil {
+		ss.log = slogattrs.New(s.Logger.Handler(), ss) // with the session's attributes, formatted only with each line
+	}
 	if max := s.cfg.sessionUnread; max > 0 {
 		ss.mux.LimitUnread(int64(max), ss.cutUnread)
 		ss.mux.LimitStalled(max/int(s.cfg.window), wire.StallAfter, ss.cutStalled)
@@ -482,4 +487,19 @@ func (ss *session) goAway(reason string, move bool) {
 	defer st.Close()
 	st.SetWriteDeadline(time.Now().Add(time.Second))
 	wire.WriteMessage(st, []byte{byte(wire.StreamGoAway)}, wire.GoAway{Message: reason, Move: move})
+}
+
+// LogAttrs are the attributes of each line the session logs: its ID and
+// the agent's address (see slogattrs).
+func (ss *session) LogAttrs() []slog.Attr {
+	return []slog.Attr{slog.String("session", ss.id), slog.String("agent_addr", ss.src.String())}
+}
+
+// note tells the watchers of ev, on the session: when, which, and who
+// (ev.Identity if set: a hello refused, before the session had one).
+func (ss *session) note(ev view.Event) {
+	if ss.srv.events.Watched() {
+		ev.Time, ev.Session, ev.Remote, ev.Identity = ss.srv.now(), ss.id, ss.src.String(), cmp.Or(ev.Identity, ss.identity)
+		ss.srv.events.Publish(ev)
+	}
 }

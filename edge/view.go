@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"cmp"
 	"slices"
 	"strings"
 
@@ -76,13 +75,4 @@ func (s *Server) Disconnect(identity string, free bool) int {
 func (s *Server) Watch(f func(view.Event)) (stop func()) {
 	s.init()
 	return s.events.Watch(f, func(n int) { f(view.Event{Kind: view.Lost, Time: s.now(), Lost: n}) })
-}
-
-// note tells the watchers of ev, on the session: when, which, and who
-// (ev.Identity if set: a hello refused, before the session had one).
-func (ss *session) note(ev view.Event) {
-	if ss.srv.events.Watched() {
-		ev.Time, ev.Session, ev.Remote, ev.Identity = ss.srv.now(), ss.id, ss.src.String(), cmp.Or(ev.Identity, ss.identity)
-		ss.srv.events.Publish(ev)
-	}
 }

@@ -28,19 +28,19 @@ import (
 // from a -config file on one session, SIGHUP, the shorthand, -state after
 // kill -9, mistyped flags, strict YAML and ${VAR}.
 
-// proc is a binary a test runs: its stdout line by line, its stderr kept.
-type proc struct {
+// cmdProc is a binary a test runs: its stdout line by line, its stderr kept.
+type cmdProc struct {
 	cmd    *exec.Cmd
 	lines  chan string
 	stderr *testtools.Buffer
 	killed bool
 }
 
-// startProc runs bin with args, and env added to the test's environment.
+// startCmd runs bin with args, and env added to the test's environment.
 // At the test's end it gets SIGINT and must exit cleanly, unless killed.
-func startProc(t *testing.T, env []string, bin string, args ...string) *proc {
+func startCmd(t *testing.T, env []string, bin string, args ...string) *cmdProc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(bin, args...), lines: make(chan string, 100), stderr: &testtools.Buffer{}}
+	p := &cmdProc{cmd: exec.Command(bin, args...), lines: make(chan string, 100), stderr: &testtools.Buffer{}}
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stderr = p.stderr
 	stdout, err := p.cmd.StdoutPipe()
@@ -78,7 +78,7 @@ func startProc(t *testing.T, env []string, bin string, args ...string) *proc {
 }
 
 // line returns the next line the process prints on stdout.
-func (p *proc) line(t *testing.T) string {
+func (p *cmdProc) line(t *testing.T) string {
 	t.Helper()
 	select {
 	case l, ok := <-p.lines:
@@ -93,7 +93,7 @@ func (p *proc) line(t *testing.T) string {
 }
 
 // kill kills the process as kill -9 does, and waits for its end.
-func (p *proc) kill() {
+func (p *cmdProc) kill() {
 	p.killed = true
 	p.cmd.Process.Kill()
 	p.cmd.Wait()
@@ -192,7 +192,7 @@ tokens:
   - token: ${TK_TEST_TOKEN}
     identity: team-a
 `, agents, pub, tlsPub, writeFile(t, dir, "edge.pem", string(certPEM)), writeFile(t, dir, "edge-key.pem", string(keyPEM)), tcpPort))
-	startProc(t, env, filepath.Join(bin, "edge"), "-config", edgeConfig)
+	startCmd(t, env, filepath.Join(bin, "edge"), "-config", edgeConfig)
 	waitListening(t, agents)
 
 	// The apps: plain HTTP on a port, HTTPS with a certificate of a CA
@@ -225,7 +225,7 @@ endpoints:
   - url: tcp://:%s
     to: %s
 `, agents, plainPort, tlsLn.Addr(), caFile, tcpPort, echo))
-	a := startProc(t, env, filepath.Join(bin, "agent"), "-config", agentConfig)
+	a := startCmd(t, env, filepath.Join(bin, "agent"), "-config", agentConfig)
 	urls := []string{a.line(t), a.line(t), a.line(t)}
 	want := []string{"http://plain.example.test:" + httpPort, "https://admin.example.test:" + httpsPort, "tcp://127.0.0.1:" + tcpPort}
 	for i := range want {
@@ -296,7 +296,7 @@ func TestAgentReload(t *testing.T) {
 	bin := build(t, "edge", "agent")
 	dir := t.TempDir()
 	agents, pub := freePort(t), freePort(t)
-	startProc(t, nil, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test")
+	startCmd(t, nil, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test")
 	waitListening(t, agents)
 
 	bigLn, err := net.Listen("tcp", "127.0.0.1:0")
@@ -314,7 +314,7 @@ func TestAgentReload(t *testing.T) {
 	one := fmt.Sprintf("edge: %s\nstate: \"\"\nendpoints:\n  - url: http://big\n    to: %s\n", agents, bigLn.Addr())
 	two := one + fmt.Sprintf("  - url: http://small\n    to: %s\n", small)
 	config := writeFile(t, dir, "agent.yml", one)
-	a := startProc(t, nil, filepath.Join(bin, "agent"), "-config", config)
+	a := startCmd(t, nil, filepath.Join(bin, "agent"), "-config", config)
 	bigURL := a.line(t)
 
 	// The download starts, and is under way: its first MiB is read.
@@ -384,11 +384,11 @@ func TestAgentShorthand(t *testing.T) {
 	_, httpPort, _ := net.SplitHostPort(pub)
 	tlsPub := freePort(t)
 	_, tlsPort, _ := net.SplitHostPort(tlsPub)
-	startProc(t, nil, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-tls", tlsPub, "-domain", "example.test", "-tcp-ports", tcpPort)
+	startCmd(t, nil, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-tls", tlsPub, "-domain", "example.test", "-tcp-ports", tcpPort)
 	waitListening(t, agents)
 	_, appPort, _ := net.SplitHostPort(localHTTPApp(t, "shorthand app"))
 
-	url := startProc(t, nil, filepath.Join(bin, "agent"), "-edge", agents, "-state", "", "http", appPort).line(t)
+	url := startCmd(t, nil, filepath.Join(bin, "agent"), "-edge", agents, "-state", "", "http", appPort).line(t)
 	if !strings.HasPrefix(url, "http://") || !strings.HasSuffix(url, ".example.test:"+httpPort) {
 		t.Fatalf("agent http %s printed %q", appPort, url)
 	}
@@ -396,7 +396,7 @@ func TestAgentShorthand(t *testing.T) {
 		t.Errorf("agent http %s: %d %q", appPort, status, body)
 	}
 	// The flags after the shorthand, too.
-	url = startProc(t, nil, filepath.Join(bin, "agent"), "tcp", echoServer(t), "-edge", agents, "-state", "").line(t)
+	url = startCmd(t, nil, filepath.Join(bin, "agent"), "tcp", echoServer(t), "-edge", agents, "-state", "").line(t)
 	if url != "tcp://127.0.0.1:"+tcpPort {
 		t.Fatalf("agent tcp printed %q", url)
 	}
@@ -417,7 +417,7 @@ func TestAgentShorthand(t *testing.T) {
 	}
 	t.Cleanup(func() { tlsApp.Close() })
 	serveConns(tlsApp, func(c net.Conn) { io.WriteString(c, "tls app") })
-	url = startProc(t, nil, filepath.Join(bin, "agent"), "-edge", agents, "-state", "", "tls", tlsApp.Addr().String()).line(t)
+	url = startCmd(t, nil, filepath.Join(bin, "agent"), "-edge", agents, "-state", "", "tls", tlsApp.Addr().String()).line(t)
 	name, ok := strings.CutPrefix(url, "tls://")
 	name, ok2 := strings.CutSuffix(name, ".example.test:"+tlsPort)
 	if !ok || !ok2 || len(name) != 10 {
@@ -460,19 +460,19 @@ func TestAgentStateAfterKill(t *testing.T) {
 	}
 	bin := build(t, "edge", "agent")
 	agents, pub := freePort(t), freePort(t)
-	startProc(t, nil, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test")
+	startCmd(t, nil, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test")
 	waitListening(t, agents)
 	_, appPort, _ := net.SplitHostPort(localHTTPApp(t, "stateful app"))
 	stateHome := t.TempDir()
 	env := []string{"XDG_STATE_HOME=" + stateHome}
 	args := []string{"-edge", agents, "http", appPort}
 
-	first := startProc(t, env, filepath.Join(bin, "agent"), args...)
+	first := startCmd(t, env, filepath.Join(bin, "agent"), args...)
 	url := first.line(t)
 	first.kill()
 
 	start := time.Now()
-	again := startProc(t, env, filepath.Join(bin, "agent"), args...)
+	again := startCmd(t, env, filepath.Join(bin, "agent"), args...)
 	if got := again.line(t); got != url {
 		t.Fatalf("after kill -9, the agent printed %s, want %s again", got, url)
 	}
@@ -502,7 +502,7 @@ func TestAgentStateAfterKill(t *testing.T) {
 	delete(st, "session")
 	b, _ = json.Marshal(st)
 	os.WriteFile(files[0], b, 0o600)
-	third := startProc(t, env, filepath.Join(bin, "agent"), args...)
+	third := startCmd(t, env, filepath.Join(bin, "agent"), args...)
 	if got := third.line(t); got != url {
 		t.Fatalf("without the session's ticket, the agent printed %s, want %s once free", got, url)
 	}

@@ -1,4 +1,4 @@
-package edge
+package slogattrs
 
 import (
 	"bytes"
@@ -7,10 +7,20 @@ import (
 	"testing"
 )
 
-// TestSessionLoggerWritesAsWith: a session's lines read as those of the
-// server's logger With the session's attributes, whatever the logger
-// and however the session's logger is used.
-func TestSessionLoggerWritesAsWith(t *testing.T) {
+// session is a Source as an edge's agent session is: an ID and an address.
+type session struct {
+	id  string
+	src net.Addr
+}
+
+func (s *session) LogAttrs() []slog.Attr {
+	return []slog.Attr{slog.String("session", s.id), slog.String("agent_addr", s.src.String())}
+}
+
+// TestWritesAsWith: a logger's lines read as those of the handler's
+// logger With the source's attributes, whatever the handler and however
+// the logger is used.
+func TestWritesAsWith(t *testing.T) {
 	noTime := func(_ []string, a slog.Attr) slog.Attr {
 		if a.Key == slog.TimeKey {
 			return slog.Attr{}
@@ -42,17 +52,13 @@ func TestSessionLoggerWritesAsWith(t *testing.T) {
 		for _, u := range uses {
 			t.Run(lg.name+"/"+u.name, func(t *testing.T) {
 				var got, want bytes.Buffer
-				ss := &session{srv: &Server{Logger: lg.make(&got)}, id: "0123abcd", src: src}
-				u.log(ss.sessionLogger())
+				ss := &session{id: "0123abcd", src: src}
+				u.log(New(lg.make(&got).Handler(), ss))
 				u.log(lg.make(&want).With("session", "0123abcd", "agent_addr", src.String()))
 				if got.String() != want.String() {
 					t.Errorf("wrote\n%s\nwant, as With writes\n%s", got.String(), want.String())
 				}
 			})
 		}
-	}
-	ss := &session{srv: &Server{}, id: "x", src: src}
-	if ss.sessionLogger() != discard {
-		t.Error("a server without a logger: a session's logger is not the discarding one")
 	}
 }
