@@ -305,10 +305,15 @@ func (p *patternReader) Read(b []byte) (int, error) {
 // TestLargeUploadDownload: 48 MiB up through the tunnel (chunked) and 48
 // MiB down arrive whole, and the process's live heap grows by less than
 // 32 MiB meanwhile: more than the bound, a body kept whole anywhere on the
-// way would show.
+// way would show. A scale test, which one goroutine drives: it runs
+// without the race detector (.ci/run runs it so), whose cost it would
+// multiply for nothing the other tests of the data path do not see.
 func TestLargeUploadDownload(t *testing.T) {
 	if testing.Short() {
 		t.Skip("48 MiB transfers")
+	}
+	if raceEnabled {
+		t.Skip("a scale test: .ci/run runs it without the race detector")
 	}
 	const size = 48 << 20
 	te := startEdge(t)
