@@ -476,7 +476,9 @@ func TestStalledExchangesEnd(t *testing.T) {
 		return resume
 	}
 
-	idle := func(s *edge.Server) { s.Timeouts.HTTPIdle = 500 * time.Millisecond }
+	// A second of silence ends an exchange: a stall of the machine's while
+	// bytes are due (the agent and the app taking a request in) must not.
+	idle := func(s *edge.Server) { s.Timeouts.HTTPIdle = time.Second }
 	for _, h := range tunnelHops(t, appLn.Addr().String(), idle) {
 		for _, h2 := range []bool{false, true} {
 			t.Run(h.name+"/"+protoName(h2), func(t *testing.T) {
