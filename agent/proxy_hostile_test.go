@@ -171,7 +171,7 @@ func TestHostileConnectProxy(t *testing.T) {
 	t.Run("silent", func(t *testing.T) {
 		peer := &connectPeer{}
 		addr := peer.serve(t, func(c net.Conn) { io.Copy(io.Discard, c) })
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), silentProxyWait)
 		defer cancel()
 		err := proxyFailure(t, ctx, proxyURL("http", addr), nil, "no answer in time to open the tunnel to the edge "+hostileEdge)
 		if !errors.Is(err, context.DeadlineExceeded) {
@@ -198,7 +198,7 @@ func TestHostileConnectProxy(t *testing.T) {
 		addr := testnet.Serve(t, ln, func(c net.Conn) { io.Copy(io.Discard, c) })
 		proxyFailure(t, t.Context(), proxyURL("https", addr), nil, "TLS to the proxy", "certificate signed by unknown authority")
 		// Trusted, it gets to the CONNECT (which this peer never answers).
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), silentProxyWait)
 		defer cancel()
 		proxyFailure(t, ctx, proxyURL("https", addr), &tls.Config{RootCAs: ca.Pool}, "no answer in time")
 	})
@@ -211,6 +211,12 @@ func TestHostileConnectProxy(t *testing.T) {
 		}
 	})
 }
+
+// silentProxyWait is how long the tests give the setup through a proxy
+// that never answers: enough for the agent to reach it and ask on a busy
+// machine (a TLS handshake to an https proxy first), so that what fails
+// is the proxy's answer, not the way to it.
+const silentProxyWait = 2 * time.Second
 
 // socksPeer is a fake SOCKS5 proxy: a script of reads (the byte counts it
 // expects) and writes.
@@ -301,7 +307,7 @@ func TestHostileSOCKSProxy(t *testing.T) {
 
 	t.Run("silent", func(t *testing.T) {
 		addr := socksPeer(t, func(c net.Conn, r *bufio.Reader) { io.Copy(io.Discard, r) })
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), silentProxyWait)
 		defer cancel()
 		err := proxyFailure(t, ctx, proxyURL("socks5h", addr), nil, "no answer in time to open the tunnel to the edge "+hostileEdge)
 		if !errors.Is(err, context.DeadlineExceeded) {

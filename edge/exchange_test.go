@@ -2,6 +2,7 @@ package edge_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -344,13 +345,41 @@ func TestHalfClosedClientGetsTheAnswer(t *testing.T) {
 // TestHalfClosedClientGetsALongAnswer: an HTTP/1.1 client half-closes
 // after its request and reads a long answer: it gets it whole, since the
 // answer keeps moving (the edge cuts a half-closed client's answer only
-// once it stops: see TestEventStreamClientsThatGoOverHTTP1).
+// once it stops: see TestEventStreamClientsThatGoOverHTTP1). The app
+// writes a chunk each time the client has read the one before, until the
+// answer has lasted more than twice the edge's grace for a half-closed
+// client's answer (1 s): it moves as fast as the machine lets it, never
+// waits on a timer, and costs little.
 func TestHalfClosedClientGetsALongAnswer(t *testing.T) {
 	t.Parallel()
 	te := startEdge(t)
-	const size = 64 << 20
+	const chunk = 4 << 10
+	const lasts = 2500 * time.Millisecond // past two graces of 1 s
+	next := make(chan bool)               // the client read a chunk: true, another; false, the end
+	stopped := make(chan struct{})
+	t.Cleanup(func() { close(stopped) })
+	var sent atomic.Int64
+	appDone := make(chan struct{})
 	te.serveApp(t, "long", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(w, io.LimitReader(pattern(size), size))
+		defer close(appDone)
+		rc := http.NewResponseController(w)
+		for {
+			n, err := w.Write(bytes.Repeat([]byte{'x'}, chunk))
+			sent.Add(int64(n))
+			if err != nil || rc.Flush() != nil {
+				return
+			}
+			select {
+			case more := <-next:
+				if !more {
+					return
+				}
+			case <-r.Context().Done():
+				return
+			case <-stopped:
+				return
+			}
+		}
 	}))
 	conn, err := net.Dial("tcp", te.httpAddr)
 	if err != nil {
@@ -359,15 +388,32 @@ func TestHalfClosedClientGetsALongAnswer(t *testing.T) {
 	defer conn.Close()
 	io.WriteString(conn, "GET / HTTP/1.1\r\nHost: long.example.test\r\n\r\n")
 	conn.(*net.TCPConn).CloseWrite()
+	halfClosed := time.Now()
 	conn.SetReadDeadline(time.Now().Add(60 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := io.Copy(io.Discard, resp.Body)
-	if err != nil || n != size {
-		t.Fatalf("the half-closed client read %d bytes of %d: %v", n, size, err)
+	var n int64
+	buf := make([]byte, chunk)
+	for {
+		m, err := io.ReadFull(resp.Body, buf)
+		n += int64(m)
+		if err != nil {
+			if err == io.EOF {
+				break
+			}
+			t.Fatalf("the half-closed client read %d bytes, %v after it half-closed, of %d sent: %v", n, time.Since(halfClosed).Round(time.Millisecond), sent.Load(), err)
+		}
+		select {
+		case next <- time.Since(halfClosed) < lasts:
+		case <-appDone: // the answer ends: the next read says how
+		}
 	}
+	if n != sent.Load() {
+		t.Fatalf("the half-closed client read %d bytes of %d", n, sent.Load())
+	}
+	t.Logf("the half-closed client read %d bytes in %v", n, time.Since(halfClosed).Round(time.Millisecond))
 }
 
 // TestStalledExchangesEnd: whatever side stops moving bytes it owes, the
@@ -430,7 +476,9 @@ func TestStalledExchangesEnd(t *testing.T) {
 		return resume
 	}
 
-	idle := func(s *edge.Server) { s.Timeouts.HTTPIdle = 500 * time.Millisecond }
+	// A second of silence ends an exchange: a stall of the machine's while
+	// bytes are due (the agent and the app taking a request in) must not.
+	idle := func(s *edge.Server) { s.Timeouts.HTTPIdle = time.Second }
 	for _, h := range tunnelHops(t, appLn.Addr().String(), idle) {
 		for _, h2 := range []bool{false, true} {
 			t.Run(h.name+"/"+protoName(h2), func(t *testing.T) {

@@ -43,15 +43,18 @@ import (
 const idleMaxBytes = 40_000
 
 // idleScaleServer is an edge for many idle sessions: no bound on the
-// endpoints of one source (every client has the same address), and
-// heartbeats far apart, so that the edge writes nothing to the clients,
-// which read nothing once bound.
+// endpoints of one source (every client has the same address), heartbeats
+// far apart, so that the edge writes nothing to the clients, which read
+// nothing once bound, and an hour for a hello: on a busy machine, a
+// session of the 100,000 waited more than the default 10 s for the edge
+// to read its hello, and was closed.
 func idleScaleServer() *edge.Server {
 	return &edge.Server{
 		Domain: "example.test",
 		Limits: edge.Limits{EndpointsPerSource: -1, Endpoints: -1},
 		Timeouts: edge.Timeouts{
 			HeartbeatInterval: 24 * time.Hour,
+			Handshake:         time.Hour,
 		},
 	}
 }

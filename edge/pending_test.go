@@ -257,7 +257,7 @@ func (e *onePortEdge) addrFor(a floodAttack, agents string) (string, *tls.Config
 // TestPendingSessionsPerSource: one source floods the agent port, or the
 // public TLS port, with agent connections that never say hello (the
 // preamble, or a TLS handshake left unfinished, and nothing more), while
-// an agent from another source, whose every write takes 600 ms, connects
+// an agent from another source, whose every write takes 300 ms, connects
 // and binds. The flood is at its bound all along: past
 // Limits.PendingSessionsPerSource, or past Limits.PendingSessions with no
 // bound per source, the edge pushes out the flood's own connections, and
@@ -282,12 +282,12 @@ func TestPendingSessionsPerSource(t *testing.T) {
 					s.Timeouts = edge.Timeouts{Handshake: time.Minute} // nothing ends for want of time
 				})
 				addr, tlsCfg := e.addrFor(attack, agents.Addr().String())
-				flood := startFlood(t, flooder, addr, 200, attack.start(e, hello))
+				flood := startFlood(t, flooder, addr, 100, attack.start(e, hello))
 				evicted := "refused/" + string(edge.ReasonPendingLimit)
 				testwait.For(t, func() bool { return e.obs.get(evicted) > 0 }) // the flood is at its bound
 
 				before := e.obs.get(evicted)
-				a := newSlowAgent(t, near, addr, tlsCfg, 600*time.Millisecond, 3)
+				a := newSlowAgent(t, near, addr, tlsCfg, 300*time.Millisecond, 3)
 				l, took, failed, err := a.listen("http://slow")
 				during := e.obs.get(evicted) - before
 				flood.stop()

@@ -23,6 +23,26 @@ import (
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
+// listenRefused asks c to bind url, which the edge refuses for now: the
+// agent tries again until its setup's context ends, and returns the last
+// refusal. The context ends once obs counted two more refusals of key
+// (the agent had the first answer before it asked again), not after a
+// time that a busy machine might need for the first.
+func listenRefused(c *agent.Client, url string, obs *tally, key string) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	before := obs.get(key)
+	go func() {
+		defer cancel()
+		bound := time.Now().Add(time.Minute) // only a failing test waits for it
+		for obs.get(key) < before+2 && ctx.Err() == nil && time.Now().Before(bound) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	_, err := c.Listen(ctx, url)
+	return err
+}
+
 // TestEndpointQuotaPerIdentity: bob binds over two sessions until his
 // identity's quota refuses him, on either session; alice binds and is
 // served; an endpoint bob lets go frees a place for him.
@@ -39,10 +59,7 @@ func TestEndpointQuotaPerIdentity(t *testing.T) {
 		last = bind(t, second, fmt.Sprintf("http://second%d", i))
 	}
 	for _, c := range []*agent.Client{first, second} {
-		// The agent tries a refusal for now again, until its context ends.
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		_, err := c.Listen(ctx, "http://one-too-many")
-		cancel()
+		err := listenRefused(c, "http://one-too-many", obs, "refused/"+string(edge.ReasonIdentityEndpointLimit))
 		if !errors.Is(err, agent.ErrUnavailable) || !strings.Contains(err.Error(), "this identity") {
 			t.Fatalf("bob's bind past his quota: %v, want ErrUnavailable naming the quota per identity", err)
 		}
@@ -83,14 +100,15 @@ func TestEndpointQuotaPerSource(t *testing.T) {
 	for i := range 6 {
 		c := &agent.Client{Addrs: []string{te.agentAddr}}
 		agents = append(agents, c)
-		// The agent tries a refusal for now again, until its context ends.
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		_, err := c.Listen(ctx, fmt.Sprintf("http://flood%d", i))
-		cancel()
-		switch {
-		case i < 5 && err != nil:
-			t.Fatalf("anonymous agent %d: %v", i, err)
-		case i == 5 && (!errors.Is(err, agent.ErrUnavailable) || !strings.Contains(err.Error(), "anonymous agents from 127.0.0.1")):
+		url := fmt.Sprintf("http://flood%d", i)
+		if i < 5 {
+			if _, err := c.Listen(context.Background(), url); err != nil {
+				t.Fatalf("anonymous agent %d: %v", i, err)
+			}
+			continue
+		}
+		err := listenRefused(c, url, obs, "refused/"+string(edge.ReasonSourceEndpointLimit))
+		if !errors.Is(err, agent.ErrUnavailable) || !strings.Contains(err.Error(), "anonymous agents from 127.0.0.1") {
 			t.Fatalf("the sixth anonymous agent from one address: %v, want ErrUnavailable naming the quota per source", err)
 		}
 	}
@@ -121,10 +139,7 @@ func TestEndpointQuotaPerEdge(t *testing.T) {
 		last = bind(t, bob, fmt.Sprintf("http://bob%d", i))
 	}
 	for _, c := range []*agent.Client{alice, bob} {
-		// The agent tries a refusal for now again, until its context ends.
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		_, err := c.Listen(ctx, "http://more")
-		cancel()
+		err := listenRefused(c, "http://more", obs, "refused/"+string(edge.ReasonEdgeEndpointLimit))
 		if !errors.Is(err, agent.ErrUnavailable) || !strings.Contains(err.Error(), "every agent's together") {
 			t.Fatalf("a bind past the edge's quota: %v, want ErrUnavailable naming it", err)
 		}

@@ -326,9 +326,14 @@ func answerStreams(s muxado.Session, handle func(st muxado.Stream, typ wire.Stre
 	}
 }
 
+// TestSilentAndSlowClientsTimedOut: a TLS client that sends nothing and
+// an HTTP client that never finishes its header are closed after
+// Timeouts.Handshake, while the edge serves others. The bound is 1 s: the
+// agent's own handshake and the other client's request must fit in it on
+// a busy machine.
 func TestSilentAndSlowClientsTimedOut(t *testing.T) {
 	t.Parallel()
-	srv := &edge.Server{Domain: "example.test", Timeouts: edge.Timeouts{Handshake: 300 * time.Millisecond}}
+	srv := &edge.Server{Domain: "example.test", Timeouts: edge.Timeouts{Handshake: time.Second}}
 	pubTLS := listen(t)
 	te := edgeOn(t, srv, listen(t), listen(t))
 	go srv.ServeSNI(pubTLS)
@@ -450,9 +455,14 @@ func (r *tcpRelay) copy(dst, src net.Conn) {
 	}
 }
 
+// TestFrozenNetworkDetectedByHeartbeat: a link that stops carrying bytes
+// either way, but stays open, is found dead by the heartbeats of both
+// ends. The timeout is 1 s, so that the session lives until the freeze on
+// a busy machine: the agent, whose backoff is an hour, would never come
+// back from a session lost before.
 func TestFrozenNetworkDetectedByHeartbeat(t *testing.T) {
 	t.Parallel()
-	const interval, timeout = 50 * time.Millisecond, 200 * time.Millisecond
+	const interval, timeout = 100 * time.Millisecond, time.Second
 	rt := &router.MemoryRouter{}
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Router: rt, Timeouts: edge.Timeouts{HeartbeatInterval: interval, HeartbeatTimeout: timeout}}, listen(t), listen(t))
 	r := newRelay(t, te.agentAddr)

@@ -1,7 +1,9 @@
 package edge_test
 
 import (
+	"fmt"
 	"io"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,83 +15,111 @@ import (
 // version 2 and 3, raw, and reads the streams the edge opens: a version 2
 // agent gets a heartbeat stream, whose pings it must echo; a version 3
 // agent gets ping streams, each a time and the end, and never a heartbeat.
-// Each session answers as its version should and outlives many heartbeat
-// timeouts; a newer agent than the edge is answered with the edge's own
-// version.
+// Each session answers as its version should and outlives twice the time
+// the edge gives an agent it hears nothing from (HeartbeatInterval +
+// HeartbeatTimeout); a newer agent than the edge is answered with the
+// edge's own version. The timeout is 2 s, so that a test answering late
+// on a busy machine is not taken for a dead agent; the pings it waits for
+// come every 50 ms, however late.
 func TestKeepAliveFollowsTheAgentsVersion(t *testing.T) {
 	t.Parallel()
-	const interval, timeout = 30 * time.Millisecond, 200 * time.Millisecond
+	const interval, timeout = 50 * time.Millisecond, 2 * time.Second
 	te := edgeOn(t, &edge.Server{Domain: "example.test", Timeouts: edge.Timeouts{HeartbeatInterval: interval, HeartbeatTimeout: timeout}}, listen(t), listen(t))
+	// The versions side by side, in this test's place among the parallel
+	// tests: each waits out the same seconds.
+	var wg sync.WaitGroup
 	for _, v := range []int{wire.MinVersion, wire.PingVersion, wire.Version + 1} {
-		s := rawSession(t, te.agentAddr)
-		st, err := s.OpenStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		st.Write(mustMessage(t, wire.Request{Op: wire.OpHello, Hello: &wire.Hello{Version: v}}))
-		var resp wire.Response
-		st.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if err := wire.ReadMessage(st, &resp); err != nil || resp.HelloResp == nil {
-			t.Fatalf("version %d: hello: %+v, %v", v, resp, err)
-		}
-		if got, want := resp.HelloResp.Version, min(v, wire.Version); got != want {
-			t.Errorf("version %d: the edge answered version %d, want %d", v, got, want)
-		}
-		// The edge's streams, for eight timeouts. The version 3 agent pings
-		// nothing: the frames that close the edge's ping streams are all
-		// the edge needs to hear.
-		type accepted struct {
-			st  io.ReadWriteCloser
-			err error
-		}
-		streams := make(chan accepted, 100)
-		go func() {
-			for {
-				st, err := s.AcceptStream()
-				streams <- accepted{st, err}
-				if err != nil {
-					return
-				}
-			}
-		}()
-		pings, heartbeats := 0, 0
-		done := time.After(8 * timeout)
-	read:
+		wg.Go(func() {
+			t.Run(fmt.Sprintf("version %d", v), func(t *testing.T) {
+				keepAliveOfVersion(t, te, v, 2*(interval+timeout))
+			})
+		})
+	}
+	wg.Wait()
+}
+
+// keepAliveOfVersion says hello to te as an agent of version v, and reads
+// and answers the streams the edge opens for at least watch, and until a
+// version 3 agent had five pings.
+func keepAliveOfVersion(t *testing.T, te *testEdge, v int, watch time.Duration) {
+	s := rawSession(t, te.agentAddr)
+	st, err := s.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Write(mustMessage(t, wire.Request{Op: wire.OpHello, Hello: &wire.Hello{Version: v}}))
+	var resp wire.Response
+	st.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if err := wire.ReadMessage(st, &resp); err != nil || resp.HelloResp == nil {
+		t.Fatalf("hello: %+v, %v", resp, err)
+	}
+	if got, want := resp.HelloResp.Version, min(v, wire.Version); got != want {
+		t.Errorf("the edge answered version %d, want %d", got, want)
+	}
+	// The edge's streams. The version 3 agent pings nothing: the frames
+	// that close the edge's ping streams are all the edge needs to hear.
+	type accepted struct {
+		st  io.ReadWriteCloser
+		err error
+	}
+	streams := make(chan accepted, 100)
+	go func() {
 		for {
-			var a accepted
-			select {
-			case a = <-streams:
-			case <-done:
+			st, err := s.AcceptStream()
+			streams <- accepted{st, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	pings, heartbeats := 0, 0
+	watched := time.After(watch)
+	bound := time.After(watch + time.Minute) // only a failing test waits for it
+	enough := func() bool { return v < wire.PingVersion || pings >= 5 }
+read:
+	for {
+		var a accepted
+		select {
+		case a = <-streams:
+		case <-watched:
+			watched = nil
+			if enough() {
 				break read
 			}
-			if a.err != nil {
-				t.Fatalf("version %d: the edge ended the session after %d pings and %d heartbeats: %v", v, pings, heartbeats, a.err)
+			continue
+		case <-bound:
+			t.Fatalf("%d pings and %d heartbeat streams in %v", pings, heartbeats, watch+time.Minute)
+		}
+		if a.err != nil {
+			t.Fatalf("the edge ended the session after %d pings and %d heartbeats: %v", pings, heartbeats, a.err)
+		}
+		var typ [1]byte
+		io.ReadFull(a.st, typ[:])
+		switch wire.StreamType(typ[0]) {
+		case wire.StreamPing:
+			pings++
+			if err := wire.ReadPing(a.st); err != nil {
+				t.Errorf("a ping stream: %v", err)
 			}
-			var typ [1]byte
-			io.ReadFull(a.st, typ[:])
-			switch wire.StreamType(typ[0]) {
-			case wire.StreamPing:
-				pings++
-				if err := wire.ReadPing(a.st); err != nil {
-					t.Errorf("version %d: a ping stream: %v", v, err)
-				}
-				if n, err := a.st.Read(typ[:]); n != 0 || err != io.EOF {
-					t.Errorf("version %d: a ping stream goes on after its time: %d bytes, %v", v, n, err)
-				}
-				a.st.Close()
-			case wire.StreamHeartbeat:
-				heartbeats++
-				go func() { io.Copy(a.st, a.st); a.st.Close() }()
-			default:
-				t.Errorf("version %d: a stream of type %d", v, typ[0])
+			if n, err := a.st.Read(typ[:]); n != 0 || err != io.EOF {
+				t.Errorf("a ping stream goes on after its time: %d bytes, %v", n, err)
 			}
+			a.st.Close()
+		case wire.StreamHeartbeat:
+			heartbeats++
+			go func() { io.Copy(a.st, a.st); a.st.Close() }()
+		default:
+			t.Errorf("a stream of type %d", typ[0])
 		}
-		if v < wire.PingVersion && (heartbeats != 1 || pings != 0) {
-			t.Errorf("version %d: %d heartbeat streams and %d ping streams, want one heartbeat stream", v, heartbeats, pings)
+		if watched == nil && enough() {
+			break read
 		}
-		if v >= wire.PingVersion && (heartbeats != 0 || pings < 5) {
-			t.Errorf("version %d: %d heartbeat streams and %d ping streams, want pings only", v, heartbeats, pings)
-		}
-		s.Close()
 	}
+	if v < wire.PingVersion && (heartbeats != 1 || pings != 0) {
+		t.Errorf("%d heartbeat streams and %d ping streams, want one heartbeat stream", heartbeats, pings)
+	}
+	if v >= wire.PingVersion && (heartbeats != 0 || pings < 5) {
+		t.Errorf("%d heartbeat streams and %d ping streams, want pings only", heartbeats, pings)
+	}
+	s.Close()
 }

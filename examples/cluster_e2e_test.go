@@ -241,10 +241,12 @@ func TestClusterOnEtcd(t *testing.T) {
 		}
 		return nil
 	})
+	// The old endpoints answer through both. An edge whose lease ran out
+	// while etcd was down (its TTL, 10 s, is about the outage's length:
+	// on a busy machine etcd comes back too late) binds its routes again
+	// under a new lease, and its endpoints answer once it has.
 	for _, e := range []*clusterEdge{b, c} {
-		if err := httpVia(e); err != nil {
-			t.Errorf("after the outage: %v", err)
-		}
+		testwait.Until(t, 30*time.Second, "http via "+e.name+" after the outage", func() error { return httpVia(e) })
 	}
 }
 

@@ -1,6 +1,6 @@
 // Package examples_test runs the example binaries as a user would: built
-// with go build (once, before the tests start), started as processes,
-// reached with real clients.
+// once, before the tests start (by the README's go install line), started
+// as processes, reached with real clients.
 package examples_test
 
 import (
@@ -32,28 +32,46 @@ var binDir string
 // TestMain builds the examples, and what the README's blocks compile
 // (prepareREADME), before any test starts, so that no test's deadline
 // includes compiling them (a cold build cache takes minutes on a small
-// machine), then runs the tests.
+// machine), then runs the tests. The examples the tests run are those the
+// README's install block installed, which go install builds as go build
+// does; they are built apart only when that block did not install them
+// all (TestREADMEShell says why), since linking them again costs seconds
+// of CPU for the same binaries.
 func TestMain(m *testing.M) {
 	isolatedChild() // returns, but in the test binary run by isolatedCommand
-	dir, err := os.MkdirTemp("", "tunnelkit-examples-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	args := append([]string{"build", "-o", dir + string(os.PathSeparator)}, prefix("./", examples)...)
-	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
+	cleanup := prepareREADME()
+	dir, installed := readmePrep.installed(examples)
+	if !installed {
+		var err error
+		if dir, err = os.MkdirTemp("", "tunnelkit-examples-"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			cleanup()
+			os.Exit(1)
+		}
+		args := append([]string{"build", "-o", dir + string(os.PathSeparator)}, prefix("./", examples)...)
+		if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+			os.RemoveAll(dir)
+			cleanup()
+			os.Exit(1)
+		}
 	}
 	binDir = dir
-	// The agents' state files (-state's default place) go into the
-	// tests' directory, not the user's.
-	os.Setenv("XDG_STATE_HOME", filepath.Join(dir, "state"))
-	cleanup := prepareREADME()
+	// The agents' state files (-state's default place) go into a
+	// directory of the tests', not the user's.
+	stateDir, err := os.MkdirTemp("", "tunnelkit-state-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		cleanup()
+		os.Exit(1)
+	}
+	os.Setenv("XDG_STATE_HOME", stateDir)
 	code := m.Run()
 	cleanup()
-	os.RemoveAll(dir)
+	os.RemoveAll(stateDir)
+	if !installed {
+		os.RemoveAll(dir)
+	}
 	os.Exit(code)
 }
 

@@ -46,8 +46,11 @@ func (rawCodec) Unmarshal(data []byte, v any) error {
 func init() { encoding.RegisterCodec(rawCodec{}) }
 
 // waitService's Wait holds each call until its context ends, and says so
-// on ended.
-type waitService struct{ ended chan error }
+// on ended; it says on started that a call reached it.
+type waitService struct {
+	started chan struct{}
+	ended   chan error
+}
 
 func (s *waitService) desc() *grpc.ServiceDesc {
 	return &grpc.ServiceDesc{
@@ -59,6 +62,10 @@ func (s *waitService) desc() *grpc.ServiceDesc {
 				var msg []byte
 				if err := dec(&msg); err != nil {
 					return nil, err
+				}
+				select {
+				case s.started <- struct{}{}:
+				default:
 				}
 				select {
 				case <-ctx.Done():
@@ -86,7 +93,7 @@ type grpcThroughTunnel struct {
 func startGRPC(t *testing.T, mode string) *grpcThroughTunnel {
 	t.Helper()
 	pki := testpki.New(t)
-	waits := &waitService{ended: make(chan error, 16)}
+	waits := &waitService{started: make(chan struct{}, 16), ended: make(chan error, 16)}
 	gs := grpc.NewServer()
 	healthpb.RegisterHealthServer(gs, health.NewServer())
 	gs.RegisterService(waits.desc(), nil)
@@ -196,18 +203,24 @@ func TestGRPCCancelAndDeadlineReachTheServer(t *testing.T) {
 				in, out := []byte("x"), []byte(nil)
 				return g.conn.Invoke(ctx, "/tunnelkit.test.Wait/Wait", &in, &out, grpc.ForceCodec(rawCodec{}))
 			}
-			// Cancel, once the call is under way.
+			// Cancel, once the call reached the server.
 			ctx, cancel := context.WithCancel(context.Background())
 			errc := make(chan error, 1)
 			go func() { errc <- call(ctx) }()
-			time.AfterFunc(300*time.Millisecond, cancel)
+			select {
+			case <-g.waits.started:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the call never reached the server")
+			}
+			cancel()
 			if err := <-errc; status.Code(err) != codes.Canceled {
 				t.Fatalf("cancelled call: %v, want Canceled", err)
 			}
 			checkEnded(t, g.waits.ended, "cancelled")
 
-			// Deadline.
-			ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+			// Deadline: 2 s, in which the call reaches the server on a
+			// busy machine.
+			ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			if err := call(ctx); status.Code(err) != codes.DeadlineExceeded {
 				t.Fatalf("call past its deadline: %v, want DeadlineExceeded", err)

@@ -168,6 +168,20 @@ type readmePrepared struct {
 
 var readmePrep readmePrepared
 
+// installed returns the directory where the README's install block put
+// the binaries names, and whether it put every one of them there.
+func (p *readmePrepared) installed(names []string) (string, bool) {
+	if p.install == nil || p.installErr != nil || p.bin == "" {
+		return "", false
+	}
+	for _, n := range names {
+		if fi, err := os.Stat(filepath.Join(p.bin, n)); err != nil || !fi.Mode().IsRegular() {
+			return "", false
+		}
+	}
+	return p.bin, true
+}
+
 // prepareREADME builds, before the tests run, everything the README's
 // blocks compile, and returns a func that removes what it made. What fails
 // is kept in readmePrep for the tests to report.

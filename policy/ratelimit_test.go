@@ -8,12 +8,10 @@ import (
 )
 
 // However many addresses appear, a rate limit remembers at most its bound,
-// and its memory stops growing.
+// and its memory stops growing: 200,000 addresses through a table of
+// 4,096, where 6 bytes kept for each address that passed would show.
 func TestRateTableBounded(t *testing.T) {
-	n := 2_000_000
-	if testing.Short() {
-		n = 200_000
-	}
+	const n = 200_000
 	const clients = 4096
 	p := mustCompile(t, ProtoTCP, Spec{RateLimit: &RateLimit{Requests: 10}}, Options{RateLimitClients: clients})
 	tab := p.rate

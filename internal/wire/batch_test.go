@@ -67,7 +67,7 @@ func tlsSessionPairLevels(t testing.TB, batch bool, levels int) (client, server 
 // frame's records go in one Write.
 // Through TLS over TLS, likewise at the bottom.
 func TestBatchWritesOneWritePerFrame(t *testing.T) {
-	const size = 8 << 20
+	const size = 2 << 20 // 32 frames of MaxFrameData
 	frames := size / MaxFrameData
 	for _, c := range []struct {
 		batch  bool

@@ -195,7 +195,9 @@ func TestOutage(t *testing.T) {
 	stopped := make(chan struct{})
 	go func() { e.Stop(); close(stopped) }()
 	testwait.Within(t, callTimeout, "etcd refuses calls", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		// Time enough for an etcd still up to answer on a busy machine:
+		// a probe that timed out would not tell that it went down.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_, err := probe.Get(ctx, "probe")
 		return err != nil
