@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/internal/wire"
@@ -37,12 +39,20 @@ func (c *Client) open(ctx context.Context, addr string) (*wire.Session, error) {
 	return h.mux, nil
 }
 
+// Test hooks: install calls the first as it starts, sessionEnded the
+// second once it is done.
+var (
+	testHookInstall      atomic.Pointer[func(*opened)]
+	testHookSessionEnded atomic.Pointer[func(*wire.Session)]
+)
+
 // opened is a session whose hello the edge accepted, not yet the client's.
 type opened struct {
 	mux       *wire.Session
 	addr      string
 	hello     *wire.HelloResp
-	accepting chan struct{} // closed by install: proxy streams wait for it
+	accepting chan struct{}   // closed by install: proxy streams wait for it
+	dead      <-chan struct{} // closed when the session ends
 }
 
 // handshake opens a session to addr, and says hello with the client's
@@ -72,17 +82,30 @@ func (c *Client) handshake(ctx context.Context, addr string) (*opened, error) {
 		mux.Close()
 		return nil, err
 	}
-	return &opened{mux: mux, addr: addr, hello: resp.HelloResp, accepting: accepting}, nil
+	return &opened{mux: mux, addr: addr, hello: resp.HelloResp, accepting: accepting, dead: dead}, nil
 }
 
 // install makes h the client's session, in the place of left (nil: of
 // none), and registers the tunnels bound on it. It fails, closing h's
-// session, once the client is closed, or when the client's session is
-// another than left (the caller holds connectMu: none opens meanwhile).
+// session, once the client is closed, when the client's session is
+// another than left (the caller holds connectMu: none opens meanwhile),
+// or when h's session already ended: its end, which forgets the client's
+// session (sessionEnded), came before it was the client's, and would
+// leave it installed dead for good.
 func (c *Client) install(h *opened, left *wire.Session, tunnels map[string]*Listener) error {
+	if f := testHookInstall.Load(); f != nil {
+		(*f)(h)
+	}
 	c.mu.Lock()
 	var err error
+	select {
+	case <-h.dead:
+		localErr, _, _ := h.mux.Wait()
+		err = fmt.Errorf("agent: the session ended as it opened: %w", cmp.Or(localErr, net.ErrClosed))
+	default:
+	}
 	switch {
+	case err != nil:
 	case c.closed:
 		err = fmt.Errorf("agent: %w", net.ErrClosed)
 	case c.mux != nil && c.mux != left:
@@ -220,6 +243,9 @@ func (c *Client) serve(mux *wire.Session, addr string, accepting <-chan struct{}
 // are open; for a session the client moved off (see move), it forgets
 // the tunnels it had, and binds again the endpoints that stayed on it.
 func (c *Client) sessionEnded(mux *wire.Session) {
+	if f := testHookSessionEnded.Load(); f != nil {
+		defer (*f)(mux)
+	}
 	localErr, _, _ := mux.Wait()
 	c.mu.Lock()
 	for _, id := range c.leaving[mux] {
