@@ -1,6 +1,6 @@
 package router
 
-import "sync"
+import "github.com/tunnelkit/tunnelkit/internal/feed"
 
 // RouteFeed delivers route changes to one RouteWatcher callback, in order,
 // from a goroutine of its own, so that the callback never blocks the
@@ -9,13 +9,7 @@ import "sync"
 // (under its own lock, so that the order is its own). Changes wait in an
 // unbounded queue for the callback.
 type RouteFeed struct {
-	f     func(Route, bool)
-	mu    sync.Mutex
-	queue []routeEvent
-	wake  chan struct{} // buffered 1
-	quit  chan struct{} // closed by Stop
-	done  chan struct{} // closed when the goroutine returns
-	once  sync.Once
+	q *feed.Feed[routeEvent]
 }
 
 type routeEvent struct {
@@ -25,57 +19,17 @@ type routeEvent struct {
 
 // NewRouteFeed starts delivering to f: first initial, each as bound.
 func NewRouteFeed(f func(r Route, bound bool), initial []Route) *RouteFeed {
-	w := &RouteFeed{f: f, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
-	for _, r := range initial {
-		w.queue = append(w.queue, routeEvent{r, true})
+	events := make([]routeEvent, len(initial))
+	for i, r := range initial {
+		events[i] = routeEvent{r, true}
 	}
-	w.signal()
-	go w.run()
-	return w
+	return &RouteFeed{feed.New(func(e routeEvent) { f(e.r, e.bound) }, nil, 0, events...)}
 }
 
 // Push queues a change for the callback.
-func (w *RouteFeed) Push(r Route, bound bool) {
-	w.mu.Lock()
-	w.queue = append(w.queue, routeEvent{r, bound})
-	w.mu.Unlock()
-	w.signal()
-}
+func (w *RouteFeed) Push(r Route, bound bool) { w.q.Push(routeEvent{r, bound}) }
 
 // Stop ends the feed and waits for a call of the callback in progress to
 // return, so that it is never called after Stop returns: the callback must
 // not call Stop itself. Calling Stop again does nothing.
-func (w *RouteFeed) Stop() {
-	w.once.Do(func() { close(w.quit) })
-	<-w.done
-}
-
-func (w *RouteFeed) signal() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (w *RouteFeed) run() {
-	defer close(w.done)
-	for {
-		select {
-		case <-w.quit:
-			return
-		case <-w.wake:
-		}
-		w.mu.Lock()
-		events := w.queue
-		w.queue = nil
-		w.mu.Unlock()
-		for _, e := range events {
-			select {
-			case <-w.quit:
-				return
-			default:
-			}
-			w.f(e.r, e.bound)
-		}
-	}
-}
+func (w *RouteFeed) Stop() { w.q.Stop() }

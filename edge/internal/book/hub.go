@@ -3,6 +3,8 @@ package book
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/tunnelkit/tunnelkit/internal/feed"
 )
 
 // DefaultMax is how many values a watcher's queue holds when Hub.Max is
@@ -22,22 +24,8 @@ type Hub[T any] struct {
 
 	n        atomic.Int32 // watchers
 	mu       sync.Mutex   // orders Publish; guards the fields below
-	watchers map[*watcher[T]]struct{}
+	watchers map[*feed.Feed[T]]struct{}
 	closed   bool
-}
-
-type watcher[T any] struct {
-	f    func(T)
-	lost func(n int)
-	wake chan struct{} // buffered 1
-	quit chan struct{} // closed by stop: end now
-	done chan struct{} // closed when run returns
-	once sync.Once
-
-	mu      sync.Mutex
-	queue   []T
-	dropped int  // values dropped since the queue was last taken
-	closing bool // the Hub closed: deliver what is queued, then end
 }
 
 // Watched reports whether the Hub has watchers: without, a publisher
@@ -50,19 +38,22 @@ func (h *Hub[T]) Watched() bool { return h.n.Load() > 0 }
 // call stop; calling it again does nothing. After Close, Watch delivers
 // nothing.
 func (h *Hub[T]) Watch(f func(T), lost func(n int)) (stop func()) {
-	w := &watcher[T]{f: f, lost: lost, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
 		return func() {}
 	}
+	max := h.Max
+	if max <= 0 {
+		max = DefaultMax
+	}
+	w := feed.New(f, lost, max)
 	if h.watchers == nil {
-		h.watchers = map[*watcher[T]]struct{}{}
+		h.watchers = map[*feed.Feed[T]]struct{}{}
 	}
 	h.watchers[w] = struct{}{}
 	h.n.Add(1)
 	h.mu.Unlock()
-	go w.run()
 	return func() {
 		h.mu.Lock()
 		if _, ok := h.watchers[w]; ok {
@@ -70,28 +61,16 @@ func (h *Hub[T]) Watch(f func(T), lost func(n int)) (stop func()) {
 			h.n.Add(-1)
 		}
 		h.mu.Unlock()
-		w.once.Do(func() { close(w.quit) })
-		<-w.done
+		w.Stop()
 	}
 }
 
 // Publish queues v for every watcher.
 func (h *Hub[T]) Publish(v T) {
-	max := h.Max
-	if max <= 0 {
-		max = DefaultMax
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for w := range h.watchers {
-		w.mu.Lock()
-		if len(w.queue) < max {
-			w.queue = append(w.queue, v)
-		} else {
-			w.dropped++
-		}
-		w.mu.Unlock()
-		w.signal()
+		w.Push(v)
 	}
 }
 
@@ -104,53 +83,9 @@ func (h *Hub[T]) Close() {
 	h.n.Store(0)
 	h.mu.Unlock()
 	for w := range ws {
-		w.mu.Lock()
-		w.closing = true
-		w.mu.Unlock()
-		w.signal()
+		w.Finish()
 	}
 	for w := range ws {
-		<-w.done
-	}
-}
-
-func (w *watcher[T]) signal() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
-// run delivers the watcher's values until stop, or until the Hub closed
-// and the queue is empty.
-func (w *watcher[T]) run() {
-	defer close(w.done)
-	for {
-		select {
-		case <-w.quit:
-			return
-		case <-w.wake:
-		}
-		w.mu.Lock()
-		queue, dropped, closing := w.queue, w.dropped, w.closing
-		w.queue, w.dropped = nil, 0
-		w.mu.Unlock()
-		for _, v := range queue {
-			select {
-			case <-w.quit:
-				return
-			default:
-			}
-			w.f(v)
-		}
-		if dropped > 0 {
-			w.lost(dropped)
-		}
-		if closing && len(queue) == 0 && dropped == 0 {
-			return
-		}
-		if closing {
-			w.signal() // look again: the queue may have grown meanwhile
-		}
+		<-w.Done()
 	}
 }

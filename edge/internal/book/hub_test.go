@@ -94,9 +94,7 @@ func TestHubLost(t *testing.T) {
 func (h *Hub[T]) queued() int {
 	n := 0
 	for w := range h.watchers {
-		w.mu.Lock()
-		n += len(w.queue)
-		w.mu.Unlock()
+		n += w.Len()
 	}
 	return n
 }
