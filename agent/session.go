@@ -96,14 +96,14 @@ func (c *Client) install(h *opened, left *wire.Session, tunnels map[string]*List
 	if f := testHookInstall.Load(); f != nil {
 		(*f)(h)
 	}
-	c.mu.Lock()
 	var err error
 	select {
-	case <-h.dead:
+	case <-h.dead: // if it ends later, sessionEnded finds it the client's
 		localErr, _, _ := h.mux.Wait()
 		err = fmt.Errorf("agent: the session ended as it opened: %w", cmp.Or(localErr, net.ErrClosed))
 	default:
 	}
+	c.mu.Lock()
 	switch {
 	case err != nil:
 	case c.closed:
