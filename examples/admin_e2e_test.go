@@ -10,11 +10,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/internal/testtools"
 	"github.com/tunnelkit/tunnelkit/internal/testwait"
 )
 
@@ -24,8 +24,7 @@ const adminToken = "the-admin-token-of-a-test-edge"
 // proc is a process of a test, with its output so far.
 type proc struct {
 	cmd    *exec.Cmd
-	mu     sync.Mutex
-	out    strings.Builder // stdout and stderr
+	out    testtools.Buffer // stdout and stderr
 	exited chan struct{}
 	err    error // once exited is closed
 }
@@ -34,7 +33,7 @@ type proc struct {
 func startProc(t *testing.T, bin string, args ...string) *proc {
 	t.Helper()
 	p := &proc{cmd: exec.Command(bin, args...), exited: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = p, p
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -54,17 +53,7 @@ func startProc(t *testing.T, bin string, args ...string) *proc {
 	return p
 }
 
-func (p *proc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.Write(b)
-}
-
-func (p *proc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
-}
+func (p *proc) output() string { return p.out.String() }
 
 // count returns how many lines of the output so far contain s.
 func (p *proc) count(s string) int { return strings.Count(p.output(), s) }

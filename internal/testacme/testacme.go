@@ -12,7 +12,6 @@
 package testacme
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -27,7 +26,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -267,7 +265,7 @@ func freePorts(n int) ([]int, error) {
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	out  lockedBuffer
+	out  testtools.Buffer
 	done chan struct{} // closed once the process has exited
 	err  error         // Wait's error, set before done is closed
 }
@@ -329,24 +327,6 @@ func output(procs []*proc) string {
 		fmt.Fprintf(&b, "--- %s (pid %d) output:\n%s", pr.name, pr.cmd.Process.Pid, pr.out.String())
 	}
 	return b.String()
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // An Option changes a setting of pebble.
