@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -228,3 +229,87 @@ func BenchmarkRelayHTTPRatio(b *testing.B) {
 		})
 	}
 }
+
+// TestRelayedRequestDuringBind: a request relayed to the edge whose bind
+// of the name is in the Router, and not yet done on that edge, waits for
+// the bind rather than failing. The Router shows the bind to edge A before
+// edge B's Bind returns (as etcd's watchers may hear of it first); A's
+// client then asks for the name, A relays it to B, and only then does B's
+// bind go on. It failed with 502 app_error: B closed the relay stream, its
+// session holding no such endpoint yet.
+func TestRelayedRequestDuringBind(t *testing.T) {
+	t.Parallel()
+	waiting := make(chan struct{}) // B's relay stream waits for the bind
+	var once sync.Once
+	logs := slog.New(signalOn{msg: "relay stream waits for the binds under way", seen: func() { once.Do(func() { close(waiting) }) }})
+	rt := &afterBind{Router: &router.MemoryRouter{}}
+	edges := startClusterOf(t, testpki.New(t), rt, func(s *edge.Server, _ *relay.Relay) {
+		s.Logger = logs
+	}, "127.0.0.1", "127.0.0.1")
+	a, b := edges[0], edges[1]
+
+	type result struct {
+		code int
+		body string
+		err  error
+	}
+	results := make(chan result, 1)
+	rt.after = func(r router.Route) {
+		if r.Edge != b.srv.ID {
+			return
+		}
+		go func() {
+			code, body, err := getThrough(&http.Client{Timeout: 30 * time.Second}, a.httpAddr, "app.example.test", "/")
+			results <- result{code, body, err}
+		}()
+		// B's bind goes on once A's request failed, or waits on B.
+		select {
+		case res := <-results:
+			results <- res
+		case <-waiting:
+		}
+	}
+	ag := &agent.Client{Addrs: []string{b.agentAddr}}
+	defer ag.Close()
+	l, err := ag.Listen(context.Background(), "http://app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "app") }))
+	res := <-results
+	if res.err != nil || res.code != 200 || res.body != "app" {
+		t.Fatalf("a request relayed during the bind: %d %q %v; want 200 \"app\"", res.code, res.body, res.err)
+	}
+}
+
+// afterBind is a router.Router that calls after (when set) with each
+// route it bound, before its Bind returns.
+type afterBind struct {
+	router.Router
+	after func(router.Route)
+}
+
+func (a *afterBind) Bind(ctx context.Context, r router.Route) error {
+	err := a.Router.Bind(ctx, r)
+	if err == nil && a.after != nil {
+		a.after(r)
+	}
+	return err
+}
+
+// signalOn is a slog.Handler that calls seen for each record, at any
+// level, whose message is msg.
+type signalOn struct {
+	msg  string
+	seen func()
+}
+
+func (h signalOn) Enabled(context.Context, slog.Level) bool { return true }
+func (h signalOn) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.seen()
+	}
+	return nil
+}
+func (h signalOn) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h signalOn) WithGroup(string) slog.Handler      { return h }

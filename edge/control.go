@@ -428,6 +428,10 @@ func (ss *session) admitBind(name endpointKey) (identity, previous string, kept 
 func (ss *session) doneBinding(granted bool, name endpointKey, kept *limits.Kept) {
 	ss.mu.Lock()
 	ss.binding--
+	if ss.binding == 0 && ss.bindsDone != nil {
+		close(ss.bindsDone)
+		ss.bindsDone = nil
+	}
 	ss.mu.Unlock()
 	if granted {
 		return

@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/edge/internal/book"
 	"github.com/tunnelkit/tunnelkit/edge/internal/names"
 	"github.com/tunnelkit/tunnelkit/internal/pipe"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
@@ -20,8 +21,9 @@ import (
 // stream's header, which names an agent session, an endpoint of it, the
 // client and the host, and connects the stream to the agent, within
 // Timeouts.Handshake, only if this edge holds that session now, with that
-// endpoint bound, of the stream's protocol, answering for the stream's
-// host: the route a peer could have looked up. Otherwise it closes the
+// endpoint bound (or bound by a bind under way), of the stream's
+// protocol, answering for the stream's host: the route a peer could have
+// looked up. Otherwise it closes the
 // stream (ReasonRelayRefused, logged at the Debug level). peer names the
 // other edge, for the log. It returns when the connection ends.
 func (s *Server) ServeRelayStream(st net.Conn, peer string) {
@@ -34,7 +36,9 @@ func (s *Server) ServeRelayStream(st net.Conn, peer string) {
 		return
 	}
 	st.SetReadDeadline(time.Time{})
-	r, err := s.heldRoute(session, h)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.handshake)
+	defer cancel()
+	r, err := s.heldRoute(ctx, session, h)
 	if err != nil {
 		// A route that went while the stream was on its way, or a forged
 		// one: the other edge hears it as a stream ending before the
@@ -43,7 +47,6 @@ func (s *Server) ServeRelayStream(st net.Conn, peer string) {
 		s.log().Debug("relay stream refused", "edge", peer, "err", err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.handshake)
 	up, err := s.dialRaw(ctx, r, ConnInfo{Client: h.Client, Host: h.Host})
 	cancel()
 	if err != nil {
@@ -63,17 +66,18 @@ func (s *Server) ServeRelayStream(st net.Conn, peer string) {
 // heldRoute returns the route a relay stream names, if this edge holds it
 // now: the stream's session is an agent session of this Server, its
 // tunnel an endpoint bound on that session, of the stream's protocol, and
-// its host one that the endpoint's name answers for.
-func (s *Server) heldRoute(session string, h wire.ProxyHeader) (router.Route, error) {
+// its host one that the endpoint's name answers for. A tunnel the session
+// does not hold while binds are under way on it is looked for again once
+// they are done (within ctx): the Router shows a bind to the other edges
+// (etcd's watchers may hear of it first) before the bind is done here.
+func (s *Server) heldRoute(ctx context.Context, session string, h wire.ProxyHeader) (router.Route, error) {
 	s.mu.Lock()
 	ss := s.sessions[session]
 	s.mu.Unlock()
 	if ss == nil {
 		return router.Route{}, fmt.Errorf("%w: %s", ErrNoSession, wire.Printable(session, 64))
 	}
-	ss.mu.Lock()
-	e, ok := ss.routes.Get(h.TunnelID)
-	ss.mu.Unlock()
+	e, ok := ss.endpoint(ctx, h.TunnelID)
 	var r router.Route
 	if ok {
 		r = e.Route
@@ -87,4 +91,28 @@ func (s *Server) heldRoute(session string, h wire.ProxyHeader) (router.Route, er
 		return router.Route{}, fmt.Errorf("edge: endpoint %s %s does not answer for host %q", r.Proto, r.Name, wire.Printable(h.Host, 256))
 	}
 	return r, nil
+}
+
+// endpoint returns the endpoint of tunnelID bound on the session; while
+// binds are under way on it, once they are done, within ctx.
+func (ss *session) endpoint(ctx context.Context, tunnelID string) (*book.Endpoint, bool) {
+	for {
+		ss.mu.Lock()
+		e, ok := ss.routes.Get(tunnelID)
+		if ok || ss.binding == 0 || ss.closed {
+			ss.mu.Unlock()
+			return e, ok
+		}
+		if ss.bindsDone == nil {
+			ss.bindsDone = make(chan struct{})
+		}
+		done := ss.bindsDone
+		ss.mu.Unlock()
+		ss.log.Debug("relay stream waits for the binds under way", "tunnel", wire.Printable(tunnelID, 64))
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil, false
+		}
+	}
 }

@@ -44,7 +44,10 @@ type session struct {
 	since    time.Time                            //
 	routes   smallmap.Map[string, *book.Endpoint] // the endpoints bound on this session, by tunnel ID
 	binding  int                                  // binds under way, counted against the endpoint bound
-	stopPing func()                               // stops the version 3 pinger; nil before the hello, or for version 2
+	// bindsDone, made while a relay stream waits for the binds under
+	// way (heldRoute), is closed when binding drops to 0.
+	bindsDone chan struct{}
+	stopPing  func() // stops the version 3 pinger; nil before the hello, or for version 2
 	// helloTimer drops the session if no hello came in time; stopped,
 	// and let go, once the hello was accepted or the session ended.
 	helloTimer *time.Timer
