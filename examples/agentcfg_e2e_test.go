@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -278,16 +279,17 @@ endpoints:
 }
 
 // bigBody is the app's 64 MiB download, the same bytes each time.
-const bigSize = 64 << 20
+const bigSize = 16 << 20
 
 func bigBody() io.Reader {
 	return io.LimitReader(rand.NewChaCha8([32]byte{35}), bigSize)
 }
 
 // TestAgentReload: SIGHUP binds an endpoint added to the -config file
-// while a 64 MiB download runs on another, which completes intact; a
-// second SIGHUP, the endpoint removed, unbinds it, and the first stays; a
-// third, the file broken, changes nothing.
+// while a 16 MiB download runs on another (the app has not sent it all:
+// it waits for the client, who reads on after the reload), which
+// completes intact; a second SIGHUP, the endpoint removed, unbinds it,
+// and the first stays; a third, the file broken, changes nothing.
 func TestAgentReload(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -303,9 +305,10 @@ func TestAgentReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var sent atomic.Int64 // the bytes of the download the app wrote
 	big := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", fmt.Sprint(bigSize))
-		io.Copy(w, bigBody())
+		io.Copy(w, io.TeeReader(bigBody(), counter{&sent}))
 	})}
 	go big.Serve(bigLn)
 	t.Cleanup(func() { big.Close() })
@@ -336,6 +339,9 @@ func TestAgentReload(t *testing.T) {
 	smallURL := a.line(t)
 	if status, body := fetch(t, pub, smallURL+"/", "", ""); status != 200 || body != "small app" {
 		t.Fatalf("the endpoint added: %d %q", status, body)
+	}
+	if n := sent.Load(); n >= bigSize {
+		t.Fatalf("the app sent the whole download (%d bytes) before the reload: it was not under way across it", n)
 	}
 
 	n, err := io.Copy(sum, resp.Body)
@@ -568,3 +574,8 @@ func TestCommandLineMistakes(t *testing.T) {
 		}
 	}
 }
+
+// counter counts the bytes written to it.
+type counter struct{ n *atomic.Int64 }
+
+func (c counter) Write(b []byte) (int, error) { c.n.Add(int64(len(b))); return len(b), nil }

@@ -5,7 +5,8 @@ package examples_test
 // TestREADMEFlags holds the flags of its command lines against the
 // binaries'. What compiles (the README's `go install ./examples/NAME...`,
 // its Go code, the demo's `go run`) is built by TestMain, before any
-// test's deadline starts.
+// test's deadline starts, into a directory of the user's cache kept from
+// run to run (keptDir), where a run with nothing changed links nothing.
 //
 // How the README's blocks are read:
 //   - an indented block, or a ```sh or ```bash fence, is shell: pasted into
@@ -36,6 +37,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"go/ast"
@@ -49,6 +52,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -174,7 +178,13 @@ func (p *readmePrepared) installed(names []string) (string, bool) {
 	if p.install == nil || p.installErr != nil || p.bin == "" {
 		return "", false
 	}
+	installs := strings.Fields(p.install.text)
 	for _, n := range names {
+		// The directory is kept from run to run (keptDir): a binary of
+		// a name the block no longer installs may still be there.
+		if !slices.Contains(installs, "./examples/"+n) {
+			return "", false
+		}
 		if fi, err := os.Stat(filepath.Join(p.bin, n)); err != nil || !fi.Mode().IsRegular() {
 			return "", false
 		}
@@ -205,6 +215,8 @@ func prepareREADME() (cleanup func()) {
 		return func() {}
 	}
 	cleanup = func() { os.RemoveAll(dir) }
+	kept, unlock := keptDir(p.root, dir)
+	defer unlock()
 
 	// The install block, as written, into a GOPATH of its own (the module
 	// cache stays where it is: nothing is downloaded).
@@ -219,7 +231,16 @@ func prepareREADME() (cleanup func()) {
 		if err != nil {
 			p.installErr = fmt.Errorf("go env GOMODCACHE: %v", err)
 		} else {
-			gopath := filepath.Join(dir, "gopath")
+			gopath := filepath.Join(kept, "gopath")
+			// What an earlier run installed that the block no longer
+			// does goes: the shell blocks find the binaries on PATH.
+			installs := strings.Fields(p.install.text)
+			old, _ := os.ReadDir(filepath.Join(gopath, "bin"))
+			for _, e := range old {
+				if !slices.Contains(installs, "./examples/"+e.Name()) {
+					os.RemoveAll(filepath.Join(gopath, "bin", e.Name()))
+				}
+			}
 			cmd := exec.Command("bash", "-e", "-o", "pipefail", "-c", p.install.text)
 			cmd.Dir = p.root
 			cmd.Env = append(os.Environ(), "GOPATH="+gopath, "GOMODCACHE="+strings.TrimSpace(string(modcache)), "GOBIN=")
@@ -237,8 +258,36 @@ func prepareREADME() (cleanup func()) {
 		p.demoErr = fmt.Errorf("go run ./examples/demo -h: %v\n%s", err, out)
 	}
 
-	p.buildGo(filepath.Join(dir, "go"))
+	p.buildGo(filepath.Join(kept, "go"))
 	return cleanup
+}
+
+// keptDir returns the directory where what the README's blocks build is
+// kept from one run of the tests to the next, locked until unlock is
+// called: one of the user's cache (os.UserCacheDir) for the checkout at
+// root, so that a run with nothing changed links nothing (the go command
+// finds the executables there up to date), or tmp when there is none.
+func keptDir(root, tmp string) (dir string, unlock func()) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return tmp, func() {}
+	}
+	sum := sha256.Sum256([]byte(root))
+	dir = filepath.Join(cache, "tunnelkit-tests", hex.EncodeToString(sum[:8]))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return tmp, func() {}
+	}
+	// Two runs at once take turns: each writes the programs' sources
+	// before it builds them.
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return tmp, func() {}
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		lock.Close()
+		return tmp, func() {}
+	}
+	return dir, func() { lock.Close() }
 }
 
 // buildGo builds the README's programs, and its fragments inside
