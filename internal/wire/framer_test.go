@@ -79,10 +79,16 @@ func stockBytes(t testing.TB, frames ...frame.Frame) []byte {
 	return b.Bytes()
 }
 
+// payload returns n bytes of a pattern that repeats every 64 KiB.
 func payload(n int) []byte {
 	p := make([]byte, n)
-	for i := range p {
+	for i := range min(n, 1<<16) {
 		p[i] = byte(i*7 + i>>8)
+	}
+	// The rest copies what is there (byte by byte, the race detector
+	// makes 16 MiB take seconds).
+	for done := min(n, 1<<16); done < n; done *= 2 {
+		copy(p[done:], p[:done])
 	}
 	return p
 }
@@ -529,13 +535,12 @@ func exchange(st muxado.Stream, size int, seed uint64) error {
 	go func() {
 		h := sha256.New()
 		rng := rand.New(rand.NewPCG(seed, 1))
+		bytes := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), byte(seed >> 16), byte(seed >> 24)})
 		buf := make([]byte, 100<<10)
 		for left := size; left > 0; {
 			n := min(left, writeSize(rng, len(buf)))
 			p := buf[:n]
-			for i := range p {
-				p[i] = byte(rng.Uint32())
-			}
+			bytes.Read(p)
 			h.Write(p)
 			if _, err := st.Write(p); err != nil {
 				sent <- err

@@ -74,9 +74,7 @@ func TestConnReaderReadsEveryByte(t *testing.T) {
 			}
 			rng := rand.New(rand.NewPCG(1, 2))
 			want := make([]byte, 2<<20)
-			for i := range want {
-				want[i] = byte(rng.Uint32())
-			}
+			rand.NewChaCha8([32]byte{1, 2}).Read(want)
 			go func() {
 				wr := rand.New(rand.NewPCG(3, 4))
 				for p := want; len(p) > 0; {
