@@ -322,10 +322,10 @@ func (e *acmeEdge) agent(t *testing.T, identity string) *agent.Client {
 // handshake completes a TLS handshake for name with the edge, verifying
 // its certificate against pebble's root, and returns the certificate.
 func (e *acmeEdge) handshake(name string) (*x509.Certificate, error) {
-	d := &tls.Dialer{
-		NetDialer: &net.Dialer{Timeout: 10 * time.Second},
-		Config:    &tls.Config{ServerName: name, RootCAs: e.roots},
-	}
+	// The context bounds the handshake, an order on demand included (a
+	// NetDialer's Timeout would bound it too: tls.Dialer applies it to
+	// the whole dial).
+	d := &tls.Dialer{Config: &tls.Config{ServerName: name, RootCAs: e.roots}}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, err := d.DialContext(ctx, "tcp", e.tlsAddr)
