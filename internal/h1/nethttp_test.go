@@ -31,7 +31,7 @@ func oracle(reqs, resps []byte) (nreq, nresp int, want []got, interim bool) {
 type message struct {
 	head   string
 	header http.Header
-	body   string
+	body   []byte // grown by appends: a string's += made long bodies quadratic
 }
 
 func (m message) String() string { return fmt.Sprintf("{%s %v %q}", m.head, m.header, m.body) }
@@ -71,7 +71,7 @@ func oracleMessages(reqs, resps []byte) (nreq, nresp int, want []got, interim bo
 		rs = append(rs, request{req.Method, req.RequestURI})
 		_, up := req.Header["Upgrade"]
 		upgrades = append(upgrades, up || req.Method == "CONNECT")
-		msgs = append(msgs, message{req.Method + " " + req.RequestURI, req.Header, string(body)})
+		msgs = append(msgs, message{req.Method + " " + req.RequestURI, req.Header, body})
 		nreq = read()
 	}
 	src = bytes.NewReader(resps)
@@ -88,10 +88,10 @@ func oracleMessages(reqs, resps []byte) (nreq, nresp int, want []got, interim bo
 		nresp = read()
 		status := resp.StatusCode
 		if status == 101 || rs[0].method == "CONNECT" && status/100 == 2 {
-			msgs = append(msgs, message{fmt.Sprint(status), resp.Header, ""})
+			msgs = append(msgs, message{fmt.Sprint(status), resp.Header, nil})
 			return nreq, nresp, append(want, got{rs[0].method, rs[0].target, status, 0, true}), false, passed()
 		}
-		msgs = append(msgs, message{fmt.Sprint(status), resp.Header, string(body)})
+		msgs = append(msgs, message{fmt.Sprint(status), resp.Header, body})
 		interim = status/100 == 1
 		if interim {
 			continue
@@ -122,7 +122,7 @@ func (h *heads) head(response bool, b []byte) {
 			h.err = fmt.Errorf("request head %q: %v, %d bytes after it", b, err, br.Buffered())
 			return
 		}
-		h.reqs = append(h.reqs, message{req.Method + " " + req.RequestURI, req.Header, ""})
+		h.reqs = append(h.reqs, message{req.Method + " " + req.RequestURI, req.Header, nil})
 		h.methods = append(h.methods, req.Method)
 		return
 	}
@@ -138,7 +138,7 @@ func (h *heads) head(response bool, b []byte) {
 	if resp.StatusCode/100 != 1 {
 		h.methods = h.methods[1:]
 	}
-	h.resps = append(h.resps, message{fmt.Sprint(resp.StatusCode), resp.Header, ""})
+	h.resps = append(h.resps, message{fmt.Sprint(resp.StatusCode), resp.Header, nil})
 }
 
 func (h *heads) body(response bool, p []byte) {
@@ -150,7 +150,7 @@ func (h *heads) body(response bool, p []byte) {
 		h.err = fmt.Errorf("body bytes %q before any head", p)
 		return
 	}
-	l[len(l)-1].body += string(p)
+	l[len(l)-1].body = append(l[len(l)-1].body, p...)
 }
 
 // check feeds reqs and then resps to a Conn at the splits r makes, ends
