@@ -282,7 +282,7 @@ func TestPendingSessionsPerSource(t *testing.T) {
 					s.Timeouts = edge.Timeouts{Handshake: time.Minute} // nothing ends for want of time
 				})
 				addr, tlsCfg := e.addrFor(attack, agents.Addr().String())
-				flood := startFlood(t, flooder, addr, 100, attack.start(e, hello))
+				flood := startFlood(t, flooder, addr, 50, attack.start(e, hello))
 				evicted := "refused/" + string(edge.ReasonPendingLimit)
 				testwait.For(t, func() bool { return e.obs.get(evicted) > 0 }) // the flood is at its bound
 
