@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,9 +52,28 @@ func spki(t testing.TB, cert tls.Certificate) string {
 
 // chromium loads url in headless Chromium, trusting the certificates whose
 // keys are in spkis, with every name of example.test resolving to
-// loopback, and returns the DOM after its scripts ran.
+// loopback, and returns the DOM after its scripts ran. A Chromium that
+// crashes (killed by a signal: it segfaulted once in a run of the whole
+// suite) is run once more.
 func chromium(t testing.TB, url string, spkis ...string) string {
 	t.Helper()
+	out, err := runChromium(t, url, spkis)
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ProcessState.Sys().(syscall.WaitStatus).Signaled() {
+		t.Logf("chromium %s crashed (%v); once more:\n%s", url, err, ee.Stderr)
+		out, err = runChromium(t, url, spkis)
+	}
+	if err != nil {
+		var stderr string
+		if errors.As(err, &ee) {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("chromium %s: %v\n%s", url, err, stderr)
+	}
+	return out
+}
+
+func runChromium(t testing.TB, url string, spkis []string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "chromium",
@@ -63,14 +84,7 @@ func chromium(t testing.TB, url string, spkis ...string) string {
 		"--virtual-time-budget=5000",
 		"--dump-dom", url)
 	out, err := cmd.Output()
-	if err != nil {
-		var stderr string
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = string(ee.Stderr)
-		}
-		t.Fatalf("chromium %s: %v\n%s", url, err, stderr)
-	}
-	return string(out)
+	return string(out), err
 }
 
 // TestChromiumHTTPSAndTLSOnOnePort: Chromium loads a page from an https
