@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/internal/proxyproto"
 	"github.com/tunnelkit/tunnelkit/internal/testnet"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
+	"github.com/tunnelkit/tunnelkit/internal/testtools"
 	"github.com/tunnelkit/tunnelkit/internal/testwait"
 	"github.com/tunnelkit/tunnelkit/router"
 )
@@ -188,13 +190,14 @@ func (e *l4Edge) forwardTCP(t testing.TB, ep agent.Endpoint, to string, proxyPro
 // agents with the same token (none, say) are one tenant.
 func identityIsToken(_ context.Context, token string) (string, error) { return "token:" + token, nil }
 
-// freePort returns a TCP port free on loopback now.
+// freePort returns a TCP port free on loopback now (testtools.FreePort).
 func freePort(t testing.TB) string {
 	t.Helper()
-	ln := listen(t)
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return port
+	p, err := testtools.FreePort(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strconv.Itoa(p)
 }
 
 func tcpAddrOf(t testing.TB, url string) string {

@@ -15,12 +15,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
+	"github.com/tunnelkit/tunnelkit/internal/testtools"
 )
 
 // examples are the binaries the tests run, built once by TestMain.
@@ -94,14 +96,15 @@ func prefix(p string, s []string) []string {
 	return out
 }
 
+// freePort returns a loopback address free now, for a process the test
+// starts (testtools.FreePort).
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := testtools.FreePort(false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 }
 
 // start runs a binary and returns a reader of its stdout; the process gets

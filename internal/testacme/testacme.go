@@ -233,30 +233,16 @@ func lookup(ctx context.Context, addr string) error {
 	return nil
 }
 
-// freePorts returns n distinct loopback ports that were free for TCP and
-// UDP a moment ago.
+// freePorts returns n distinct loopback ports free for TCP and UDP now
+// (testtools.FreePort).
 func freePorts(n int) ([]int, error) {
-	var ports []int
-	var closers []io.Closer
-	defer func() {
-		for _, c := range closers {
-			c.Close()
-		}
-	}()
-	for len(ports) < n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ports := make([]int, n)
+	for i := range ports {
+		p, err := testtools.FreePort(true) // the DNS server needs the same port for UDP; so may anything
 		if err != nil {
 			return nil, err
 		}
-		closers = append(closers, ln)
-		port := ln.Addr().(*net.TCPAddr).Port
-		// The DNS server needs the same port for UDP; so may anything.
-		pc, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			continue
-		}
-		closers = append(closers, pc)
-		ports = append(ports, port)
+		ports[i] = p
 	}
 	return ports, nil
 }

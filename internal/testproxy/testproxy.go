@@ -184,15 +184,14 @@ func start(t testing.TB, name, ready, busy string, args func(port int) []string,
 	}
 }
 
-// freePort returns a loopback port that was free a moment ago.
+// freePort returns a loopback port free now (testtools.FreePort).
 func freePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := testtools.FreePort(false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 func write(t testing.TB, name, content string) {
