@@ -363,7 +363,11 @@ func TestHostile(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			reqs, resps := tt.reqs(), tt.resps()
-			for range 3 {
+			splits := 3
+			if raceEnabled && len(reqs)+len(resps) > maxHeaderBlock {
+				splits = 1 // .ci/run runs the three without the race detector
+			}
+			for range splits {
 				if _, err := run(r, reqs, resps); err == nil || tt.want != nil && !errors.Is(err, tt.want) {
 					t.Fatalf("Err() = %v, want %v", err, tt.want)
 				}
