@@ -23,9 +23,9 @@ import (
 // Timeouts.Handshake, only if this edge holds that session now, with that
 // endpoint bound (or bound by a bind under way), of the stream's
 // protocol, answering for the stream's host: the route a peer could have
-// looked up. Otherwise it closes the
-// stream (ReasonRelayRefused, logged at the Debug level). peer names the
-// other edge, for the log. It returns when the connection ends.
+// looked up. Otherwise it closes the stream (ReasonRelayRefused, logged
+// at the Debug level). peer names the other edge, for the log. It
+// returns when the connection ends.
 func (s *Server) ServeRelayStream(st net.Conn, peer string) {
 	defer st.Close()
 	s.init()
