@@ -26,6 +26,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/internal/testtools"
 	"github.com/tunnelkit/tunnelkit/internal/testwait"
 )
 
@@ -312,7 +313,7 @@ func TestLargeUploadDownload(t *testing.T) {
 	if testing.Short() {
 		t.Skip("48 MiB transfers")
 	}
-	if raceEnabled {
+	if testtools.RaceEnabled {
 		t.Skip("a scale test: .ci/run runs it without the race detector")
 	}
 	const size = 48 << 20

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tunnelkit/tunnelkit/internal/testtools"
 	"golang.org/x/crypto/cryptobyte"
 )
 
@@ -427,7 +428,7 @@ func TestErrorMessages(t *testing.T) {
 }
 
 func TestParseAllocs(t *testing.T) {
-	if testing.Short() || raceEnabled {
+	if testing.Short() || testtools.RaceEnabled {
 		t.Skip("allocation counts differ under the race detector")
 	}
 	for name, rec := range map[string][]byte{

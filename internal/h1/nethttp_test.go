@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/tunnelkit/tunnelkit/internal/testtools"
 )
 
 // oracle reads reqs and resps with net/http, as a server and a client
@@ -251,7 +253,7 @@ func generate(r *rand.Rand) (reqs, resps []byte) {
 func TestNetHTTP(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	n := 500
-	if raceEnabled {
+	if testtools.RaceEnabled {
 		n = 50 // the first 50; .ci/run runs the 500 without the race detector
 	}
 	for i := range n {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tunnelkit/tunnelkit/internal/testtools"
 	"golang.org/x/crypto/cryptobyte"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -364,7 +365,7 @@ func TestHostile(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			reqs, resps := tt.reqs(), tt.resps()
 			splits := 3
-			if raceEnabled && len(reqs)+len(resps) > maxHeaderBlock {
+			if testtools.RaceEnabled && len(reqs)+len(resps) > maxHeaderBlock {
 				splits = 1 // .ci/run runs the three without the race detector
 			}
 			for range splits {

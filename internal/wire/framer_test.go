@@ -14,6 +14,7 @@ import (
 	"testing/iotest"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/internal/testtools"
 	"golang.ngrok.com/muxado/v2"
 	"golang.ngrok.com/muxado/v2/frame"
 )
@@ -129,7 +130,7 @@ func TestFramerWritesStockBytes(t *testing.T) {
 	}{"data max length", packData(t, 8, payload(maxLength), false, false)})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if raceEnabled && int(c.f.Length()) == maxLength {
+			if testtools.RaceEnabled && int(c.f.Length()) == maxLength {
 				t.Skip("16 MiB of copies the race detector makes slow: .ci/run runs it without it")
 			}
 			var rec recorder

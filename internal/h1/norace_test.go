@@ -1,5 +1,0 @@
-//go:build !race
-
-package h1
-
-const raceEnabled = false
