@@ -178,11 +178,10 @@ func (p *readmePrepared) installed(names []string) (string, bool) {
 	if p.install == nil || p.installErr != nil || p.bin == "" {
 		return "", false
 	}
-	installs := strings.Fields(p.install.text)
 	for _, n := range names {
 		// The directory is kept from run to run (keptDir): a binary of
 		// a name the block no longer installs may still be there.
-		if !slices.Contains(installs, "./examples/"+n) {
+		if !p.installs(n) {
 			return "", false
 		}
 		if fi, err := os.Stat(filepath.Join(p.bin, n)); err != nil || !fi.Mode().IsRegular() {
@@ -190,6 +189,12 @@ func (p *readmePrepared) installed(names []string) (string, bool) {
 		}
 	}
 	return p.bin, true
+}
+
+// installs reports whether the README's install block installs the
+// example name.
+func (p *readmePrepared) installs(name string) bool {
+	return slices.Contains(strings.Fields(p.install.text), "./examples/"+name)
 }
 
 // prepareREADME builds, before the tests run, everything the README's
@@ -234,10 +239,9 @@ func prepareREADME() (cleanup func()) {
 			gopath := filepath.Join(kept, "gopath")
 			// What an earlier run installed that the block no longer
 			// does goes: the shell blocks find the binaries on PATH.
-			installs := strings.Fields(p.install.text)
 			old, _ := os.ReadDir(filepath.Join(gopath, "bin"))
 			for _, e := range old {
-				if !slices.Contains(installs, "./examples/"+e.Name()) {
+				if !p.installs(e.Name()) {
 					os.RemoveAll(filepath.Join(gopath, "bin", e.Name()))
 				}
 			}

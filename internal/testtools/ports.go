@@ -35,15 +35,15 @@ func FreePort(udp bool) (int, error) {
 		if hi > lo {
 			p = lo + rand.IntN(hi-lo+1)
 		}
-		if handedOut.ports[p] {
-			continue
-		}
 		port, err := tryPort(p, udp)
 		if err != nil {
 			if p == 0 {
 				return 0, err
 			}
 			continue // taken: another
+		}
+		if handedOut.ports[port] {
+			continue // the kernel's pick, too, may be one returned before
 		}
 		if handedOut.ports == nil {
 			handedOut.ports = map[int]bool{}
