@@ -100,8 +100,10 @@ func (p *httpProxy) unreachableH1(c net.Conn, o origin, err error) {
 // answered, a GOAWAY that lets the client's streams in flight come, and a
 // PING; once the PING comes back, the client has seen the GOAWAY and opens
 // no more streams here, and a last GOAWAY names the last stream answered.
-// Every stream gets its answer; the edge sends its later requests on a new
-// connection.
+// The first stream gets the answer; those that the client sent before it
+// saw the GOAWAY are refused, not processed, and the client (the edge's
+// Transport) sends them again on a new connection, which tries the app
+// again, as a ReverseProxy hop dials the app for each request.
 func (p *httpProxy) unreachableH2C(c net.Conn, o origin, err error) {
 	defer lingerClose(c)
 	var obs h2.Conn
@@ -175,6 +177,14 @@ func (p *httpProxy) unreachableH2C(c net.Conn, o origin, err error) {
 			id := f.StreamID
 			if id <= last || id%2 == 0 {
 				continue // a request's trailers
+			}
+			if draining {
+				// A request sent before the client saw the GOAWAY: refused
+				// as not processed, so that the client sends it again on a
+				// new conn, which tries the app again (it may be up by
+				// now), rather than answered with this conn's old error.
+				fr.WriteRSTStream(id, http2.ErrCodeRefusedStream)
+				continue
 			}
 			last = id
 			method := f.PseudoValue("method")

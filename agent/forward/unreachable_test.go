@@ -205,12 +205,14 @@ func (p *h2Peer) headers(id uint32, end bool, kv ...string) {
 }
 
 // TestHTTPAppUnreachableH2CStreams checks the exchange on the wire for an
-// h2c conn whose app cannot be reached: every stream the client opens
-// gets 502 app_unreachable, those sent after the first one's answer too,
-// and the connection ends as a server ends one gracefully (RFC 9113,
-// section 6.8): a GOAWAY that lets the streams in flight come, a PING,
-// and once its answer came back, a GOAWAY naming the last stream
-// answered, and the end. No stream is refused.
+// h2c conn whose app cannot be reached: the first stream gets 502
+// app_unreachable; the streams that the client sends before it sees the
+// GOAWAY are refused (REFUSED_STREAM: not processed), so that the client
+// sends them again on a new conn, which tries the app again; and the
+// connection ends as a server ends one gracefully (RFC 9113, section
+// 6.8): a GOAWAY that lets the streams in flight come, a PING, and once
+// its answer came back, a GOAWAY naming the last stream answered, and the
+// end. Each stream gets an answer or a refusal.
 func TestHTTPAppUnreachableH2CStreams(t *testing.T) {
 	down := downAddr(t)
 	addr, _ := startForwarder(t, forward.HTTP{To: down, AppProtocol: "h2c"})
@@ -233,6 +235,7 @@ func TestHTTPAppUnreachableH2CStreams(t *testing.T) {
 
 	var (
 		answered = map[uint32]string{} // stream: status and Tunnelkit-Error
+		refused  []uint32
 		goaways  []uint32
 		settings bool
 		pinged   bool // our PING came back
@@ -260,6 +263,12 @@ func TestHTTPAppUnreachableH2CStreams(t *testing.T) {
 			} else if f.Data == [8]byte{1} {
 				pinged = true
 			}
+		case *http2.RSTStreamFrame:
+			if f.ErrCode == http2.ErrCodeRefusedStream {
+				refused = append(refused, f.StreamID)
+			} else if f.StreamID != 1 {
+				t.Errorf("stream %d reset with %v", f.StreamID, f.ErrCode)
+			}
 		case *http2.GoAwayFrame:
 			goaways = append(goaways, f.LastStreamID)
 			if len(goaways) == 1 && !sent5 {
@@ -270,9 +279,9 @@ func TestHTTPAppUnreachableH2CStreams(t *testing.T) {
 			}
 		}
 	}
-	want := map[uint32]string{1: "502 app_unreachable", 3: "502 app_unreachable", 5: "502 app_unreachable"}
-	if fmt.Sprint(answered) != fmt.Sprint(want) || !settings || !pinged || fmt.Sprint(goaways) != fmt.Sprint([]uint32{1<<31 - 1, 5}) {
-		t.Errorf("answered %v, settings %v, ping answered %v, GOAWAYs %v; want %v, true, true, [2147483647 5]", answered, settings, pinged, goaways, want)
+	want := map[uint32]string{1: "502 app_unreachable"}
+	if fmt.Sprint(answered) != fmt.Sprint(want) || fmt.Sprint(refused) != "[3 5]" || !settings || !pinged || fmt.Sprint(goaways) != fmt.Sprint([]uint32{1<<31 - 1, 1}) {
+		t.Errorf("answered %v, refused %v, settings %v, ping answered %v, GOAWAYs %v; want %v, [3 5], true, true, [2147483647 1]", answered, refused, settings, pinged, goaways, want)
 	}
 }
 
