@@ -2,11 +2,8 @@ package edge_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/base64"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -15,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -39,52 +35,32 @@ document.getElementById("out").textContent = "page=`+name+` proto=" + performanc
 	})
 }
 
-// spki returns the base64 SHA-256 of a certificate's public key, as
-// Chromium's --ignore-certificate-errors-spki-list wants it.
-func spki(t testing.TB, cert tls.Certificate) string {
-	leaf, err := x509.ParseCertificate(cert.Certificate[0])
-	if err != nil {
+// browser is the Chromium that this package's tests share, with every
+// name of example.test resolving to loopback. It takes any certificate:
+// each test makes its own, and checks which server answered by the page.
+var browser = testchrome.Browser{Args: []string{
+	"--host-resolver-rules=MAP *.example.test 127.0.0.1",
+	"--ignore-certificate-errors",
+}}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := browser.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
+// chromium loads url in a page of the shared browser and returns the DOM
+// once the page has loaded (its inline scripts have run).
+func chromium(t testing.TB, url string) string {
+	t.Helper()
+	page := browser.Page(t, url)
+	var dom string
+	if err := json.Unmarshal([]byte(page.Eval(t, `document.documentElement.outerHTML`)), &dom); err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256(leaf.RawSubjectPublicKeyInfo)
-	return base64.StdEncoding.EncodeToString(sum[:])
-}
-
-// chromium loads url in headless Chromium, trusting the certificates whose
-// keys are in spkis, with every name of example.test resolving to
-// loopback, and returns the DOM after its scripts ran. A Chromium that
-// crashes (killed by a signal: it segfaulted once in a run of the whole
-// suite) is run once more.
-func chromium(t testing.TB, url string, spkis ...string) string {
-	t.Helper()
-	out, err := runChromium(t, url, spkis)
-	var ee *exec.ExitError
-	if errors.As(err, &ee) && ee.ProcessState.Sys().(syscall.WaitStatus).Signaled() {
-		t.Logf("chromium %s crashed (%v); once more:\n%s", url, err, ee.Stderr)
-		out, err = runChromium(t, url, spkis)
-	}
-	if err != nil {
-		var stderr string
-		if errors.As(err, &ee) {
-			stderr = string(ee.Stderr)
-		}
-		t.Fatalf("chromium %s: %v\n%s", url, err, stderr)
-	}
-	return out
-}
-
-func runChromium(t testing.TB, url string, spkis []string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "chromium",
-		"--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-		"--user-data-dir="+t.TempDir(),
-		"--host-resolver-rules=MAP *.example.test 127.0.0.1",
-		"--ignore-certificate-errors-spki-list="+strings.Join(spkis, ","),
-		"--virtual-time-budget=5000",
-		"--dump-dom", url)
-	out, err := cmd.Output()
-	return string(out), err
+	return dom
 }
 
 // TestChromiumHTTPSAndTLSOnOnePort: Chromium loads a page from an https
@@ -107,12 +83,11 @@ func TestChromiumHTTPSAndTLSOnOnePort(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	go http.Serve(tls.NewListener(tl, &tls.Config{Certificates: []tls.Certificate{appCert}, NextProtos: []string{"h2", "http/1.1"}}), protocolPage("pass"))
 
-	edgeCert := e.srv.Certificates[0]
-	dom := chromium(t, l.URL()+"/", spki(t, edgeCert), spki(t, appCert))
+	dom := chromium(t, l.URL()+"/")
 	if !strings.Contains(dom, "page=web proto=h2") {
 		t.Errorf("https endpoint: want page=web over h2, DOM:\n%s", dom)
 	}
-	dom = chromium(t, "https://pass.example.test:"+tlsPort+"/", spki(t, edgeCert), spki(t, appCert))
+	dom = chromium(t, "https://pass.example.test:"+tlsPort+"/")
 	if !strings.Contains(dom, "page=pass proto=h2") {
 		t.Errorf("tls endpoint: want page=pass over h2, DOM:\n%s", dom)
 	}
@@ -225,8 +200,7 @@ es.onerror = () => { out.textContent = "event source error"; };
 	}
 	// One browser for the six pages, each at an endpoint of its own: a
 	// Chromium costs more to start than the page does.
-	page := testchrome.Start(t, "about:blank", "--host-resolver-rules=MAP *.example.test 127.0.0.1",
-		"--ignore-certificate-errors-spki-list="+spki(t, e.srv.Certificates[0]))
+	page := browser.Page(t, "about:blank")
 	for i, way := range ways {
 		for _, scheme := range []string{"http", "https"} {
 			t.Run(way.name+"/"+scheme, func(t *testing.T) {

@@ -337,7 +337,7 @@ func TestECHChromiumGREASEForThePublicName(t *testing.T) {
 	go http.Serve(tls.NewListener(tl, &tls.Config{Certificates: []tls.Certificate{tenantCert}}), protocolPage("tenant"))
 	holdOverPublicName(t, rt, "app.example.test")
 
-	dom := chromium(t, "https://"+deepPublicName+":"+tlsPort+"/", spki(t, edgeCert), spki(t, tenantCert))
+	dom := chromium(t, "https://"+deepPublicName+":"+tlsPort+"/")
 	if strings.Contains(dom, "page=tenant") || !strings.Contains(dom, "no_endpoint") {
 		t.Errorf("Chromium at the public name: want the edge's own answer (no_endpoint), not the tenant's page; DOM:\n%s", dom)
 	}
@@ -403,7 +403,7 @@ func TestECHEdgeStillRoutesGREASEAndPlainClients(t *testing.T) {
 	go http.Serve(tls.NewListener(tl, &tls.Config{Certificates: []tls.Certificate{appCert}, NextProtos: []string{"h2", "http/1.1"}}), protocolPage("pass"))
 
 	url := "https://pass.example.test:" + tlsPort + "/"
-	if dom := chromium(t, url, spki(t, appCert)); !strings.Contains(dom, "page=pass proto=h2") {
+	if dom := chromium(t, url); !strings.Contains(dom, "page=pass proto=h2") {
 		t.Errorf("Chromium: DOM:\n%s", dom)
 	}
 	ca := t.TempDir() + "/ca.pem"

@@ -19,7 +19,6 @@ import (
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/agent/forward"
 	"github.com/tunnelkit/tunnelkit/edge"
-	"github.com/tunnelkit/tunnelkit/internal/testchrome"
 	"github.com/tunnelkit/tunnelkit/internal/testtools"
 	"github.com/tunnelkit/tunnelkit/internal/testwait"
 )
@@ -381,7 +380,7 @@ func TestEventSourceCloseCancelsTheApp(t *testing.T) {
 	app := newSSEApp(t)
 	ways := streamWays(t, app.addr, nil)
 	idle := streamWays(t, app.addr, func(s *edge.Server) { s.Timeouts.HTTPIdle = 2 * time.Second })
-	page := testchrome.Start(t, "about:blank", "--host-resolver-rules=MAP *.example.test 127.0.0.1")
+	page := browser.Page(t, "about:blank")
 	for _, w := range ways {
 		if !strings.HasSuffix(w.name, "/h1") {
 			continue

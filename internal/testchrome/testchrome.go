@@ -22,8 +22,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -92,22 +95,33 @@ const devtoolsOrigin = "http://127.0.0.1"
 
 func dial(t testing.TB, wsURL string) *Page {
 	t.Helper()
-	cfg, err := websocket.NewConfig(wsURL, devtoolsOrigin)
+	d, err := dialWS(wsURL)
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(d.close)
+	return d
+}
+
+// dialWS connects to a DevTools WebSocket; close ends the connection.
+func dialWS(wsURL string) (*Page, error) {
+	cfg, err := websocket.NewConfig(wsURL, devtoolsOrigin)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ws, err := cfg.DialContext(ctx)
 	if err != nil {
-		t.Fatalf("DevTools %s: %v", wsURL, err)
+		return nil, fmt.Errorf("DevTools %s: %w", wsURL, err)
 	}
 	ws.MaxPayloadBytes = 64 << 20
 	d := &Page{ws: ws, calls: map[int64]chan message{}, events: make(chan message, 1000), done: make(chan struct{})}
 	go d.read()
-	t.Cleanup(func() { ws.Close(); <-d.done })
-	return d
+	return d, nil
 }
+
+func (d *Page) close() { d.ws.Close(); <-d.done }
 
 // read hands responses to their calls and queues events.
 func (d *Page) read() {
@@ -320,33 +334,34 @@ func (d *Page) Screenshot(t testing.TB) []byte {
 	return png
 }
 
+// flags are Chromium's flags here, before those of a caller.
+var flags = []string{
+	"--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
+	"--disable-extensions", "--disable-background-networking", "--disable-sync", "--mute-audio", "--hide-scrollbars",
+	"--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
+	"--remote-allow-origins=" + devtoolsOrigin,
+	"--window-size=1280,900",
+}
+
 // Start runs headless Chromium with args added to its own flags (such as
 // "--host-resolver-rules=MAP *.example.test 127.0.0.1" or
 // "--ignore-certificate-errors"), opens url in it, and returns the page's
 // DevTools once the page has loaded. Page errors are collected in
 // window.tunnelkitTestErrors. The test's end closes the browser. Check for
-// Chromium first (testtools.Need).
+// Chromium first (testtools.Need). Tests whose flags are the same share a
+// Browser instead.
 func Start(t testing.TB, url string, args ...string) *Page {
 	t.Helper()
-	flags := append([]string{
-		"--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
-		"--disable-extensions", "--disable-background-networking", "--disable-sync", "--mute-audio", "--hide-scrollbars",
-		"--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
-		"--remote-allow-origins=" + devtoolsOrigin,
-		"--window-size=1280,900",
-	}, args...)
-	wsURL, err := launch(t, flags)
-	var ee *exec.ExitError
-	if errors.As(err, &ee) && ee.ProcessState.Sys().(syscall.WaitStatus).Signaled() {
-		// Chromium crashes at its start now and then (it segfaulted
-		// once in a run of the whole suite): once more.
-		t.Logf("once more after this: %v", err)
-		wsURL, err = launch(t, flags)
-	}
+	p, err := start(append(flags[:len(flags):len(flags)], args...), t.TempDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	browser := dial(t, wsURL)
+	t.Cleanup(func() {
+		if !p.wait(10 * time.Second) {
+			t.Errorf("Chromium did not exit after Browser.close; killed it\n%s", p.log.String())
+		}
+	})
+	browser := dial(t, p.wsURL)
 	// Before the test's end closes the browser's DevTools connection.
 	t.Cleanup(func() {
 		websocket.JSON.Send(browser.ws, map[string]any{"id": 1 << 30, "method": "Browser.close"})
@@ -360,39 +375,157 @@ func Start(t testing.TB, url string, args ...string) *Page {
 		} `json:"targetInfos"`
 	}
 	json.Unmarshal(browser.Call(t, "Target.getTargets", nil), &r)
-	var pageURL string
+	var targetID string
 	for _, ti := range r.TargetInfos {
 		if ti.Type == "page" {
-			pageURL = wsURL[:strings.Index(wsURL, "/devtools/")] + "/devtools/page/" + ti.TargetID
+			targetID = ti.TargetID
 			break
 		}
 	}
-	if pageURL == "" {
+	if targetID == "" {
 		t.Fatalf("no page in Chromium: %+v", r)
 	}
-	page := dial(t, pageURL)
-	page.Call(t, "Page.enable", nil)
-	page.Call(t, "Page.addScriptToEvaluateOnNewDocument", map[string]any{"source": `
+	page := dial(t, pageURL(p.wsURL, targetID))
+	page.open(t, url)
+	return page
+}
+
+// pageURL is the DevTools WebSocket of a target, at the browser's server.
+func pageURL(browserURL, targetID string) string {
+	return browserURL[:strings.Index(browserURL, "/devtools/")] + "/devtools/page/" + targetID
+}
+
+// open readies a new page (events, the error collector, the window's
+// size) and loads url in it.
+func (d *Page) open(t testing.TB, url string) {
+	t.Helper()
+	d.Call(t, "Page.enable", nil)
+	d.Call(t, "Page.addScriptToEvaluateOnNewDocument", map[string]any{"source": `
 		window.tunnelkitTestErrors = [];
 		window.addEventListener('error', (e) => window.tunnelkitTestErrors.push(String(e.message)));
 		window.addEventListener('unhandledrejection', (e) => window.tunnelkitTestErrors.push(String(e.reason)));
 		document.addEventListener('securitypolicyviolation', (e) => window.tunnelkitTestErrors.push('CSP: ' + e.violatedDirective));
 	`})
-	page.Call(t, "Emulation.setDeviceMetricsOverride", map[string]any{"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": false})
-	page.Call(t, "Page.navigate", map[string]any{"url": url})
-	page.WaitEvent(t, "Page.loadEventFired", 30*time.Second)
+	d.Call(t, "Emulation.setDeviceMetricsOverride", map[string]any{"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": false})
+	d.Call(t, "Page.navigate", map[string]any{"url": url})
+	d.WaitEvent(t, "Page.loadEventFired", 30*time.Second)
+}
+
+// Browser is one headless Chromium that the tests of a test binary share,
+// started at its first Page: Chromium costs more to start than a page
+// does (about 1.3 CPU-s). Each Page is in a browser context of its own,
+// with its own cookies, cache and connections. The zero value has no
+// flags but Chromium's own here; a package's TestMain closes it after
+// its tests.
+type Browser struct {
+	// Args are added to Chromium's own flags, as Start's are.
+	Args []string
+
+	once   sync.Once
+	err    error
+	dir    string
+	p      *process
+	conn   *Page // the browser target
+	closed sync.Once
+}
+
+// Page opens url in a new page of b, in a browser context of its own
+// which the test's end closes, and returns the page's DevTools once it has
+// loaded. Check for Chromium first (testtools.Need).
+func (b *Browser) Page(t testing.TB, url string) *Page {
+	t.Helper()
+	b.once.Do(b.start)
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	var bc struct {
+		ID string `json:"browserContextId"`
+	}
+	json.Unmarshal(b.conn.Call(t, "Target.createBrowserContext", nil), &bc)
+	t.Cleanup(func() {
+		b.conn.Call(t, "Target.disposeBrowserContext", map[string]any{"browserContextId": bc.ID})
+	})
+	var target struct {
+		ID string `json:"targetId"`
+	}
+	json.Unmarshal(b.conn.Call(t, "Target.createTarget", map[string]any{"url": "about:blank", "browserContextId": bc.ID}), &target)
+	page := dial(t, pageURL(b.p.wsURL, target.ID))
+	page.open(t, url)
 	return page
 }
 
-// launch starts Chromium with flags and a profile of its own, has the
-// test's end wait for it to exit, and returns the URL of its DevTools
-// server. If Chromium exits before it listens, the error wraps its
-// *exec.ExitError.
-func launch(t testing.TB, flags []string) (string, error) {
-	flags = append(flags[:len(flags):len(flags)], "--user-data-dir="+t.TempDir(), "about:blank")
-	cmd := exec.Command("chromium", flags...)
+func (b *Browser) start() {
+	b.dir, b.err = os.MkdirTemp("", "testchrome")
+	if b.err != nil {
+		return
+	}
+	n := 0
+	b.p, b.err = start(append(flags[:len(flags):len(flags)], b.Args...), func() string {
+		n++
+		return filepath.Join(b.dir, strconv.Itoa(n))
+	})
+	if b.err != nil {
+		return
+	}
+	if b.conn, b.err = dialWS(b.p.wsURL); b.err != nil {
+		b.p.cmd.Process.Kill()
+		b.p.wait(0)
+	}
+}
+
+// Close ends the browser, if it was started, and waits for it. It may be
+// called more than once.
+func (b *Browser) Close() error {
+	var err error
+	b.closed.Do(func() {
+		b.once.Do(func() { b.err = errors.New("testchrome: Browser closed") })
+		if b.conn != nil {
+			websocket.JSON.Send(b.conn.ws, map[string]any{"id": 1 << 30, "method": "Browser.close"})
+			if !b.p.wait(10 * time.Second) {
+				err = fmt.Errorf("chromium did not exit after Browser.close; killed it\n%s", b.p.log.String())
+			}
+			b.conn.close()
+		}
+		if b.dir != "" {
+			os.RemoveAll(b.dir)
+		}
+	})
+	return err
+}
+
+// process is a Chromium that runs.
+type process struct {
+	cmd     *exec.Cmd
+	log     *lineWriter
+	exited  chan struct{}
+	waitErr error
+	wsURL   string // the browser's DevTools WebSocket
+}
+
+// start launches Chromium with flags and a profile in a new directory of
+// dir's, and returns it once its DevTools server listens. A Chromium that
+// crashes before that (it segfaulted at its start once in a run of the
+// whole suite) is launched once more, with a profile of its own.
+func start(flags []string, dir func() string) (*process, error) {
+	p, err := launch(flags, dir())
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ProcessState.Sys().(syscall.WaitStatus).Signaled() {
+		p, err = launch(flags, dir())
+		if err != nil {
+			err = fmt.Errorf("twice: %w", err)
+		}
+	}
+	return p, err
+}
+
+// launch starts Chromium with flags and the profile in dir. If Chromium
+// exits before its DevTools server listens, the error wraps its
+// *exec.ExitError; if it does not listen within 30 s, it is killed.
+func launch(flags []string, dir string) (*process, error) {
+	cmd := exec.Command("chromium", append(flags[:len(flags):len(flags)], "--user-data-dir="+dir, "about:blank")...)
 	browserURL := make(chan string, 1)
-	log := &lineWriter{line: func(l string) {
+	p := &process{cmd: cmd, exited: make(chan struct{})}
+	p.log = &lineWriter{line: func(l string) {
 		if m := devtoolsListening.FindStringSubmatch(l); m != nil {
 			select {
 			case browserURL <- m[1]:
@@ -400,31 +533,35 @@ func launch(t testing.TB, flags []string) (string, error) {
 			}
 		}
 	}}
-	cmd.Stderr = log
+	cmd.Stderr = p.log
 	// Wait need not wait for the output of children that outlive the
 	// browser.
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Start(); err != nil {
-		return "", err
+		return nil, err
 	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			t.Errorf("Chromium did not exit after Browser.close; killing it\n%s", log.String())
-			cmd.Process.Kill()
-			<-exited
-		}
-	})
+	go func() { p.waitErr = cmd.Wait(); close(p.exited) }()
 	select {
-	case wsURL := <-browserURL:
-		return wsURL, nil
-	case <-exited:
-		return "", fmt.Errorf("Chromium exited: %w\n%s", waitErr, log.String())
+	case p.wsURL = <-browserURL:
+		return p, nil
+	case <-p.exited:
+		return nil, fmt.Errorf("Chromium exited: %w\n%s", p.waitErr, p.log.String())
 	case <-time.After(30 * time.Second):
-		return "", fmt.Errorf("Chromium did not start its DevTools server:\n%s", log.String())
+		cmd.Process.Kill()
+		<-p.exited
+		return nil, fmt.Errorf("Chromium did not start its DevTools server:\n%s", p.log.String())
+	}
+}
+
+// wait waits up to timeout for Chromium to exit, then kills it; it
+// reports whether Chromium exited by itself.
+func (p *process) wait(timeout time.Duration) bool {
+	select {
+	case <-p.exited:
+		return true
+	case <-time.After(timeout):
+		p.cmd.Process.Kill()
+		<-p.exited
+		return false
 	}
 }
