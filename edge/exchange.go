@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/edge/internal/access"
 	"github.com/tunnelkit/tunnelkit/edge/internal/upstream"
 	"github.com/tunnelkit/tunnelkit/forwarded"
 	"github.com/tunnelkit/tunnelkit/internal/pipe"
@@ -55,7 +56,7 @@ type exchange struct {
 	routes []router.Route
 	info   ConnInfo
 	pc     *upstream.Conn // nil: a mounted handler's request
-	aw     *accessWriter
+	aw     *access.Writer
 	rc     *http.ResponseController
 	pol    *policy.Policy // the endpoint's traffic policy; nil: none
 
@@ -88,7 +89,7 @@ const halfCloseGrace = time.Second
 
 // serveExchange proxies r, which pol let through, to the first reachable
 // of routes.
-func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, routes []router.Route, info ConnInfo, aw *accessWriter, pol *policy.Policy) {
+func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, routes []router.Route, info ConnInfo, aw *access.Writer, pol *policy.Policy) {
 	// net/http cancels a request's context when its HTTP/1.1 client
 	// half-closes the connection, which looks like leaving: the exchange
 	// runs on a context of its own, cancelled as described on exchange.
@@ -121,7 +122,7 @@ func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, routes []
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		x.body = &bodyReader{ReadCloser: r.Body, rc: x.rc, timeout: s.cfg.body, activity: &x.activity}
 		if aw != nil {
-			x.body.counted = &aw.in
+			x.body.counted = &aw.In
 		}
 	}
 	stopWatch := context.AfterFunc(r.Context(), x.clientDone)
@@ -226,7 +227,7 @@ func (x *exchange) modifyResponse(resp *http.Response) error {
 	x.pol.RewriteResponse(resp.Header)
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		if x.aw != nil {
-			x.aw.upgraded()
+			x.aw.Upgraded()
 		}
 		return nil
 	}
@@ -494,7 +495,7 @@ func (u *upgradedBody) Read(p []byte) (int, error) {
 	if n > 0 {
 		u.x.touch()
 		if u.x.aw != nil {
-			u.x.aw.out.Add(int64(n))
+			u.x.aw.Out.Add(int64(n))
 		}
 	}
 	return n, err
@@ -505,7 +506,7 @@ func (u *upgradedBody) Write(p []byte) (int, error) {
 	if n > 0 {
 		u.x.touch()
 		if u.x.aw != nil {
-			u.x.aw.in.Add(int64(n))
+			u.x.aw.In.Add(int64(n))
 		}
 	}
 	return n, err

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/tunnelkit/tunnelkit/edge/acme"
+	"github.com/tunnelkit/tunnelkit/edge/internal/access"
 	"github.com/tunnelkit/tunnelkit/edge/internal/names"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
@@ -75,9 +76,9 @@ func (s *Server) serveHTTPS(w http.ResponseWriter, r *http.Request) {
 // serveHTTP routes a request by its Host, and proxies it, counting and
 // logging it when the Server has an AccessLog or an Observer.
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, terminated bool) {
-	var aw *accessWriter
+	var aw *access.Writer
 	if s.AccessLog != nil || s.Observer != nil {
-		aw = newAccessWriter(w)
+		aw = access.NewWriter(w)
 		w = aw
 		defer s.endAccess(aw, r)
 	}

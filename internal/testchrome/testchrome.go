@@ -545,11 +545,11 @@ func launch(flags []string, dir string) (*process, error) {
 	case p.wsURL = <-browserURL:
 		return p, nil
 	case <-p.exited:
-		return nil, fmt.Errorf("Chromium exited: %w\n%s", p.waitErr, p.log.String())
+		return nil, fmt.Errorf("chromium exited: %w\n%s", p.waitErr, p.log.String())
 	case <-time.After(30 * time.Second):
 		cmd.Process.Kill()
 		<-p.exited
-		return nil, fmt.Errorf("Chromium did not start its DevTools server:\n%s", p.log.String())
+		return nil, fmt.Errorf("chromium did not start its DevTools server:\n%s", p.log.String())
 	}
 }
 
