@@ -12,7 +12,13 @@
 //	page.WaitFor(t, `document.querySelector('#ready')`, 10*time.Second)
 //	page.Click(t, `#submit`)
 //
-// The test's end closes the browser and waits for it to exit.
+// The test's end closes the browser and waits for it to exit. Tests of
+// one package that need the same flags share a Browser, which starts
+// Chromium once and gives each test a page in a browser context of its
+// own:
+//
+//	var browser = testchrome.Browser{Args: []string{"--ignore-certificate-errors"}}
+//	page := browser.Page(t, url) // in a test; TestMain calls browser.Close
 package testchrome
 
 import (
