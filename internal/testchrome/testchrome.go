@@ -362,16 +362,15 @@ func Start(t testing.TB, url string, args ...string) *Page {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var browser *Page
 	t.Cleanup(func() {
-		if !p.wait(10 * time.Second) {
-			t.Errorf("Chromium did not exit after Browser.close; killed it\n%s", p.log.String())
+		if err := p.close(browser); err != nil {
+			t.Error(err)
 		}
 	})
-	browser := dial(t, p.wsURL)
-	// Before the test's end closes the browser's DevTools connection.
-	t.Cleanup(func() {
-		websocket.JSON.Send(browser.ws, map[string]any{"id": 1 << 30, "method": "Browser.close"})
-	})
+	if browser, err = dialWS(p.wsURL); err != nil {
+		t.Fatal(err)
+	}
 
 	// The page target, the tab Chromium opened, at the same server.
 	var r struct {
@@ -474,8 +473,7 @@ func (b *Browser) start() {
 		return
 	}
 	if b.conn, b.err = dialWS(b.p.wsURL); b.err != nil {
-		b.p.cmd.Process.Kill()
-		b.p.wait(0)
+		b.p.close(nil)
 	}
 }
 
@@ -486,11 +484,7 @@ func (b *Browser) Close() error {
 	b.closed.Do(func() {
 		b.once.Do(func() { b.err = errors.New("testchrome: Browser closed") })
 		if b.conn != nil {
-			websocket.JSON.Send(b.conn.ws, map[string]any{"id": 1 << 30, "method": "Browser.close"})
-			if !b.p.wait(10 * time.Second) {
-				err = fmt.Errorf("chromium did not exit after Browser.close; killed it\n%s", b.p.log.String())
-			}
-			b.conn.close()
+			err = b.p.close(b.conn)
 		}
 		if b.dir != "" {
 			os.RemoveAll(b.dir)
@@ -557,6 +551,22 @@ func launch(flags []string, dir string) (*process, error) {
 		<-p.exited
 		return nil, fmt.Errorf("chromium did not start its DevTools server:\n%s", p.log.String())
 	}
+}
+
+// close asks Chromium to close over conn, its DevTools connection, waits
+// up to 10 s for it to exit, then kills it, and ends conn. Without conn
+// (nil), it kills Chromium at once.
+func (p *process) close(conn *Page) error {
+	if conn == nil {
+		p.wait(0)
+		return nil
+	}
+	defer conn.close()
+	websocket.JSON.Send(conn.ws, map[string]any{"id": 1 << 30, "method": "Browser.close"})
+	if !p.wait(10 * time.Second) {
+		return fmt.Errorf("chromium did not exit after Browser.close; killed it\n%s", p.log.String())
+	}
+	return nil
 }
 
 // wait waits up to timeout for Chromium to exit, then kills it; it
