@@ -4,7 +4,6 @@
 package names
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -19,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/internal/safefile"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/router"
 )
@@ -42,6 +42,10 @@ import (
 
 // recordFile is the record's name in StateDir.
 const recordFile = "names.jsonl"
+
+// maxRecord bounds the record an edge reads back: far more than the
+// lines of the most names an edge holds.
+const maxRecord = 1 << 30
 
 // recordLine is one line of the record.
 type recordLine struct {
@@ -93,7 +97,7 @@ type Record struct {
 // No record is a first start: nothing is reserved. now is the edge's
 // clock.
 func Open(dir string, mem *router.MemoryRouter, grace time.Duration, log *slog.Logger, now func() time.Time) (*Record, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := safefile.PrivateDir(dir); err != nil {
 		return nil, err
 	}
 	n := &Record{MemoryRouter: mem, path: filepath.Join(dir, recordFile), log: log, now: now, restored: map[baseKey]restoredName{}, held: map[Endpoint]Holding{}}
@@ -141,7 +145,7 @@ func Open(dir string, mem *router.MemoryRouter, grace time.Duration, log *slog.L
 // written), and the operator's reservations, identities by name. A line
 // cut short by a crash is skipped.
 func readRecord(path string) (held map[Endpoint]Holding, reserved map[string]string, err error) {
-	b, err := os.ReadFile(path)
+	b, info, err := safefile.ReadOwn(path, maxRecord)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -166,9 +170,7 @@ func readRecord(path string) (held map[Endpoint]Holding, reserved map[string]str
 		}
 	}
 	if stopped.IsZero() {
-		if fi, err := os.Stat(path); err == nil {
-			stopped = fi.ModTime()
-		}
+		stopped = info.ModTime()
 	}
 	for k, h := range held {
 		if !h.Until.IsZero() && h.Until.Before(stopped) {
@@ -283,13 +285,8 @@ func (n *Record) snapshotLocked() error {
 		n.f.Close()
 		n.f = nil
 	}
-	tmp := n.path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriter(f)
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	now := n.now()
 	reserved, _ := n.MemoryRouter.Reservations(context.Background())
 	for _, r := range reserved {
@@ -302,21 +299,13 @@ func (n *Record) snapshotLocked() error {
 		}
 		enc.Encode(recordLine{Proto: k.Proto, Name: k.Name, Identity: h.Identity, Until: h.Until})
 	}
-	err = w.Flush()
+	// A new file in the record's place: a crash leaves the old one or
+	// the new one, and a link in either place is not followed.
+	err := safefile.WriteFile(n.path, b.Bytes())
 	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, n.path)
-	}
-	if err == nil {
-		n.f, err = os.OpenFile(n.path, os.O_WRONLY|os.O_APPEND, 0o600)
+		n.f, err = safefile.OpenAppend(n.path)
 	}
 	if err != nil {
-		os.Remove(tmp)
 		return err
 	}
 	n.lines = 0
