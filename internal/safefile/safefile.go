@@ -183,17 +183,15 @@ func CreateFile(path string, data []byte) error {
 	return nil
 }
 
-// OpenAppend opens the regular file at path for appending, without
-// following a link and without blocking.
-func OpenAppend(path string) (*os.File, error) {
-	info, err := os.Lstat(path)
-	if err != nil {
+// OpenOwn opens a file the program keeps itself (a journal it appends
+// to, a lock) with flag, as os.OpenFile does (mode 0600 when it creates
+// it), without following a link and without blocking: a link or a file
+// that is not regular at path is refused, and left as it is.
+func OpenOwn(path string, flag int) (*os.File, error) {
+	if err := ownTarget(path); err != nil {
 		return nil, err
 	}
-	if err := regular(path, info); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|noFollow|nonBlock, 0)
+	f, err := os.OpenFile(path, flag|noFollow|nonBlock, 0o600)
 	if err != nil {
 		return nil, linkError(path, err)
 	}

@@ -190,7 +190,7 @@ func TestReadRefusesSpecialFiles(t *testing.T) {
 			"Read":        func() error { _, _, err := Read(path, 4096); return err },
 			"ReadOwn":     func() error { _, _, err := ReadOwn(path, 4096); return err },
 			"ReadPrivate": func() error { _, err := ReadPrivate(path, 4096, "a secret"); return err },
-			"OpenAppend":  func() error { _, err := OpenAppend(path); return err },
+			"OpenOwn":     func() error { _, err := OpenOwn(path, os.O_RDWR|os.O_CREATE); return err },
 		}
 		for name, read := range reads {
 			within(t, name+" of "+path, func() {
@@ -210,8 +210,8 @@ func TestReadOwnRefusesALink(t *testing.T) {
 	if _, _, err := ReadOwn(link, 4096); !errors.Is(err, ErrSymlink) || !strings.HasPrefix(err.Error(), link+" is a symbolic link") {
 		t.Errorf("ReadOwn of a link: %v, want ErrSymlink naming it", err)
 	}
-	if _, err := OpenAppend(link); !errors.Is(err, ErrSymlink) {
-		t.Errorf("OpenAppend of a link: %v, want ErrSymlink", err)
+	if _, err := OpenOwn(link, os.O_WRONLY|os.O_APPEND); !errors.Is(err, ErrSymlink) {
+		t.Errorf("OpenOwn of a link: %v, want ErrSymlink", err)
 	}
 	if b, _, err := Read(link, 4096); err != nil || string(b) != "the victim's own bytes\n" {
 		t.Errorf("Read of a link: %q, %v", b, err)
@@ -307,13 +307,13 @@ func TestPrivateDir(t *testing.T) {
 	}
 }
 
-// OpenAppend appends to a regular file.
-func TestOpenAppend(t *testing.T) {
+// OpenOwn appends to a regular file, and creates one with O_CREATE.
+func TestOpenOwn(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "names.jsonl")
 	if err := WriteFile(path, []byte("one\n")); err != nil {
 		t.Fatal(err)
 	}
-	f, err := OpenAppend(path)
+	f, err := OpenOwn(path, os.O_WRONLY|os.O_APPEND)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +322,16 @@ func TestOpenAppend(t *testing.T) {
 	if b, _ := os.ReadFile(path); string(b) != "one\ntwo\n" {
 		t.Errorf("after appending: %q", b)
 	}
-	if _, err := OpenAppend(filepath.Join(t.TempDir(), "missing")); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("OpenAppend of a missing file: %v", err)
+	missing := filepath.Join(t.TempDir(), "missing")
+	if _, err := OpenOwn(missing, os.O_WRONLY|os.O_APPEND); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("OpenOwn of a missing file: %v", err)
+	}
+	f, err = OpenOwn(missing, os.O_RDWR|os.O_CREATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if info, err := os.Lstat(missing); err != nil || info.Mode() != 0o600 {
+		t.Errorf("OpenOwn with O_CREATE made %v, %v; want a file of mode 0600", info.Mode(), err)
 	}
 }
