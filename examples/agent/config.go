@@ -23,11 +23,11 @@ import (
 //	  - url: https://app.example.com
 //	    to: 3000
 type fileConfig struct {
-	Edge      yamlcfg.Strings `yaml:"edge"`     // -edge: one address, or a list
-	Token     string          `yaml:"token"`    // -token
-	Proxy     string          `yaml:"proxy"`    // -proxy
-	ProxyCA   string          `yaml:"proxy_ca"` // -proxy-ca
-	EdgeCA    string          `yaml:"edge_ca"`  // -edge-ca
+	Edge      yamlcfg.Strings `yaml:"edge"`                   // -edge: one address, or a list
+	Token     string          `yaml:"token" secret:"a token"` // -token
+	Proxy     string          `yaml:"proxy"`                  // -proxy
+	ProxyCA   string          `yaml:"proxy_ca"`               // -proxy-ca
+	EdgeCA    string          `yaml:"edge_ca"`                // -edge-ca
 	Plaintext *bool           `yaml:"plaintext"`
 	Wait      string          `yaml:"wait"`    // -wait, a duration
 	Metrics   string          `yaml:"metrics"` // -metrics

@@ -54,7 +54,7 @@ type fileConfig struct {
 
 // tokenEntry is an item of the file's tokens.
 type tokenEntry struct {
-	Token    string `yaml:"token"`
+	Token    string `yaml:"token" secret:"a token"`
 	Identity string `yaml:"identity"`
 }
 
@@ -110,6 +110,11 @@ func applyConfig(fs *flag.FlagSet, path string, given map[string]bool) (*fileCon
 		key := k.Value
 		name := strings.ReplaceAll(key, "_", "-")
 		c.where[name] = k.Line
+		if key == "token" {
+			if err := f.Secret(v, "a token"); err != nil {
+				return nil, err
+			}
+		}
 		if read, ok := fileKeys[key]; ok {
 			if given[name] {
 				continue // the flag wins

@@ -3,22 +3,34 @@
 // key given twice and a ${VAR} the environment does not set are errors
 // that name the file and the line; ${VAR} takes its value from the
 // environment, so that secrets stay out of the file. Expansion happens in
-// values after parsing: a variable's value is never read as YAML.
+// values after parsing: a variable's value is never read as YAML. It is a
+// string, whatever it spells (~, null, true, 0x10, a date...), unless it
+// goes where a number or a bool goes and spells one: ${PORT} set to 3000
+// is 3000 there, as it would be written in the file.
+//
+// A file that writes a secret out (a token, a password: a struct field
+// tagged secret:"what it is", or a policy's basic_auth credentials, oidc
+// client_secret and webhook secret), rather than taking it from ${VAR},
+// is refused when group or others may read or write it.
 package yamlcfg
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"math"
 	"os"
 	"reflect"
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tunnelkit/tunnelkit/examples/internal/cli"
+	"github.com/tunnelkit/tunnelkit/internal/safefile"
 	"github.com/tunnelkit/tunnelkit/policy"
 )
 
@@ -26,17 +38,28 @@ import (
 type File struct {
 	Name string     // the file's path, as given
 	Root *yaml.Node // its top-level mapping; nil for an empty file
+
+	info     fs.FileInfo           // the file's, from Load; nil: Parse's bytes, taken as private
+	expanded map[*yaml.Node]string // each value with a ${VAR}, as written
 }
+
+// MaxSize bounds the file Load reads.
+const MaxSize = 16 << 20
 
 // Load reads the YAML file at path and expands ${VAR} in its values from
 // the environment (lookup; nil: os.LookupEnv). The top level must be a
-// mapping.
+// mapping. A named pipe or a device is refused without blocking.
 func Load(path string, lookup func(string) (string, bool)) (*File, error) {
-	b, err := os.ReadFile(path)
+	b, info, err := safefile.Read(path, MaxSize)
 	if err != nil {
 		return nil, err
 	}
-	return Parse(path, b, lookup)
+	f, err := Parse(path, b, lookup)
+	if err != nil {
+		return nil, err
+	}
+	f.info = info
+	return f, nil
 }
 
 // Parse is Load of the bytes b, read from the file name.
@@ -44,7 +67,7 @@ func Parse(name string, b []byte, lookup func(string) (string, bool)) (*File, er
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
-	f := &File{Name: name}
+	f := &File{Name: name, expanded: map[*yaml.Node]string{}}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
 		return nil, f.wrap(err)
@@ -101,6 +124,7 @@ func (f *File) expand(n *yaml.Node, lookup func(string) (string, bool)) error {
 			return nil
 		}
 		var failed error
+		f.expanded[n] = n.Value
 		n.Value = variable.ReplaceAllStringFunc(n.Value, func(ref string) string {
 			name := ref[2 : len(ref)-1]
 			if !validName.MatchString(name) {
@@ -116,12 +140,83 @@ func (f *File) expand(n *yaml.Node, lookup func(string) (string, bool)) error {
 		if failed != nil {
 			return failed
 		}
-		// The value is a string now, whatever it looked like: "${PORT}"
-		// set to 3000 is 3000 where a number goes, as it would be
-		// written out.
-		n.Tag, n.Style = "", 0
+		// The value is a string, whatever it spells, until settle finds
+		// it goes where a number or a bool goes.
+		n.Tag, n.Style = "!!str", 0
 	}
 	return nil
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// settle gives the scalar n, if ${VAR} expanded it, the type of what it
+// decodes into, t: it stays a string unless t is a number and the value
+// spells one (3000, 0x10, 1e3), or t is a bool and the value spells one
+// (true, False), as it would read written in the file. A duration stays a
+// string ("30s"), as yaml takes it; ~ and null are strings everywhere, so
+// that a number or a bool refuses them rather than read them as zero.
+func (f *File) settle(n *yaml.Node, t reflect.Type) {
+	if _, ok := f.expanded[n]; !ok {
+		return
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	plain := yaml.Node{Kind: yaml.ScalarNode, Value: n.Value}
+	tag := plain.ShortTag()
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		// A float that is a whole number (1e3); not .inf, which yaml
+		// would make the least int64.
+		var x float64
+		if t != durationType && (tag == "!!int" || tag == "!!float" && plain.Decode(&x) == nil && x == math.Trunc(x) && !math.IsInf(x, 0)) {
+			n.Tag = tag
+		}
+	case reflect.Float32, reflect.Float64:
+		if tag == "!!int" || tag == "!!float" {
+			n.Tag = tag
+		}
+	case reflect.Bool:
+		if tag == "!!bool" {
+			n.Tag = tag
+		}
+	}
+}
+
+// Secret returns an error when the value at n, a secret (what: "a
+// token"), is written out in the file, all of it or a part, rather than
+// taken from the environment with ${VAR}, and group or others may read or
+// write the file. A file that Parse read from bytes is taken as private.
+func (f *File) Secret(n *yaml.Node, what string) error {
+	return f.secret(n, what, false)
+}
+
+// secret is Secret; for credentials ("user:password"), only what follows
+// the first colon, as written, is the secret.
+func (f *File) secret(n *yaml.Node, what string, credentials bool) error {
+	if f.info == nil || n == nil {
+		return nil
+	}
+	if n.Kind != yaml.ScalarNode {
+		for _, c := range n.Content {
+			if err := f.secret(c, what, credentials); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	written, ok := f.expanded[n]
+	if !ok {
+		written = n.Value
+	}
+	if _, pw, ok := strings.Cut(written, ":"); credentials && ok {
+		written = pw
+	}
+	if variable.ReplaceAllString(written, "") == "" {
+		return nil // from the environment
+	}
+	return safefile.Private(f.Name, f.info, fmt.Sprintf("its line %d writes out %s (${VAR} would take it from the environment)", n.Line, what))
 }
 
 // At returns an error at n's line: "FILE:LINE: msg".
@@ -188,6 +283,11 @@ func (f *File) checkKeys(n *yaml.Node, where string, t reflect.Type) error {
 			if err := f.checkKeys(val, join(where, k.Value), field.Type); err != nil {
 				return err
 			}
+			if what := field.Tag.Get("secret"); what != "" {
+				if err := f.Secret(val, what); err != nil {
+					return err
+				}
+			}
 		}
 	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
 		for i, c := range n.Content {
@@ -195,6 +295,8 @@ func (f *File) checkKeys(n *yaml.Node, where string, t reflect.Type) error {
 				return err
 			}
 		}
+	case n.Kind == yaml.ScalarNode:
+		f.settle(n, t)
 	}
 	return nil
 }
@@ -240,10 +342,15 @@ func Keys(t reflect.Type) map[string]reflect.StructField {
 // (cidr_allow, basic_auth, rate_limit, ... as in PROTOCOL.md), written in
 // YAML at n, and checks its form: its errors name the line. basic_auth
 // also takes a list of "user:password" alone, for {credentials: [...]}.
-// A missing or null policy is nil.
+// A missing or null policy is nil. A ${VAR} is typed by the member of
+// policy.Spec it goes to; a secret written out in a file open to others
+// is refused.
 func (f *File) Policy(n *yaml.Node) (*policy.Spec, error) {
 	if n == nil || n.Kind == 0 || n.Tag == "!!null" {
 		return nil, nil
+	}
+	if err := f.policyValues(n, specType, ""); err != nil {
+		return nil, err
 	}
 	var v any
 	if err := n.Decode(&v); err != nil {
@@ -266,6 +373,57 @@ func (f *File) Policy(n *yaml.Node) (*policy.Spec, error) {
 		return nil, nil
 	}
 	return &spec, nil
+}
+
+var specType = reflect.TypeFor[policy.Spec]()
+
+// policySecrets are the members of a policy that hold a secret, and what
+// each is.
+var policySecrets = map[string]string{
+	policy.KindBasicAuth + ".credentials": "a basic_auth password",
+	policy.KindOIDC + ".client_secret":    "an oidc client_secret",
+	policy.KindWebhook + ".secret":        "a webhook secret",
+}
+
+// policyValues walks the policy at n, whose member path is where, beside
+// t, the type of policy.Spec it decodes into by its json tags: each value
+// ${VAR} expanded gets t's type (settle), and each secret is checked. A
+// member t does not have is left to policy.Parse to name.
+func (f *File) policyValues(n *yaml.Node, t reflect.Type, where string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Struct:
+		fields := map[string]reflect.Type{}
+		for field := range t.Fields() {
+			name, _, _ := strings.Cut(field.Tag.Get("json"), ",")
+			fields[name] = field.Type
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if ft, ok := fields[k.Value]; ok {
+				if err := f.policyValues(v, ft, join(where, k.Value)); err != nil {
+					return err
+				}
+			}
+		}
+	case n.Kind == yaml.SequenceNode && where == policy.KindBasicAuth:
+		// The list of credentials alone.
+		return f.policyValues(&yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{{Value: "credentials"}, n}}, t, where)
+	case n.Kind == yaml.SequenceNode && t.Kind() == reflect.Slice:
+		for _, c := range n.Content {
+			if err := f.policyValues(c, t.Elem(), where); err != nil {
+				return err
+			}
+		}
+	case n.Kind == yaml.ScalarNode:
+		f.settle(n, t)
+		if what, ok := policySecrets[where]; ok {
+			return f.secret(n, what, where == policy.KindBasicAuth+".credentials")
+		}
+	}
+	return nil
 }
 
 // Strings is a value that is one string or a list of them: "edge: a:7000"
