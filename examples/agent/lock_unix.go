@@ -6,13 +6,15 @@ import (
 	"errors"
 	"os"
 	"syscall"
+
+	"github.com/tunnelkit/tunnelkit/internal/safefile"
 )
 
 // lockFile takes an exclusive lock on the file at path, created if
 // missing, and returns the func that releases it. The lock goes with the
 // process: a killed agent holds it no more.
 func lockFile(path string) (unlock func(), err error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := safefile.OpenOwn(path, os.O_RDWR|os.O_CREATE)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/internal/safefile"
 )
 
 // The state file keeps what an agent needs to get its URLs back when it
@@ -69,11 +71,18 @@ func defaultStatePath(key string) (string, error) {
 // errStateBusy is a state file another agent runs with.
 var errStateBusy = errors.New("another agent runs with it")
 
+// maxState bounds the state file read back: far more than the tickets of
+// the endpoints one agent has.
+const maxState = 64 << 20
+
 // openState locks and reads the state file at path, creating its
 // directory; a missing file is an empty state. A file that is not one is
-// an error that names it: it is left for the user to look at.
+// an error that names it: it is left for the user to look at. So are a
+// link or a special file in its place, a file that group or others may
+// read or write (the session's ticket gives the agent's names away), and
+// a directory that they may write to.
 func openState(path string) (*stateFile, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if err := safefile.PrivateDir(filepath.Dir(path)); err != nil {
 		return nil, err
 	}
 	unlock, err := lockFile(path + ".lock")
@@ -81,7 +90,10 @@ func openState(path string) (*stateFile, error) {
 		return nil, err
 	}
 	s := &stateFile{path: path, unlock: unlock}
-	b, err := os.ReadFile(path)
+	b, info, err := safefile.ReadOwn(path, maxState)
+	if err == nil {
+		err = safefile.Private(path, info, "its tickets give the agent's names away")
+	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return s, nil
@@ -148,9 +160,5 @@ func (s *stateFile) update(f func(*stateData)) error {
 		return err
 	}
 	// A new file renamed over the old: a kill leaves one or the other.
-	tmp := s.path + ".new"
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, s.path)
+	return safefile.WriteFile(s.path, []byte(b.String()))
 }
