@@ -25,17 +25,20 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/edge/view"
+	"github.com/tunnelkit/tunnelkit/internal/safefile"
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // MinToken is the shortest token LoadToken takes, in bytes.
 const MinToken = 16
+
+// MaxTokenFile is the longest token file LoadToken takes, in bytes.
+const MaxTokenFile = 4096
 
 // API is the admin API of one edge. It is an http.Handler.
 type API struct {
@@ -57,24 +60,11 @@ type API struct {
 // LoadToken reads the bearer token of path, its first line, and returns
 // its SHA-256. It refuses a file that anyone but its owner may read or
 // write (a token to the whole edge: chmod 600 it), one that is not a
-// regular file, and a token shorter than MinToken bytes.
+// regular file (a named pipe, without waiting for a writer), one over
+// MaxTokenFile bytes (never cut), and a token shorter than MinToken
+// bytes.
 func LoadToken(path string) ([32]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return [32]byte{}, err
-	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return [32]byte{}, err
-	}
-	if !info.Mode().IsRegular() {
-		return [32]byte{}, fmt.Errorf("%s is not a regular file", path)
-	}
-	if perm := info.Mode().Perm(); perm&0o077 != 0 {
-		return [32]byte{}, fmt.Errorf("%s is open to others (mode %04o): the token gives the whole edge away; chmod 600 it", path, perm)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, 4096))
+	b, err := safefile.ReadPrivate(path, MaxTokenFile, "the token gives the whole edge away")
 	if err != nil {
 		return [32]byte{}, err
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/examples/internal/admin"
 	"github.com/tunnelkit/tunnelkit/examples/internal/cli"
 	"github.com/tunnelkit/tunnelkit/examples/internal/logbuf"
+	"github.com/tunnelkit/tunnelkit/internal/safefile"
 
 	"golang.org/x/crypto/acme/autocert"
 
@@ -511,12 +512,17 @@ func operatorPolicy(srv *edge.Server, file string, inline *policy.Spec, kinds st
 	if inline != nil {
 		op.Policy, file = *inline, "(the -config file's policy)"
 	} else if file != "" {
-		b, err := os.ReadFile(file)
+		b, info, err := safefile.Read(file, policy.MaxSpecBytes)
 		if err != nil {
 			return fmt.Errorf("-policy: %w", err)
 		}
 		if op.Policy, err = policy.Parse(b); err != nil {
 			return fmt.Errorf("-policy %s: %w", file, err)
+		}
+		if p := op.Policy; p.BasicAuth != nil && len(p.BasicAuth.Credentials) > 0 || p.OIDC != nil && p.OIDC.ClientSecret != "" || p.Webhook != nil && p.Webhook.Secret != "" {
+			if err := safefile.Private(file, info, "it holds passwords or secrets (basic_auth, oidc client_secret, webhook secret)"); err != nil {
+				return fmt.Errorf("-policy: %w", err)
+			}
 		}
 	}
 	if file != "" {
@@ -564,14 +570,17 @@ func (ids identities) authenticate(_ context.Context, token string) (string, err
 	return "", errors.New("unknown token")
 }
 
-// load reads "token identity" lines.
+// maxTokensFile bounds the -tokens file.
+const maxTokensFile = 64 << 20
+
+// load reads "token identity" lines, from a file only its owner may read
+// or write.
 func (ids identities) load(path string) error {
-	f, err := os.Open(path)
+	b, err := safefile.ReadPrivate(path, maxTokensFile, "its tokens let anyone connect agents as their identities")
 	if err != nil {
 		return fmt.Errorf("-tokens: %w", err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(b))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -600,16 +609,27 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 }
 
 // loadTicketKey reads a hex key of at least 32 bytes, or creates the file
-// with a new random one.
+// with a new random one. The key forges any agent's ticket: the file, and
+// its directory, are the edge's own (no link, no special file, no mode
+// that lets others read or write it; a directory that they may write to,
+// where they could swap the key, is refused too).
 func loadTicketKey(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
+	if err := safefile.PrivateDir(filepath.Dir(path)); err != nil {
+		return nil, fmt.Errorf("-ticket-key: %w", err)
+	}
+	b, info, err := safefile.ReadOwn(path, 4096)
 	if errors.Is(err, fs.ErrNotExist) {
 		key := make([]byte, 32)
 		rand.Read(key)
-		if err := os.WriteFile(path, []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
+		// Exclusively: a link planted at path is neither followed nor
+		// replaced, nor a key another edge just wrote.
+		if err := safefile.CreateFile(path, []byte(hex.EncodeToString(key)+"\n")); err != nil {
 			return nil, fmt.Errorf("-ticket-key: %w", err)
 		}
 		return key, nil
+	}
+	if err == nil {
+		err = safefile.Private(path, info, "the key lets anyone forge agents' tickets, and take their names")
 	}
 	if err != nil {
 		return nil, fmt.Errorf("-ticket-key: %w", err)
@@ -716,15 +736,7 @@ func echKeygenTo(path, publicName string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fmt.Errorf("-ech-keygen: %w", err)
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("-ech-keygen: %w", err)
-	}
-	if err := f.Close(); err != nil {
+	if err := safefile.CreateFile(path, b); err != nil {
 		return fmt.Errorf("-ech-keygen: %w", err)
 	}
 	_, err = fmt.Fprintln(out, base64.StdEncoding.EncodeToString(list))
