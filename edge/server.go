@@ -203,7 +203,9 @@ type Server struct {
 	// once. An authenticated identity gets its names back with its token;
 	// an anonymous agent with its session ticket, which needs TicketKey
 	// kept too. Keep one Server per directory; the Server refuses to start
-	// when it cannot read or write the record.
+	// when it cannot read or write the record, when group or others may
+	// write to the directory, and when a link or a special file is in the
+	// record's place.
 	//
 	// Empty: no record, and every start is a first start; names held
 	// before a restart go to whoever asks first. StateDir is used with the

@@ -666,7 +666,8 @@ func certificates(certFile, keyFile, dir, caFile, email, cacheDir string) ([]tls
 	}
 	acme := &edge.ACME{DirectoryURL: dir, Email: email}
 	if cacheDir != "" {
-		if err := os.MkdirAll(cacheDir, 0o700); err != nil {
+		// It holds the account's and the certificates' keys.
+		if err := safefile.PrivateDir(cacheDir); err != nil {
 			return nil, nil, fmt.Errorf("-acme-cache: %w", err)
 		}
 		acme.Cache = autocert.DirCache(cacheDir)
