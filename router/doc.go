@@ -10,8 +10,9 @@
 //     ownership rules (one namespace for host names, a name owns its tree,
 //     pools by consent, reservations, atomicity, the operator's
 //     reservations), Lookup in the order to try. [HealthReporter],
-//     [RouteWatcher], [MemberChecker] and [Reserver] (the operator's
-//     reservations) are its optional extensions; package
+//     [RouteWatcher], [MemberChecker], [Reserver] (the operator's
+//     reservations) and [Revoker] (identities revoked) are its optional
+//     extensions; package
 //     router/routertest checks an implementation against the contract.
 //   - [MemoryRouter]: the in-memory Router an edge uses by default.
 //   - [Table]: a lock-free routing table from host names and wildcards to

@@ -28,6 +28,8 @@ type MemoryRouter struct {
 	below     map[string]map[string]int // by namespace and base: identity -> bases under it that identity holds
 	lapses    reservationHeap           // reservations by the time they lapse
 	reserved  map[string]string         // the operator's reservations (rule 6): identity by name
+	revoked   map[string]time.Time      // the identities revoked (Revoker), until when
+	reservedN map[string]int            // the operator's reservations by identity: how many
 	tables    sync.Map                  // proto to *Table[Route]
 	watchers  map[*RouteFeed]struct{}
 }
@@ -521,9 +523,10 @@ func (m *MemoryRouter) AddReservation(_ context.Context, r Reservation) error {
 		return err
 	}
 	if m.reserved == nil {
-		m.reserved = map[string]string{}
+		m.reserved, m.reservedN = map[string]string{}, map[string]int{}
 	}
 	m.reserved[name] = r.Identity
+	m.reservedN[r.Identity]++
 	m.holdLocked("host:", name, r.Identity)
 	return nil
 }
@@ -533,10 +536,14 @@ func (m *MemoryRouter) RemoveReservation(_ context.Context, name string) error {
 	n, _ := Normalise(name)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.reserved[n]; !ok {
+	id, ok := m.reserved[n]
+	if !ok {
 		return fmt.Errorf("%w: %q", ErrNoReservation, name)
 	}
 	delete(m.reserved, n)
+	if m.reservedN[id]--; m.reservedN[id] == 0 {
+		delete(m.reservedN, id)
+	}
 	m.releaseLocked("host:", n)
 	return nil
 }

@@ -50,6 +50,7 @@
 //	<prefix>host/test.example.abc./!reserved                                              the operator's reservation (rule 6)
 //	<prefix>tcp/20001./tcp/20001/r/<edge>/<session>/<tunnel>
 //	<prefix>edges/<edge>                                                                  an edge of the cluster
+//	<prefix>revoked/<identity>                                                            an identity revoked (router.Revoker), until its value
 //
 // Edge, session and tunnel are path-escaped. A value is the route (or, for a
 // reservation, its Proto, Name and Identity) in JSON; an edge's value is
@@ -90,7 +91,9 @@ import (
 )
 
 // Router is an [router.Router], [router.HealthReporter],
-// [router.RouteWatcher], [router.Reserver] and [router.Mover] over etcd.
+// [router.RouteWatcher], [router.Reserver] (with
+// [router.ReservationCounter]), [router.Mover] and [router.Revoker] over
+// etcd.
 // Create one with New; it is safe for concurrent use.
 type Router struct {
 	client *clientv3.Client

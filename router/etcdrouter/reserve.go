@@ -163,6 +163,24 @@ func (r *Router) Reservations(context.Context) ([]router.Reservation, error) {
 	return out, nil
 }
 
+var _ router.ReservationCounter = (*Router)(nil)
+
+// CountReservations implements [router.ReservationCounter] from the cache,
+// as Reservations lists them.
+func (r *Router) CountReservations(_ context.Context, identity string) (all, of int, err error) {
+	if r.closed.Load() {
+		return 0, 0, errClosed
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, id := range r.reserved {
+		if id == identity {
+			of++
+		}
+	}
+	return len(r.reserved), of, nil
+}
+
 // cacheReservationLocked applies an event on key to the cache's
 // reservations, and reports whether key is the key of one: value is the
 // reservation, or nil when it went. r.mu is held.

@@ -113,6 +113,7 @@ func testOperatorReservations(t *testing.T, newRouter makeRouter) {
 	h.refuseReservation(while+" (another identity, a name above it)", "example.test", bob)
 	h.bind(rule2+": a sibling of a reserved name is free", route(bob, "http", "other.example.test"))
 	h.reserve(rule6+" and "+rule2+": the reservation is alice's, who reserves in its tree", "x."+name, alice)
+	h.expectCount("two names reserved for alice", 2, alice, 2, bob, 0)
 
 	// Its identity binds it, and names under it, with or without Pool;
 	// unbinding them leaves it reserved.
@@ -133,8 +134,11 @@ func testOperatorReservations(t *testing.T, newRouter makeRouter) {
 		t.Fatalf("RemoveReservation(x.%s) = %v", name, err)
 	}
 	h.bind("a route holds the name after the reservation goes", a1)
-	if err := h.removeReservation(name); err != nil {
-		t.Fatalf("RemoveReservation(%s) = %v", name, err)
+	if r, ok, err := rs.Reservation(ctx, "SHOP.example.TEST."); err != nil || !ok || r != (router.Reservation{Name: name, Identity: alice}) {
+		t.Errorf("%s: Reservation of %s spelled in upper case with a trailing dot = %v, %v, %v; want it, spelled as stored", rule6, name, r, ok, err)
+	}
+	if err := h.removeReservation("SHOP.example.TEST."); err != nil {
+		t.Fatalf("RemoveReservation(%s, in upper case with a trailing dot) = %v; want it removed (names are compared in lower case without a trailing dot)", name, err)
 	}
 	h.expectReservations("both removed")
 	h.expect(rule6+": removing a reservation leaves its identity's routes", "http", name, a1)
@@ -163,6 +167,29 @@ func testOperatorReservations(t *testing.T, newRouter makeRouter) {
 		}
 	}
 	h.expectReservations("at the end", router.Reservation{Name: b.Name, Identity: bob})
+	h.expectCount("at the end", 1, alice, 0, bob, 1)
+}
+
+// expectCount checks, of a router that is a router.ReservationCounter,
+// that it counts all reservations, and those of two identities, as
+// Reservations lists them.
+func (h *harness) expectCount(why string, all int, id1 string, of1 int, id2 string, of2 int) {
+	h.t.Helper()
+	rc, ok := h.r.(router.ReservationCounter)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	for _, c := range []struct {
+		id string
+		of int
+	}{{id1, of1}, {id2, of2}} {
+		gotAll, gotOf, err := rc.CountReservations(ctx, c.id)
+		if err != nil || gotAll != all || gotOf != c.of {
+			h.t.Errorf("%s: %s: CountReservations(%s) = %d, %d, %v; want %d in all, %d of %s", rule6, why, c.id, gotAll, gotOf, err, all, c.of, c.id)
+		}
+	}
 }
 
 // testReservationAtomicity checks rule 5 between Binds and AddReservation:

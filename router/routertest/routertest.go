@@ -23,10 +23,11 @@
 // example.test, and tcp ports from 20001. A failure names the rule that was
 // broken; each subtest (EmptyRouter, Lookup, Ownership, Trees, TCPPorts,
 // Pools, Unbind, Reservations, Atomicity, ConcurrentLookups,
-// OperatorReservations, ReservationAtomicity, Moves, MovesNeverUnrouted)
-// can be run on its own with go test -run. OperatorReservations and
-// ReservationAtomicity, of rule 6, run only against a router.Reserver, and
-// Moves and MovesNeverUnrouted only against a router.Mover: they are
+// OperatorReservations, ReservationAtomicity, Moves, MovesNeverUnrouted,
+// Revocations) can be run on its own with go test -run.
+// OperatorReservations and ReservationAtomicity, of rule 6, run only
+// against a router.Reserver, Moves and MovesNeverUnrouted only against a
+// router.Mover, and Revocations only against a router.Revoker: they are
 // skipped for another Router.
 //
 // The reservations the tests wait out last 200ms; the wait polls Bind until
@@ -69,6 +70,7 @@ func Run(t *testing.T, newRouter func(t *testing.T) router.Router) {
 		{"ReservationAtomicity", testReservationAtomicity},
 		{"Moves", testMoves},
 		{"MovesNeverUnrouted", testMovesNeverUnrouted},
+		{"Revocations", testRevocations},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newRouter) })
