@@ -67,6 +67,20 @@ type Limits struct {
 	// (ReasonEdgeEndpointLimit) until some go. Zero: 65536.
 	Endpoints int
 
+	// Reservations bounds the operator's reservations (Server.Reserve)
+	// that the Router holds, every identity's together (with a shared
+	// Router, the cluster's): past it, Reserve fails with
+	// ErrReservationLimit until some are removed; those the Router holds
+	// already stay. The in-memory Router's cost about 200 bytes of heap
+	// each for short names and identities (2.6 KB for the longest of
+	// both), and a line of StateDir's record of 70 bytes (540). Zero:
+	// 65536.
+	Reservations int
+
+	// ReservationsPerIdentity bounds the operator's reservations for one
+	// identity, as Reservations bounds them all. Zero: 1024.
+	ReservationsPerIdentity int
+
 	// StreamsPerSession bounds the streams open at once on one agent
 	// session, public connections and the agent's requests together: past
 	// it, a public connection goes to another agent of the endpoint or is
@@ -234,6 +248,8 @@ const (
 	DefaultEndpointsPerIdentity     = 4096
 	DefaultEndpointsPerSource       = 1024
 	DefaultEndpoints                = 65536
+	DefaultReservations             = 65536
+	DefaultReservationsPerIdentity  = 1024
 	DefaultStreamsPerSession        = 4096
 	DefaultSessionUnread            = 32 << 20
 	DefaultAuthFailures             = 10
@@ -261,6 +277,8 @@ type config struct {
 	endpointsPerID      int
 	endpointsPerSource  int
 	endpoints           int
+	reservations        int
+	reservationsPerID   int
 	streamsPerSession   int
 	sessionUnread       int
 	authFailures        int

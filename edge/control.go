@@ -262,6 +262,15 @@ func (ss *session) decideHello(ctx context.Context, h *wire.Hello) (wire.Respons
 	var identity string
 	if auth := s.Authenticate; auth != nil {
 		id, err := auth(ctx, h.Token)
+		if err == nil && CheckIdentity(id) != nil {
+			// The operator's Authenticate is wrong, or passes on what the
+			// agent sent: refused, and counted, as a failed authentication,
+			// and logged (AuthGuard.Failed) as the operator's to fix.
+			why := names.CheckIdentity(id)
+			s.auth.Failed(ss.src.String(), limits.SourceOf(ss.src), fmt.Errorf("an invalid identity %q, which Authenticate answered the token with: %v", wire.Printable(id, 64), why))
+			s.obs().Refused(ReasonAuth)
+			return fail(wire.CodeUnauthorized, "this edge's authentication answered the token with an identity it cannot use (%v); its operator must fix that", why), ""
+		}
 		if err != nil {
 			s.auth.Failed(ss.src.String(), limits.SourceOf(ss.src), err)
 			s.obs().Refused(ReasonAuth)

@@ -31,6 +31,11 @@ var (
 	ErrReservationsUnsupported = errors.New("edge: the Router keeps no reservations")
 	// ErrInvalidReservation: what Server.Reserve cannot reserve.
 	ErrInvalidReservation = errors.New("edge: invalid reservation")
+	// ErrReservationLimit: Server.Reserve would pass Limits.Reservations
+	// or Limits.ReservationsPerIdentity.
+	ErrReservationLimit = errors.New("edge: too many reservations")
+	// ErrInvalidIdentity: what CheckIdentity refuses.
+	ErrInvalidIdentity = errors.New("edge: invalid identity")
 )
 
 // Reason is why the edge refused an agent, a connection or a request: a

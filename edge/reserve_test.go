@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -290,5 +291,91 @@ func TestCustomerDomainACME(t *testing.T) {
 	}
 	if n := counter.orders.Load(); n != 1 {
 		t.Errorf("%d orders, want 1", n)
+	}
+}
+
+// TestReservationBounds: Reserve stops at Limits.ReservationsPerIdentity
+// and Limits.Reservations with ErrReservationLimit, counting what the
+// Router holds (the record's, after a restart, too); a name reserved
+// already is no new one; a removal makes room.
+func TestReservationBounds(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	newServer := func() *edge.Server {
+		return &edge.Server{Domain: "example.test", StateDir: dir, Limits: edge.Limits{Reservations: 5, ReservationsPerIdentity: 3}}
+	}
+	srv := newServer()
+	ctx := context.Background()
+	for i := range 3 {
+		if err := srv.Reserve(ctx, fmt.Sprintf("a%d", i), "alice"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := srv.Reserve(ctx, "a3", "alice")
+	if !errors.Is(err, edge.ErrReservationLimit) || !strings.Contains(err.Error(), "ReservationsPerIdentity") {
+		t.Fatalf("alice's fourth reservation: %v, want ErrReservationLimit naming ReservationsPerIdentity", err)
+	}
+	if err := srv.Reserve(ctx, "A0.example.test.", "alice"); err != nil {
+		t.Fatalf("alice's first name again, at her bound: %v, want nil (nothing new)", err)
+	}
+	for i := range 2 {
+		if err := srv.Reserve(ctx, fmt.Sprintf("b%d", i), "bob"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Close()
+	srv = newServer() // the record's reservations count
+	defer srv.Close()
+	err = srv.Reserve(ctx, "c0", "carol")
+	if !errors.Is(err, edge.ErrReservationLimit) || !strings.Contains(err.Error(), "Limits.Reservations") {
+		t.Fatalf("a sixth reservation: %v, want ErrReservationLimit naming Limits.Reservations", err)
+	}
+	if err := srv.Unreserve(ctx, "B1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Reserve(ctx, "c0", "carol"); err != nil {
+		t.Fatalf("a reservation once one was removed: %v", err)
+	}
+	if got, _ := srv.Reservations(ctx); len(got) != 5 {
+		t.Fatalf("Reservations() = %v, want 5", got)
+	}
+}
+
+// TestReservationSpellings: Reserve, Unreserve and Reservations take a
+// name in any case, with or without the trailing dot, one label standing
+// for the name under Domain, and store it one way (ReservationName's);
+// a public suffix is no customer's domain, a name under one is.
+func TestReservationSpellings(t *testing.T) {
+	t.Parallel()
+	srv := &edge.Server{Domain: "example.test"}
+	defer srv.Close()
+	ctx := context.Background()
+	spellings := []string{"zzz", "ZZZ", "zzz.example.test", "zzz.EXAMPLE.test."}
+	for _, put := range spellings {
+		for _, del := range spellings {
+			if got, ok := srv.ReservationName(put); !ok || got != "zzz.example.test" {
+				t.Fatalf("ReservationName(%q) = %q, %v", put, got, ok)
+			}
+			if err := srv.Reserve(ctx, put, "alice"); err != nil {
+				t.Fatalf("Reserve(%q): %v", put, err)
+			}
+			if got, _ := srv.Reservations(ctx); !slices.Equal(got, []router.Reservation{{Name: "zzz.example.test", Identity: "alice"}}) {
+				t.Fatalf("reserved as %q: Reservations() = %v", put, got)
+			}
+			if err := srv.Unreserve(ctx, del); err != nil {
+				t.Fatalf("reserved as %q, Unreserve(%q): %v", put, del, err)
+			}
+		}
+	}
+	for _, bad := range []string{"co.uk", "github.io", "zzz.example.test.."} {
+		if err := srv.Reserve(ctx, bad, "alice"); !errors.Is(err, edge.ErrInvalidReservation) {
+			t.Errorf("Reserve(%q): %v, want ErrInvalidReservation", bad, err)
+		}
+	}
+	if err := srv.Reserve(ctx, "Shop.Co.UK.", "alice"); err != nil {
+		t.Fatalf("a customer's domain under a public suffix: %v", err)
+	}
+	if err := srv.Unreserve(ctx, "shop.co.uk"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -316,6 +316,8 @@ type Server struct {
 	pending limits.Pending             // agent conns waiting for their hello, by source
 	evicted atomic.Int64               // pending conns closed to make room
 
+	reserveMu sync.Mutex // one Reserve counts and adds at a time
+
 	watchOnce sync.Once
 	stopWatch func()               // stops watching a shared Router's routes
 	events    book.Hub[view.Event] // the watchers of Watch
@@ -899,6 +901,8 @@ func (s *Server) resolve() (config, error) {
 		endpointsPerID:      limit(l.EndpointsPerIdentity, DefaultEndpointsPerIdentity),
 		endpointsPerSource:  limit(l.EndpointsPerSource, DefaultEndpointsPerSource),
 		endpoints:           limit(l.Endpoints, DefaultEndpoints),
+		reservations:        limit(l.Reservations, DefaultReservations),
+		reservationsPerID:   limit(l.ReservationsPerIdentity, DefaultReservationsPerIdentity),
 		streamsPerSession:   limit(l.StreamsPerSession, DefaultStreamsPerSession),
 		sessionUnread:       limit(l.SessionUnread, DefaultSessionUnread),
 		authFailures:        limit(l.AuthFailures, DefaultAuthFailures),

@@ -42,11 +42,12 @@ func Operator(name string, public map[string]bool) error {
 // outside domain (a Host header's, a bind's): a host name, no wildcard,
 // of two labels or more, each a label Check accepts, the last not all
 // digits (no IPv4 address), that is neither domain, nor above it, nor
-// under it. ok is false for any other req.
+// under it, nor a public suffix or above one (PublicSuffix: co.uk, but
+// shop.co.uk). ok is false for any other req.
 func Outside(req, domain string) (name string, ok bool) {
 	name, ok = router.Normalise(strings.ToLower(req))
 	if !ok || len(name) > 253 || !strings.Contains(name, ".") || name == domain ||
-		strings.HasSuffix(domain, "."+name) || strings.HasSuffix(name, "."+domain) {
+		strings.HasSuffix(domain, "."+name) || strings.HasSuffix(name, "."+domain) || PublicSuffix(name) {
 		return "", false
 	}
 	labels := strings.Split(name, ".")
@@ -110,20 +111,26 @@ func Customer(ctx context.Context, rs router.Reserver, name, domain, identity st
 }
 
 // Reservation returns the reservation the operator asks for with req and
-// identity: req a host name under domain (one label is a name under it,
-// as agents ask), or one a customer may own outside it (Outside); never a
+// identity (which CheckIdentity accepts): req a host name under domain
+// (one label is a name under it, as agents ask), or one a customer may own
+// outside it (Outside), spelled as ReservationName has it; never a
 // wildcard, nor an operator's name (see Operator).
 func Reservation(req, identity, domain string, public map[string]bool) (router.Reservation, error) {
 	name, ok := Outside(req, domain)
 	var err error
-	switch {
+	bad := fmt.Errorf("%q: want a host name under %s, or a customer's own outside it (not %s or above it)", wire.Printable(req, 253), domain, domain)
+	switch normalised, valid := ReservationName(req, domain); {
 	case strings.HasPrefix(req, "*"):
 		err = errors.New("a reservation is of a name, which holds its tree: leave out the wildcard")
-	case identity == "":
-		err = errors.New("no identity")
+	case CheckIdentity(identity) != nil:
+		err = CheckIdentity(identity)
+	case !valid:
+		err = bad
+	case !ok && !strings.HasSuffix(normalised, "."+domain) && PublicSuffix(normalised):
+		err = fmt.Errorf("%s is a public suffix, or above one (publicsuffix.org): names under it belong to whoever registers them; reserve a customer's own domain, such as shop.%s", normalised, normalised)
 	case !ok:
 		if name, err = Check(req, domain, false); err != nil {
-			err = fmt.Errorf("%q: want a host name under %s, or a customer's own outside it (not %s or above it)", wire.Printable(req, 253), domain, domain)
+			err = bad
 		}
 	}
 	if err == nil {
