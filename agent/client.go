@@ -254,7 +254,8 @@ func (c *Client) initLocked() {
 
 // Ticket returns the session ticket the edge gave the latest session, to
 // keep for a later Client's ResumeTicket; before the first session,
-// ResumeTicket. It changes at each session (Connected event).
+// ResumeTicket. It changes at each session (Connected event), and when the
+// edge renews it during one (TicketRenewed event): keep the latest.
 func (c *Client) Ticket() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()

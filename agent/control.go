@@ -94,9 +94,11 @@ func (c *Client) call(ctx context.Context, mux *wire.Session, req wire.Request, 
 }
 
 // renewTickets renews the endpoint tickets of the listeners bound on mux
-// every interval, from a timer: no goroutine waits between renewals. stop
-// ends them; Close waits for a renewal under way.
-func (c *Client) renewTickets(mux *wire.Session, interval time.Duration) (stop func()) {
+// every interval, and with session the session ticket too (an edge of
+// version wire.SessionTicketVersion or later), from a timer: no goroutine
+// waits between renewals. stop ends them; Close waits for a renewal under
+// way.
+func (c *Client) renewTickets(mux *wire.Session, interval time.Duration, session bool) (stop func()) {
 	var (
 		mu      sync.Mutex
 		t       *time.Timer
@@ -114,6 +116,9 @@ func (c *Client) renewTickets(mux *wire.Session, interval time.Duration) (stop f
 		c.mu.Unlock()
 		defer c.wg.Done()
 		c.renewAll(mux)
+		if session {
+			c.renewSession(mux)
+		}
 		mu.Lock()
 		if !stopped {
 			t.Reset(interval)
@@ -150,6 +155,30 @@ func (c *Client) renewAll(mux *wire.Session) {
 		} else if err != nil {
 			c.log().Debug("renew endpoint ticket", "url", l.URL(), "err", err)
 		}
+	}
+}
+
+// renewSession renews the session ticket on mux, which the next hello
+// presents, so that it does not expire while the session lasts, and tells
+// it as a TicketRenewed event.
+func (c *Client) renewSession(mux *wire.Session) {
+	ctx, cancel := context.WithTimeout(c.ctx, 15*time.Second)
+	defer cancel()
+	var resp wire.Response
+	err := c.call(ctx, mux, wire.Request{Op: wire.OpRenew, Renew: &wire.Renew{Session: true}}, &resp)
+	if err != nil || resp.RenewResp == nil || resp.RenewResp.Ticket == "" {
+		c.log().Debug("renew session ticket", "err", err)
+		return
+	}
+	c.mu.Lock()
+	current := c.mux == mux
+	if current {
+		c.ticket = resp.RenewResp.Ticket
+	}
+	addr := c.edge
+	c.mu.Unlock()
+	if current {
+		c.emit(Event{Kind: TicketRenewed, Addr: addr})
 	}
 }
 

@@ -21,10 +21,16 @@ const (
 	// attempt failed, if one did. With several edges, Delay is the
 	// backoff for the first attempt of a round and zero for the others.
 	Reconnecting
+	// TicketRenewed: the edge renewed the session's ticket while the
+	// session goes on (edges of protocol version 5 and later), so that it
+	// does not expire: Client.Ticket changed, and where it is kept (a
+	// state file, for a later Client's ResumeTicket) it should be written
+	// again, as after Connected.
+	TicketRenewed
 )
 
 // String returns the kind's name: "connected", "disconnected",
-// "reconnecting".
+// "reconnecting", "ticket_renewed".
 func (k EventKind) String() string {
 	switch k {
 	case Connected:
@@ -33,6 +39,8 @@ func (k EventKind) String() string {
 		return "disconnected"
 	case Reconnecting:
 		return "reconnecting"
+	case TicketRenewed:
+		return "ticket_renewed"
 	}
 	return "EventKind(" + strconv.Itoa(int(k)) + ")"
 }

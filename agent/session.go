@@ -129,7 +129,7 @@ func (c *Client) install(h *opened, left *wire.Session, tunnels map[string]*List
 	c.keepAlive(h.mux, h.addr, h.hello.Version)
 	c.stopRenew = nil
 	if renew := c.renewAfter; renew > 0 {
-		c.stopRenew = c.renewTickets(h.mux, renew)
+		c.stopRenew = c.renewTickets(h.mux, renew, h.hello.Version >= wire.SessionTicketVersion)
 	}
 	c.mu.Unlock()
 	if stopRenew != nil {

@@ -229,6 +229,14 @@ type Timeouts struct {
 	// renew theirs at half of it. Zero: 1 hour. It cannot be disabled.
 	TicketLifetime time.Duration
 
+	// SessionTicketLifetime is how long a session ticket is good for: an
+	// older one gives no identity back (an anonymous agent presenting it
+	// is a new identity) and takes over no session. Agents of protocol
+	// version 5 renew theirs while connected, with their endpoint tickets.
+	// It also bounds how long Server.Disconnect's revocation of an
+	// anonymous identity is kept. Zero: 7 days. It cannot be disabled.
+	SessionTicketLifetime time.Duration
+
 	// Move bounds Drain's wait, in a cluster, for the agents it asked to
 	// move to say they did. Zero: 10 s; negative: Drain's context's end.
 	Move time.Duration
@@ -264,6 +272,7 @@ const (
 	DefaultBodyTimeout           = 60 * time.Second
 	DefaultGrace                 = 30 * time.Second
 	DefaultTicketLifetime        = time.Hour
+	DefaultSessionTicketLifetime = 7 * 24 * time.Hour
 	DefaultMoveTimeout           = 10 * time.Second
 )
 
@@ -297,6 +306,7 @@ type config struct {
 	grace             time.Duration
 	restartGrace      time.Duration
 	ticketLifetime    time.Duration
+	sessionTickets    time.Duration // SessionTicketLifetime
 	move              time.Duration
 	drainNotice       time.Duration
 

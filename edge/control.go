@@ -128,6 +128,9 @@ func (ss *session) serveRequest(ctx context.Context, req *wire.Request) wire.Res
 		if req.Renew == nil {
 			return fail(wire.CodeBadRequest, "renew without body")
 		}
+		if req.Renew.Session {
+			return ss.renewSessionTicket()
+		}
 		return ss.serveRenew(req.Renew.TunnelID)
 	case wire.OpMoved:
 		ss.log.Info("agent moved to another edge")
@@ -250,14 +253,9 @@ func (ss *session) decideHello(ctx context.Context, h *wire.Hello) (wire.Respons
 	if h.Version < wire.MinVersion {
 		return fail(wire.CodeVersion, "protocol version %d not supported (want %d or later)", h.Version, wire.MinVersion), ""
 	}
-	var prev *names.Ticket
-	if h.Ticket != "" {
-		t, err := s.signer.Open(h.Ticket)
-		if err == nil && t.Kind == names.TicketSession {
-			prev = &t
-		} else {
-			ss.log.Debug("hello ticket ignored", "err", err)
-		}
+	prev, err := s.sessionTicket(ctx, h.Ticket, ss.log)
+	if err != nil {
+		return fail(wire.CodeUnavailable, "%s", err), ""
 	}
 	var identity string
 	if auth := s.Authenticate; auth != nil {
@@ -302,7 +300,7 @@ func (ss *session) decideHello(ctx context.Context, h *wire.Hello) (wire.Respons
 		Version:    min(h.Version, wire.Version),
 		SessionID:  ss.id,
 		Ticket:     t,
-		RenewAfter: int(s.cfg.ticketLifetime / 2 / time.Second),
+		RenewAfter: int(min(s.cfg.ticketLifetime, s.cfg.sessionTickets) / 2 / time.Second),
 	}}, identity
 }
 

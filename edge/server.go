@@ -920,6 +920,7 @@ func (s *Server) resolve() (config, error) {
 		body:              timeout(t.Body, DefaultBodyTimeout),
 		grace:             timeout(t.Grace, DefaultGrace),
 		ticketLifetime:    positive(t.TicketLifetime, DefaultTicketLifetime),
+		sessionTickets:    positive(t.SessionTicketLifetime, DefaultSessionTicketLifetime),
 		move:              timeout(t.Move, DefaultMoveTimeout),
 		drainNotice:       max(t.DrainNotice, 0),
 	}

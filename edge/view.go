@@ -43,13 +43,22 @@ func (s *Server) Endpoints() []view.Endpoint { return book.Endpoints(s.Sessions(
 // free, freed at once (but for the operator's reservations, see Reserve).
 // It does not keep identity from connecting again: withdraw its token
 // first, so that Authenticate refuses it (a hello accepted before that,
-// and not seen by Disconnect yet, still opens a session). In a cluster,
-// call it on every edge.
+// and not seen by Disconnect yet, still opens a session). An anonymous
+// identity (Authenticate nil), which its agents prove with their session
+// tickets alone, is kept out by free, connected or not: its tickets are
+// revoked first, for Timeouts.SessionTicketLifetime (in the record of
+// StateDir, or in a Router that is a router.Revoker, so on every edge of a
+// cluster), so that an agent showing one, the disconnected agent or a
+// copy of its state, is a new identity, with none of the names kept for
+// the old one. In a cluster, call it on every edge.
 func (s *Server) Disconnect(identity string, free bool) int {
 	s.init()
 	reserve, n := s.cfg.grace, 0
 	if free {
 		reserve = 0
+		if s.Authenticate == nil && strings.HasPrefix(identity, anonymousPrefix) {
+			s.revoke(identity)
+		}
 	}
 	for _, ss := range s.sessionList() {
 		ss.mu.Lock()

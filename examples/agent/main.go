@@ -418,10 +418,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 		c.TLSConfig = &tls.Config{RootCAs: roots}
 	}
 	defer c.Close()
-	// The session ticket changes at each session: kept at once.
+	// The session ticket changes at each session, and when renewed: kept at once.
 	saved := make(chan struct{}, 1)
 	c.OnEvent = func(e agent.Event) {
-		if e.Kind == agent.Connected {
+		if e.Kind == agent.Connected || e.Kind == agent.TicketRenewed {
 			select {
 			case saved <- struct{}{}:
 			default:
@@ -444,7 +444,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 		c.Observer = m
 		c.OnEvent = func(e agent.Event) {
 			m.Event(e)
-			if e.Kind == agent.Connected {
+			if e.Kind == agent.Connected || e.Kind == agent.TicketRenewed {
 				select {
 				case saved <- struct{}{}:
 				default:

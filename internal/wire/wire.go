@@ -18,7 +18,7 @@ import (
 // Version is the protocol version this package speaks. An edge and an agent
 // exchange theirs in the hello and use the lower one; an edge refuses a
 // version below MinVersion.
-const Version = 4
+const Version = 5
 
 // PingVersion is the first version whose sessions keep alive with ping
 // streams (StreamPing) rather than heartbeat streams (StreamHeartbeat).
@@ -27,6 +27,11 @@ const PingVersion = 3
 // MoveVersion is the first version whose agents move to another edge of a
 // cluster when their edge drains (GoAway.Move), and say so (OpMoved).
 const MoveVersion = 4
+
+// SessionTicketVersion is the first version whose agents renew their
+// session ticket while connected (Renew.Session), so that a session that
+// outlives the ticket's lifetime still has a ticket to reconnect with.
+const SessionTicketVersion = 5
 
 // MinVersion is the oldest version an edge accepts. Version 2 added the
 // reply at the start of every proxy stream, tickets and the renew request.
@@ -227,12 +232,15 @@ type Unbind struct {
 	TunnelID string `json:"tunnel_id"`
 }
 
-// Renew asks for a fresh ticket for an endpoint the session holds.
+// Renew asks for a fresh ticket for an endpoint the session holds, or,
+// with Session, for a fresh session ticket (version SessionTicketVersion
+// and later; an older edge answers CodeNotFound).
 type Renew struct {
-	TunnelID string `json:"tunnel_id"`
+	TunnelID string `json:"tunnel_id,omitempty"`
+	Session  bool   `json:"session,omitempty"`
 }
 
-// RenewResp is a fresh endpoint ticket.
+// RenewResp is a fresh endpoint ticket, or session ticket.
 type RenewResp struct {
 	Ticket string `json:"ticket"`
 }

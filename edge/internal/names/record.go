@@ -34,7 +34,9 @@ import (
 // (none while it has routes); or that nobody does. The operator's
 // reservations (router.Reserver) have lines of their own, each written
 // before the reservation is granted, and outlive every restart (until
-// removed, or until the record is lost). A clean stop ends it
+// removed, or until the record is lost). So do the identities revoked
+// (router.Revoker: Server.Disconnect), each a line saying until when,
+// dropped at the first snapshot after that time. A clean stop ends it
 // with a line saying when. Each start rewrites it as a snapshot of what it
 // restored, and it is compacted so whenever it grows past twice what it
 // describes. A line is written when the change is made, before the agent
@@ -50,6 +52,7 @@ const maxRecord = 1 << 30
 // recordLine is one line of the record.
 type recordLine struct {
 	Reserved string    `json:"reserved,omitempty"` // a name the operator reserved for Identity; none: removed
+	Revoked  string    `json:"revoked,omitempty"`  // an identity revoked until Until
 	Proto    string    `json:"proto,omitempty"`
 	Name     string    `json:"name,omitempty"`
 	Identity string    `json:"identity,omitempty"` // empty: nobody holds the name
@@ -86,10 +89,11 @@ type Record struct {
 	restoredHeld  map[Endpoint]Holding
 	restoredUntil time.Time
 
-	mu    sync.Mutex
-	f     *os.File             // nil once stopped, or once writing failed
-	held  map[Endpoint]Holding // guarded by mu once Open returned
-	lines int                  // written since the last snapshot
+	mu      sync.Mutex
+	f       *os.File             // nil once stopped, or once writing failed
+	held    map[Endpoint]Holding // guarded by mu once Open returned
+	revoked map[string]time.Time // the identities revoked, until when
+	lines   int                  // written since the last snapshot
 }
 
 // Open reads the record in dir, reserves in mem, for grace, each name
@@ -100,8 +104,9 @@ func Open(dir string, mem *router.MemoryRouter, grace time.Duration, log *slog.L
 	if err := safefile.PrivateDir(dir); err != nil {
 		return nil, err
 	}
-	n := &Record{MemoryRouter: mem, path: filepath.Join(dir, recordFile), log: log, now: now, restored: map[baseKey]restoredName{}, held: map[Endpoint]Holding{}}
-	before, reserved, err := readRecord(n.path)
+	n := &Record{MemoryRouter: mem, path: filepath.Join(dir, recordFile), log: log, now: now, restored: map[baseKey]restoredName{}, held: map[Endpoint]Holding{}, revoked: map[string]time.Time{}}
+	read, err := readRecordFile(n.path)
+	before, reserved, revoked := read.held, read.reserved, read.revoked
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		log.Info("first start: no record of names held before", "record", n.path)
@@ -111,6 +116,12 @@ func Open(dir string, mem *router.MemoryRouter, grace time.Duration, log *slog.L
 	for name, id := range reserved {
 		if err := mem.AddReservation(context.Background(), router.Reservation{Name: name, Identity: id}); err != nil {
 			log.Error("a reservation of the record not restored", "name", name, "identity", id, "err", err)
+		}
+	}
+	for id, until := range revoked {
+		if until.After(now()) {
+			mem.Revoke(context.Background(), id, until)
+			n.revoked[id] = until
 		}
 	}
 	n.restoredUntil = now().Add(grace)
@@ -145,11 +156,25 @@ func Open(dir string, mem *router.MemoryRouter, grace time.Duration, log *slog.L
 // written), and the operator's reservations, identities by name. A line
 // cut short by a crash is skipped.
 func readRecord(path string) (held map[Endpoint]Holding, reserved map[string]string, err error) {
+	r, err := readRecordFile(path)
+	return r.held, r.reserved, err
+}
+
+// recordRead is what a record says: readRecord's, and the identities
+// revoked, until when.
+type recordRead struct {
+	held     map[Endpoint]Holding
+	reserved map[string]string
+	revoked  map[string]time.Time
+}
+
+// readRecordFile reads the record at path (see readRecord).
+func readRecordFile(path string) (recordRead, error) {
 	b, info, err := safefile.ReadOwn(path, maxRecord)
 	if err != nil {
-		return nil, nil, err
+		return recordRead{}, err
 	}
-	held, reserved = map[Endpoint]Holding{}, map[string]string{}
+	held, reserved, revoked := map[Endpoint]Holding{}, map[string]string{}, map[string]time.Time{}
 	var stopped time.Time
 	for line := range bytes.Lines(b) {
 		var l recordLine
@@ -158,6 +183,10 @@ func readRecord(path string) (held map[Endpoint]Holding, reserved map[string]str
 		}
 		stopped = l.Stopped
 		switch k := (Endpoint{l.Proto, l.Name}); {
+		case l.Revoked != "":
+			if l.Until.After(revoked[l.Revoked]) {
+				revoked[l.Revoked] = l.Until
+			}
 		case l.Reserved != "" && l.Identity == "":
 			delete(reserved, l.Reserved)
 		case l.Reserved != "":
@@ -177,7 +206,7 @@ func readRecord(path string) (held map[Endpoint]Holding, reserved map[string]str
 			delete(held, k) // lapsed before the edge stopped
 		}
 	}
-	return held, reserved, nil
+	return recordRead{held, reserved, revoked}, nil
 }
 
 // baseKey is a name's place in the ownership rules: its namespace (host
@@ -299,6 +328,13 @@ func (n *Record) snapshotLocked() error {
 		}
 		enc.Encode(recordLine{Proto: k.Proto, Name: k.Name, Identity: h.Identity, Until: h.Until})
 	}
+	for id, until := range n.revoked {
+		if !until.After(now) {
+			delete(n.revoked, id) // lapsed
+			continue
+		}
+		enc.Encode(recordLine{Revoked: id, Until: until})
+	}
 	// A new file in the record's place: a crash leaves the old one or
 	// the new one, and a link in either place is not followed.
 	err := safefile.WriteFile(n.path, b.Bytes())
@@ -358,6 +394,25 @@ func (n *Record) RemoveReservation(ctx context.Context, name string) error {
 	}
 	name, _ = router.Normalise(name)
 	n.writeLocked(recordLine{Reserved: name})
+	return nil
+}
+
+// Revoke implements router.Revoker: the MemoryRouter's, written to the
+// record. A revocation the record cannot keep holds until the edge stops,
+// and Revoke says so.
+func (n *Record) Revoke(ctx context.Context, identity string, until time.Time) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.MemoryRouter.Revoke(ctx, identity, until); err != nil || !until.After(n.now()) || !until.After(n.revoked[identity]) {
+		return err
+	}
+	n.revoked[identity] = until
+	if n.f != nil {
+		n.writeLocked(recordLine{Revoked: identity, Until: until})
+	}
+	if n.f == nil {
+		return errors.New("names: the record of names is not written (it failed, or the edge stopped): the revocation ends with the process")
+	}
 	return nil
 }
 
