@@ -2,6 +2,7 @@ package examples_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -287,5 +288,85 @@ func TestSIGTERMDrainTimeout(t *testing.T) {
 	}
 	if edge.err != nil || !strings.Contains(edge.output(), "cutting short what was in flight") {
 		t.Errorf("the edge exited with %v, having logged:\n%s", edge.err, edge.output())
+	}
+}
+
+// TestDisconnectFreeRevokesStolenState: on an edge without tokens, the
+// operator disconnects an anonymous agent's identity with free=true. The
+// agent, reconnecting with its ticket, is a new identity (it binds its
+// URL again: the name is free); an agent started with a copy of the state
+// file the first had before (a stolen one) is another new identity, and
+// does not get the URL.
+func TestDisconnectFreeRevokesStolenState(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds binaries")
+	}
+	bin := build(t, "edge", "agent")
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string][]byte{"admin-token": []byte(adminToken + "\n")})
+	agents, httpAddr, adminAddr := freePort(t), freePort(t), freePort(t)
+	startProc(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", httpAddr, "-domain", "example.test",
+		"-ticket-key", filepath.Join(dir, "ticket.key"), "-admin", adminAddr, "-admin-token-file", filepath.Join(dir, "admin-token"))
+	waitListening(t, adminAddr)
+	waitListening(t, agents)
+	_, appPort, _ := net.SplitHostPort(localHTTPApp(t, "app"))
+
+	type session struct {
+		Identity  string
+		Endpoints []struct{ URL string }
+	}
+	sessions := func() []session {
+		t.Helper()
+		code, body := adminCall(t, adminAddr, "GET", "/v1/sessions")
+		var v struct{ Sessions []session }
+		if err := json.Unmarshal([]byte(body), &v); code != 200 || err != nil {
+			t.Fatalf("GET /v1/sessions: %d %s", code, body)
+		}
+		return v.Sessions
+	}
+	state, stolen := filepath.Join(dir, "first.json"), filepath.Join(dir, "stolen.json")
+	first := startCmd(t, nil, filepath.Join(bin, "agent"), "-edge", agents, "-state", state, "http", appPort)
+	url := first.line(t)
+	s := sessions()
+	if len(s) != 1 || !strings.HasPrefix(s[0].Identity, "anonymous-") {
+		t.Fatalf("sessions: %+v, want the first agent's", s)
+	}
+	identity := s[0].Identity
+	b, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(stolen, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	if code, body := adminCall(t, adminAddr, "POST", "/v1/identities/"+identity+"/disconnect?free=true"); code != 200 || !strings.Contains(body, `"disconnected":1`) {
+		t.Fatalf("disconnect: %d %s", code, body)
+	}
+	var back string // the first agent's identity once it is back
+	testwait.Within(t, 30*time.Second, "the first agent back, with its URL", func() bool {
+		s := sessions()
+		if len(s) != 1 || len(s[0].Endpoints) != 1 || s[0].Endpoints[0].URL != url {
+			return false
+		}
+		back = s[0].Identity
+		return true
+	})
+	if back == identity {
+		t.Fatalf("the first agent came back as %s, the identity disconnected with free=true", identity)
+	}
+
+	thief := startCmd(t, nil, filepath.Join(bin, "agent"), "-edge", agents, "-state", stolen, "http", appPort)
+	if got := thief.line(t); got == url {
+		t.Fatalf("the agent of the stolen state file got the first agent's URL %s", url)
+	}
+	for _, s := range sessions() {
+		if s.Identity == identity {
+			t.Fatalf("a session of the revoked identity %s: %+v", identity, s)
+		}
+	}
+	if n := len(sessions()); n != 2 {
+		t.Fatalf("%d sessions, want the first agent's and the thief's", n)
 	}
 }

@@ -5,14 +5,29 @@
 //	GET    /healthz                              200 while serving, 503 while draining (no token)
 //	GET    /v1/sessions                          {"sessions":[{"id","identity","remote","version","since","endpoints":[...]}]}
 //	GET    /v1/endpoints                         {"endpoints":[{"url","proto","identity","session","requests","conns","bytes_in","bytes_out",...}]}
-//	POST   /v1/identities/{identity}/disconnect  {"disconnected":N}; ?free=true frees its names at once
-//	GET    /v1/reservations                      {"reservations":[{"name","identity"}]}
-//	PUT    /v1/reservations/{name}               {"identity":"..."}
-//	DELETE /v1/reservations/{name}
+//	POST   /v1/identities/{identity}/disconnect  {"disconnected":N}; ?free=true frees its names at once,
+//	                                             and revokes an anonymous identity's tickets (edge.Server.Disconnect)
+//	GET    /v1/reservations                      {"reservations":[{"name","identity","warning"}]}
+//	PUT    /v1/reservations/{name}               {"identity":"..."}: {"name","identity","warning"}
+//	DELETE /v1/reservations/{name}               {"name"}
 //	POST   /v1/drain                             202: the edge drains, then exits
 //
 // A request under /v1/ without the token (Authorization: Bearer TOKEN)
-// gets 401. Errors are {"error":"..."}.
+// gets 401. Errors are {"error":"..."}, with "name" under /v1/reservations/.
+//
+// A reservation's {name} is spelled as the edge stores it in every answer
+// (edge.Server.ReservationName): in lower case, without a trailing dot,
+// one label standing for the name under the edge's domain (so "com" is
+// com.DOMAIN); PUT and DELETE take any spelling of it ("shop", "SHOP",
+// "shop.example.test.").
+// A reservation for an identity that KnownIdentity does not know carries
+// a "warning" (no agent can bind the name until one has that identity). PUT
+// answers 400 for a name or identity the edge refuses (a public suffix
+// such as co.uk; an identity of spaces, control characters, or more than
+// edge.MaxIdentity bytes), 409 for a name another identity holds, and 409
+// too past the edge's bound on reservations (edge.Limits.Reservations,
+// ReservationsPerIdentity; the error says which): the edge holds as many as
+// it takes, and the call succeeds once some are removed, not by waiting.
 package admin
 
 import (
@@ -55,6 +70,11 @@ type API struct {
 
 	// Logger receives a line per change made through the API. Nil: none.
 	Logger *slog.Logger
+
+	// KnownIdentity reports whether some agent can have identity (a token
+	// names it): a reservation for one it does not know is made, with a
+	// warning in the answer. Nil: no warning.
+	KnownIdentity func(identity string) bool
 }
 
 // LoadToken reads the bearer token of path, its first line, and returns
@@ -155,36 +175,37 @@ func (a *API) v1() http.Handler {
 		}
 		out := make([]reservation, 0, len(res))
 		for _, r := range res {
-			out = append(out, reservation(r))
+			out = append(out, a.reservation(r.Name, r.Identity))
 		}
 		answer(w, http.StatusOK, map[string]any{"reservations": out})
 	})
 	mux.HandleFunc("PUT /v1/reservations/{name}", func(w http.ResponseWriter, r *http.Request) {
+		name := a.storedName(r.PathValue("name"))
 		var body struct {
 			Identity string `json:"identity"`
 		}
 		dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&body); err != nil || body.Identity == "" {
-			answer(w, http.StatusBadRequest, errorBody(`want a body {"identity":"..."}`))
+			answer(w, http.StatusBadRequest, map[string]string{"error": `want a body {"identity":"..."}`, "name": name})
 			return
 		}
-		name := r.PathValue("name")
-		if err := a.Server.Reserve(r.Context(), name, body.Identity); err != nil {
-			a.fail(w, err)
+		if err := a.Server.Reserve(r.Context(), r.PathValue("name"), body.Identity); err != nil {
+			a.fail(w, err, name)
 			return
 		}
-		a.log("reserved", "name", name, "identity", body.Identity)
-		answer(w, http.StatusOK, reservation{name, body.Identity})
+		res := a.reservation(name, body.Identity)
+		a.log("reserved", "name", name, "identity", body.Identity, "warning", res.Warning)
+		answer(w, http.StatusOK, res)
 	})
 	mux.HandleFunc("DELETE /v1/reservations/{name}", func(w http.ResponseWriter, r *http.Request) {
-		name := r.PathValue("name")
-		if err := a.Server.Unreserve(r.Context(), name); err != nil {
-			a.fail(w, err)
+		name := a.storedName(r.PathValue("name"))
+		if err := a.Server.Unreserve(r.Context(), r.PathValue("name")); err != nil {
+			a.fail(w, err, name)
 			return
 		}
 		a.log("unreserved", "name", name)
-		w.WriteHeader(http.StatusNoContent)
+		answer(w, http.StatusOK, map[string]string{"name": name})
 	})
 	mux.HandleFunc("POST /v1/drain", func(w http.ResponseWriter, r *http.Request) {
 		if a.Drain == nil {
@@ -198,17 +219,40 @@ func (a *API) v1() http.Handler {
 	return mux
 }
 
-// reservation is a router.Reservation in the API's JSON.
+// reservation is a router.Reservation in the API's JSON, with a warning
+// when no agent can have its identity.
 type reservation struct {
 	Name     string `json:"name"`
 	Identity string `json:"identity"`
+	Warning  string `json:"warning,omitempty"`
 }
 
-// fail answers the error of a call to the edge with its status.
-func (a *API) fail(w http.ResponseWriter, err error) {
+// reservation returns the reservation of name for identity in the API's
+// JSON.
+func (a *API) reservation(name, identity string) reservation {
+	res := reservation{Name: name, Identity: identity}
+	if a.KnownIdentity != nil && !a.KnownIdentity(identity) {
+		res.Warning = fmt.Sprintf("no token of this edge names the identity %q: no agent can bind %s until one does", identity, name)
+	}
+	return res
+}
+
+// storedName returns name of a request's path as the edge stores a
+// reservation of it, or as it came (its first 253 bytes) when it is no
+// host name.
+func (a *API) storedName(name string) string {
+	if stored, ok := a.Server.ReservationName(name); ok {
+		return stored
+	}
+	return strings.ToValidUTF8(name[:min(len(name), 253)], "?")
+}
+
+// fail answers the error of a call to the edge with its status; with the
+// name of the reservation asked for, when there is one.
+func (a *API) fail(w http.ResponseWriter, err error, name ...string) {
 	code := http.StatusInternalServerError
 	switch {
-	case errors.Is(err, router.ErrNameTaken):
+	case errors.Is(err, router.ErrNameTaken), errors.Is(err, edge.ErrReservationLimit):
 		code = http.StatusConflict
 	case errors.Is(err, router.ErrNoReservation):
 		code = http.StatusNotFound
@@ -219,7 +263,11 @@ func (a *API) fail(w http.ResponseWriter, err error) {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		code = http.StatusServiceUnavailable
 	}
-	answer(w, code, errorBody(strings.TrimPrefix(err.Error(), "edge: ")))
+	body := errorBody(strings.TrimPrefix(err.Error(), "edge: "))
+	if len(name) > 0 {
+		body["name"] = name[0]
+	}
+	answer(w, code, body)
 }
 
 func (a *API) log(msg string, args ...any) {

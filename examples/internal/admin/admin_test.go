@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -37,6 +38,13 @@ type testEdge struct {
 
 func startEdge(t *testing.T) *testEdge {
 	t.Helper()
+	return startEdgeWith(t, nil, nil)
+}
+
+// startEdgeWith is startEdge, with the edge's settings and the API's
+// changed by configure and configureAPI, unless nil.
+func startEdgeWith(t *testing.T, configure func(*edge.Server), configureAPI func(*API)) *testEdge {
+	t.Helper()
 	listen := func() net.Listener {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -51,12 +59,18 @@ func startEdge(t *testing.T) *testEdge {
 		}
 		return "", errors.New("unknown token")
 	}}
+	if configure != nil {
+		configure(srv)
+	}
 	if err := srv.Start(edge.Listeners{Agents: agents, HTTP: pub}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
 	e := &testEdge{srv: srv, agentAddr: agents.Addr().String(), httpAddr: pub.Addr().String()}
 	api := &API{Server: srv, Token: sha256.Sum256([]byte(token)), Drain: func() { e.drains.Add(1) }}
+	if configureAPI != nil {
+		configureAPI(api)
+	}
 	hs := httptest.NewServer(api)
 	t.Cleanup(hs.Close)
 	e.url = hs.URL
@@ -267,7 +281,7 @@ func TestReservations(t *testing.T) {
 		{"PUT", "/v1/reservations/kept2.example.test", `not json`, 400, ""},
 		{"PUT", "/v1/reservations/*.example.test", `{"identity":"alice"}`, 400, ""},
 		{"PUT", "/v1/reservations/example.test", `{"identity":"alice"}`, 400, ""},
-		{"DELETE", "/v1/reservations/kept.example.test", "", 204, ""},
+		{"DELETE", "/v1/reservations/kept.example.test", "", 200, `{"name":"kept.example.test"}`},
 		{"DELETE", "/v1/reservations/kept.example.test", "", 404, ""},
 		{"GET", "/v1/reservations", "", 200, `{"reservations":[{"name":"customer.example.com","identity":"alice"}]}`},
 	} {
@@ -278,6 +292,128 @@ func TestReservations(t *testing.T) {
 		if code >= 400 && !strings.Contains(body, `"error":`) {
 			t.Errorf("%s %s: %d without an error message: %s", c.method, c.path, code, body)
 		}
+	}
+}
+
+// A flood of reservations stops at the edge's bounds, per identity and in
+// all, with 409 and a message naming the bound; the reservations made
+// are listed, and a removal makes room.
+func TestReservationFlood(t *testing.T) {
+	t.Parallel()
+	e := startEdgeWith(t, func(s *edge.Server) { s.Limits.Reservations, s.Limits.ReservationsPerIdentity = 50, 20 }, nil)
+	made := 0
+	for i := range 1000 {
+		code, body := e.call(t, "PUT", fmt.Sprintf("/v1/reservations/n%d", i), bearer, `{"identity":"alice"}`)
+		if code == http.StatusConflict {
+			if !strings.Contains(body, "too many reservations") || !strings.Contains(body, "alice holds 20") || !strings.Contains(body, "ReservationsPerIdentity") {
+				t.Errorf("alice past her bound: %s", body)
+			}
+			break
+		}
+		if code != 200 {
+			t.Fatalf("PUT n%d: %d %s", i, code, body)
+		}
+		made++
+	}
+	if made != 20 {
+		t.Fatalf("alice's flood: %d reservations made, want 20", made)
+	}
+	for i := range 1000 {
+		code, body := e.call(t, "PUT", fmt.Sprintf("/v1/reservations/m%d", i), bearer, fmt.Sprintf(`{"identity":"id%d"}`, i))
+		if code == http.StatusConflict {
+			if !strings.Contains(body, "too many reservations") || !strings.Contains(body, "Limits.Reservations") || !strings.Contains(body, `"name":"m`) {
+				t.Errorf("past the edge's bound: %s", body)
+			}
+			break
+		}
+		if code != 200 {
+			t.Fatalf("PUT m%d: %d %s", i, code, body)
+		}
+		made++
+	}
+	if made != 50 {
+		t.Fatalf("the flood: %d reservations made, want 50", made)
+	}
+	var list struct{ Reservations []reservation }
+	if _, body := e.call(t, "GET", "/v1/reservations", bearer, ""); json.Unmarshal([]byte(body), &list) != nil || len(list.Reservations) != 50 {
+		t.Fatalf("GET /v1/reservations: %s", body)
+	}
+	if code, body := e.call(t, "DELETE", "/v1/reservations/N0", bearer, ""); code != 200 {
+		t.Fatalf("DELETE: %d %s", code, body)
+	}
+	if code, body := e.call(t, "PUT", "/v1/reservations/again", bearer, `{"identity":"bob"}`); code != 200 {
+		t.Fatalf("PUT once one was removed: %d %s", code, body)
+	}
+}
+
+// A reservation's name is one however it is spelled: PUT, GET and DELETE
+// answer the stored spelling, and find the reservation under any other.
+func TestReservationSpellings(t *testing.T) {
+	t.Parallel()
+	e := startEdge(t)
+	spellings := []string{"zzz", "ZZZ", "zzz.example.test", "zzz.Example.TEST."}
+	for _, put := range spellings {
+		for _, del := range spellings {
+			if code, body := e.call(t, "PUT", "/v1/reservations/"+put, bearer, `{"identity":"alice"}`); code != 200 || strings.TrimSpace(body) != `{"name":"zzz.example.test","identity":"alice"}` {
+				t.Fatalf("PUT %s: %d %s", put, code, body)
+			}
+			if code, body := e.call(t, "PUT", "/v1/reservations/"+put, bearer, `{"identity":"bob"}`); code != 409 || !strings.Contains(body, `"name":"zzz.example.test"`) {
+				t.Fatalf("PUT %s for bob: %d %s, want 409 with the stored name", put, code, body)
+			}
+			if _, body := e.call(t, "GET", "/v1/reservations", bearer, ""); strings.TrimSpace(body) != `{"reservations":[{"name":"zzz.example.test","identity":"alice"}]}` {
+				t.Fatalf("GET after PUT %s: %s", put, body)
+			}
+			if code, body := e.call(t, "DELETE", "/v1/reservations/"+del, bearer, ""); code != 200 || strings.TrimSpace(body) != `{"name":"zzz.example.test"}` {
+				t.Fatalf("PUT %s, DELETE %s: %d %s", put, del, code, body)
+			}
+			if code, body := e.call(t, "DELETE", "/v1/reservations/"+del, bearer, ""); code != 404 || !strings.Contains(body, `"name":"zzz.example.test"`) {
+				t.Fatalf("DELETE %s again: %d %s, want 404 with the stored name", del, code, body)
+			}
+		}
+	}
+}
+
+// Public suffixes are no customer's domain; names under them are.
+// Identities of spaces, control characters or too many bytes are refused.
+func TestReservationRefusals(t *testing.T) {
+	t.Parallel()
+	e := startEdge(t)
+	for _, c := range []struct {
+		name, body string
+		code       int
+		want       string
+	}{
+		{"co.uk", `{"identity":"alice"}`, 400, "public suffix"},
+		{"github.io", `{"identity":"alice"}`, 400, "public suffix"},
+		{"shop.co.uk", `{"identity":"alice"}`, 200, `"name":"shop.co.uk"`},
+		{"x", `{"identity":"al ice\n\u0000"}`, 400, "invalid identity"},
+		{"x", `{"identity":"` + strings.Repeat("a", 60000) + `"}`, 400, "60000 bytes"},
+		{"x", `{"identity":"a\u202eb"}`, 400, "invalid identity"},
+	} {
+		code, body := e.call(t, "PUT", "/v1/reservations/"+c.name, bearer, c.body)
+		if code != c.code || !strings.Contains(body, c.want) {
+			t.Errorf("PUT %s %.40s: %d %.300s, want %d with %q", c.name, c.body, code, body, c.code, c.want)
+		}
+	}
+	if _, body := e.call(t, "GET", "/v1/reservations", bearer, ""); strings.TrimSpace(body) != `{"reservations":[{"name":"shop.co.uk","identity":"alice"}]}` {
+		t.Errorf("GET: %s", body)
+	}
+}
+
+// A reservation for an identity that KnownIdentity does not know is made,
+// with a warning, in PUT's answer and in the list.
+func TestReservationWarning(t *testing.T) {
+	t.Parallel()
+	e := startEdgeWith(t, nil, func(a *API) { a.KnownIdentity = func(id string) bool { return id == "alice" } })
+	if _, body := e.call(t, "PUT", "/v1/reservations/a", bearer, `{"identity":"alice"}`); strings.Contains(body, "warning") {
+		t.Errorf("a known identity: %s", body)
+	}
+	code, body := e.call(t, "PUT", "/v1/reservations/b", bearer, `{"identity":"bob"}`)
+	if code != 200 || !strings.Contains(body, `"warning":"no token of this edge names the identity \"bob\"`) {
+		t.Errorf("an unknown identity: %d %s", code, body)
+	}
+	if _, body := e.call(t, "GET", "/v1/reservations", bearer, ""); strings.Count(body, "warning") != 1 || !strings.Contains(body, "b.example.test until one does") {
+		t.Errorf("GET: %s", body)
 	}
 }
 

@@ -104,6 +104,8 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	maxPerIdentity := fs.Int("max-endpoints-per-identity", 0, "endpoints one identity holds on this edge at most, over all its sessions (0: 4096, negative: no bound)")
 	maxPerSource := fs.Int("max-endpoints-per-source", 0, "endpoints the anonymous agents of one address (an IPv6 /64) hold on this edge at most (0: 1024, negative: no bound)")
 	maxTotal := fs.Int("max-endpoints-total", 0, "endpoints on this edge at most, every agent's together (0: 65536, negative: no bound)")
+	maxReservations := fs.Int("max-reservations", 0, "the operator's reservations of names (PUT /v1/reservations) the edge holds at most, with -etcd the cluster's; past it, PUT answers 409 (0: 65536; each costs about 200 bytes of memory and a 70-byte line of -state's record for a short name and identity, at most 2.6 KB and 540 bytes; negative: no bound)")
+	maxReservationsPerIdentity := fs.Int("max-reservations-per-identity", 0, "the operator's reservations of names for one identity at most, as -max-reservations (0: 1024, negative: no bound)")
 	maxAuthFailures := fs.Int("max-auth-failures", 0, "failed agent authentications per source address per minute before its connections are closed at once (0: 10, negative: no limit)")
 	clientShare := fs.Float64("client-share", 0, "part of an endpoint's streams one client address may hold (0: 1/16, negative: no bound)")
 	connsPerSource := fs.Int("conns-per-source", 0, "connections one client address (an IPv6 /64) may hold at once on -http, and on -tls (0: 1024, negative: no bound)")
@@ -232,6 +234,8 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 			EndpointsPerIdentity:     *maxPerIdentity,
 			EndpointsPerSource:       *maxPerSource,
 			Endpoints:                *maxTotal,
+			Reservations:             *maxReservations,
+			ReservationsPerIdentity:  *maxReservationsPerIdentity,
 			AuthFailures:             *maxAuthFailures,
 			ClientShare:              *clientShare,
 			ConnsPerSource:           *connsPerSource,

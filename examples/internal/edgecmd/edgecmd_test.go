@@ -104,6 +104,15 @@ func TestEndpointQuotaFlags(t *testing.T) {
 	}
 }
 
+// -max-reservations and -max-reservations-per-identity set the Limits
+// of the operator's reservations.
+func TestReservationFlags(t *testing.T) {
+	srv := configured(t, "-max-reservations", "100", "-max-reservations-per-identity", "-1")
+	if srv.Limits.Reservations != 100 || srv.Limits.ReservationsPerIdentity != -1 {
+		t.Fatalf("Limits %+v, want Reservations 100, ReservationsPerIdentity -1", srv.Limits)
+	}
+}
+
 // -body-timeout and -http-idle set the Timeouts of the same names.
 func TestTimeoutFlags(t *testing.T) {
 	if srv := configured(t); srv.Timeouts != (edge.Timeouts{}) {
