@@ -36,6 +36,11 @@ type Route struct {
 	// certificates, and its access control). A Route logs without it (see
 	// LogValue); do not print it otherwise.
 	Policy string
+	// VerboseErrors shows the public what went wrong (a dial error, an
+	// address) in the error pages of an http or https route, for
+	// development; false: the pages say what happened in words, the
+	// detail in the edge's log only.
+	VerboseErrors bool
 }
 
 // LogValue makes a Route log (with log/slog) as its fields, but for its
@@ -53,6 +58,9 @@ func (r Route) LogValue() slog.Value {
 	}
 	if r.Policy != "" {
 		attrs = append(attrs, slog.Int("policy_bytes", len(r.Policy)))
+	}
+	if r.VerboseErrors {
+		attrs = append(attrs, slog.Bool("verbose_errors", true))
 	}
 	return slog.GroupValue(attrs...)
 }

@@ -32,7 +32,9 @@ type change struct {
 }
 
 // TestTwoEdges checks that two edges share one name space: what one binds,
-// the other looks up (with the Edge of the first), watches, and cannot take.
+// the other looks up (with the Edge of the first, and every field the
+// route carries, AppProtocol and VerboseErrors included), watches, and
+// cannot take.
 func TestTwoEdges(t *testing.T) {
 	prefix := uniquePrefix(t)
 	a := newRouter(t, Config{Prefix: prefix, Edge: "edge-a"})
@@ -52,7 +54,7 @@ func TestTwoEdges(t *testing.T) {
 		}
 	}
 
-	rt := router.Route{Proto: "http", Name: "App.Example.Test", Identity: "alice", SessionID: "s1", TunnelID: "t1", Pool: true, AppProtocol: "h2c"}
+	rt := router.Route{Proto: "http", Name: "App.Example.Test", Identity: "alice", SessionID: "s1", TunnelID: "t1", Pool: true, AppProtocol: "h2c", VerboseErrors: true}
 	bind(t, a, rt)
 	rt.Name = "app.example.test"
 	want := at(rt, "edge-a")

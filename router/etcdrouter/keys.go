@@ -110,19 +110,20 @@ func (r *Router) isRoute(key string) bool {
 // Identity. Its fields are router.Route's, in order, so that one converts to
 // the other.
 type record struct {
-	Proto       string `json:"proto"`
-	Name        string `json:"name"`
-	TunnelID    string `json:"tunnel,omitempty"`
-	SessionID   string `json:"session,omitempty"`
-	Identity    string `json:"identity"`
-	Edge        string `json:"edge,omitempty"`
-	Pool        bool   `json:"pool,omitempty"`
-	AppProtocol string `json:"app_protocol,omitempty"`
-	Policy      string `json:"policy,omitempty"` // the JSON of a policy.Spec, as a string; secrets included
+	Proto         string `json:"proto"`
+	Name          string `json:"name"`
+	TunnelID      string `json:"tunnel,omitempty"`
+	SessionID     string `json:"session,omitempty"`
+	Identity      string `json:"identity"`
+	Edge          string `json:"edge,omitempty"`
+	Pool          bool   `json:"pool,omitempty"`
+	AppProtocol   string `json:"app_protocol,omitempty"`
+	Policy        string `json:"policy,omitempty"` // the JSON of a policy.Spec, as a string; secrets included
+	VerboseErrors bool   `json:"verbose_errors,omitempty"`
 }
 
 func encode(rt router.Route) string {
-	b, _ := json.Marshal(record(rt)) // cannot fail: strings and a bool
+	b, _ := json.Marshal(record(rt)) // cannot fail: strings and bools
 	return string(b)
 }
 
