@@ -231,6 +231,15 @@ func (c *Client) ListenEndpoint(ctx context.Context, ep Endpoint) (*Listener, er
 	default:
 		return nil, fmt.Errorf("agent: app protocol %q: want http1 or h2c", ep.AppProtocol)
 	}
+	if ep.VerboseErrors {
+		if bind.Proto != wire.ProtoHTTP && bind.Proto != wire.ProtoHTTPS {
+			return nil, fmt.Errorf("agent: endpoint %q: verbose errors need an http or https endpoint", ep.URL)
+		}
+		if bind.Options == nil {
+			bind.Options = map[string]string{}
+		}
+		bind.Options[wire.OptVerboseErrors] = "true"
+	}
 	if err := bindPolicy(&bind, ep.Policy); err != nil {
 		return nil, fmt.Errorf("agent: endpoint %q: %w", ep.URL, err)
 	}

@@ -35,6 +35,14 @@ type Endpoint struct {
 	// either way.
 	AppProtocol string
 
+	// VerboseErrors shows the public what went wrong (the dial error,
+	// the app's address, a certificate's detail) in the error pages of
+	// an http or https endpoint, the edge's and the forwarder's, as for
+	// development; sent to the edge only when set (an edge that predates
+	// it refuses the endpoint). False: the pages say what happened in
+	// words, with a request ID, and the detail goes to the logs only.
+	VerboseErrors bool
+
 	// Pool joins the endpoint when this agent's identity already holds
 	// it, so that several sessions share its connections, rather than
 	// fail with ErrNameTaken.

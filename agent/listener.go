@@ -55,6 +55,15 @@ func (l *Listener) AppProtocol() string {
 	return wire.AppProtocolHTTP1
 }
 
+// VerboseErrors reports whether the endpoint shows the public the detail
+// of what went wrong in its error pages (Endpoint.VerboseErrors): a
+// forwarder's answers for its app follow it.
+func (l *Listener) VerboseErrors() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.bind.Options[wire.OptVerboseErrors] == "true"
+}
+
 // Ticket returns the endpoint ticket the edge gave with the latest bind
 // or renewal of the endpoint, to keep for a later listener's
 // Endpoint.Ticket.

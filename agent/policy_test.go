@@ -109,6 +109,32 @@ func TestListenSendsPolicy(t *testing.T) {
 	}
 }
 
+// TestListenSendsVerboseErrors: Endpoint.VerboseErrors goes to the edge
+// as the option verbose_errors=true, which the listener reports; an
+// endpoint without it sends no option at all, which an edge that does not
+// know the option would refuse.
+func TestListenSendsVerboseErrors(t *testing.T) {
+	addr, binds := bindEdge(t)
+	c := &agent.Client{Addrs: []string{addr}}
+	defer c.Close()
+	l, err := c.ListenEndpoint(context.Background(), agent.Endpoint{URL: "https://app", VerboseErrors: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if b := <-binds; len(b.Options) != 1 || b.Options[wire.OptVerboseErrors] != "true" || !l.VerboseErrors() {
+		t.Errorf("options %v, the listener's VerboseErrors %v; want %s=true alone, true", b.Options, l.VerboseErrors(), wire.OptVerboseErrors)
+	}
+	l2, err := c.ListenEndpoint(context.Background(), agent.Endpoint{URL: "http://plain"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	if b := <-binds; b.Options != nil || l2.VerboseErrors() {
+		t.Errorf("without verbose errors: options %v, the listener's VerboseErrors %v; want none, false", b.Options, l2.VerboseErrors())
+	}
+}
+
 // A policy that cannot hold on the endpoint fails before anything is sent.
 func TestListenRefusesBadPolicy(t *testing.T) {
 	addr, binds := bindEdge(t)

@@ -611,6 +611,17 @@ func (s *Server) endpointOptions(r *router.Route, opts map[string]string, rawPol
 			default:
 				return fmt.Errorf("option %s: %q: want %s or %s", k, wire.Printable(v, 32), wire.AppProtocolHTTP1, wire.AppProtocolH2C)
 			}
+		case wire.OptVerboseErrors:
+			if r.Proto != wire.ProtoHTTP && r.Proto != wire.ProtoHTTPS {
+				return fmt.Errorf("option %s is for http and https endpoints", k)
+			}
+			switch v {
+			case "true":
+				r.VerboseErrors = true
+			case "false":
+			default:
+				return fmt.Errorf("option %s: %q: want true or false", k, wire.Printable(v, 32))
+			}
 		default:
 			return fmt.Errorf("unknown option %q", wire.Printable(k, 32))
 		}

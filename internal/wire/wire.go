@@ -128,6 +128,12 @@ const (
 	// the policy, which it would, as it ignores unknown JSON fields.
 	OptPolicy     = "policy"
 	PolicyVersion = "1"
+
+	// OptVerboseErrors, "true" on an HTTP or HTTPS endpoint, shows the
+	// public the detail of what went wrong (a dial error, an address) in
+	// the edge's error pages, for development. An agent sends it only
+	// when set: an edge that predates it refuses the bind.
+	OptVerboseErrors = "verbose_errors"
 )
 
 // Request is a control request from agent to edge.
@@ -205,8 +211,8 @@ type Bind struct {
 	// Pool joins the endpoint's pool when the same identity holds it
 	// already, rather than fail.
 	Pool bool `json:"pool,omitempty"`
-	// Options are per-endpoint settings (OptAppProtocol, OptPolicy). The
-	// edge refuses options it does not know.
+	// Options are per-endpoint settings (OptAppProtocol, OptPolicy,
+	// OptVerboseErrors). The edge refuses options it does not know.
 	Options map[string]string `json:"options,omitempty"`
 	// Policy is the endpoint's traffic policy, the JSON form of a
 	// policy.Spec (package policy), sent with Options[OptPolicy] set to
