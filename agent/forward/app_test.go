@@ -12,6 +12,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent/forward"
 	"github.com/tunnelkit/tunnelkit/internal/testpki"
+	"github.com/tunnelkit/tunnelkit/internal/testtools"
 )
 
 // The app's side: TLS to an app that serves https, a Unix socket, and the
@@ -75,10 +76,15 @@ func TestHTTPToTLSApp(t *testing.T) {
 	}
 	t.Run("untrusted", func(t *testing.T) {
 		other := testpki.New(t)
-		addr, _ := startForwarder(t, forward.HTTP{To: app, TLSConfig: &tls.Config{RootCAs: other.Pool}})
+		var log testtools.Buffer
+		addr, stop := startForwarder(t, forward.HTTP{To: app, TLSConfig: &tls.Config{RootCAs: other.Pool}, Logger: debugLogger(&log)})
 		status, body := get(t, addr, "abc.example.test", false)
-		if status != http.StatusBadGateway || !strings.HasPrefix(body, "app_unreachable") || !strings.Contains(body, "certificate") {
-			t.Fatalf("an app with an untrusted certificate: %d %q, want 502 app_unreachable naming the certificate", status, body)
+		stop()
+		if status != http.StatusBadGateway || !strings.HasPrefix(body, "app_unreachable") || strings.Contains(body, "certificate") {
+			t.Fatalf("an app with an untrusted certificate: %d %q, want 502 app_unreachable, the certificate's error not shown", status, body)
+		}
+		if !strings.Contains(log.String(), "code=app_unreachable") || !strings.Contains(log.String(), "x509: certificate signed by unknown authority") {
+			t.Errorf("log:\n%s\nwant the warning, naming the certificate's error", log.String())
 		}
 	})
 	t.Run("server name", func(t *testing.T) {

@@ -2,7 +2,9 @@ package forward
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,7 +40,11 @@ const (
 // when they end.
 //
 // HTTP answers for the app where the app cannot, in the edge's way: 502,
-// a short code in the Tunnelkit-Error header and the plain-text body.
+// a short code in the Tunnelkit-Error header and the plain-text body,
+// which says what happened in words, and a request ID in the
+// Tunnelkit-Request-Id header and the body, under which Logger's warning
+// and the Recorder's recording keep the detail (the dial error, which
+// names the app's address): the client sees it only with VerboseErrors.
 // When To cannot be reached, each request of the conn is answered 502
 // app_unreachable and the conn ends (an h2c connection after its streams
 // are answered: GOAWAY), so that the edge's next request comes on a new
@@ -86,6 +92,15 @@ type HTTP struct {
 	// discarded.
 	Logger *slog.Logger
 
+	// VerboseErrors shows the error's detail (the dial error, the app's
+	// address, a certificate's) in the 502s that HTTP answers for the
+	// app, for development. False: as the listener's VerboseErrors
+	// method says, when it has one (an *agent.Listener, whose
+	// agent.Endpoint says), else the answers say what happened in words
+	// and carry a request ID, under which Logger and Recorder keep the
+	// detail.
+	VerboseErrors bool
+
 	// Recorder records each request and its response as they pass, and
 	// may replay a request (see [Recorder]): an *inspect.Inspector shows
 	// them on its page. Nil: none. A nil pointer in a non-nil interface
@@ -120,6 +135,9 @@ func (h HTTP) Serve(l net.Listener) error {
 		return err
 	}
 	p := newHTTPProxy(h, proto == appProtocolH2C, app)
+	if v, ok := l.(interface{ VerboseErrors() bool }); ok && v.VerboseErrors() {
+		p.verbose = true
+	}
 	err = p.serveConns(l)
 	if errors.Is(err, net.ErrClosed) {
 		return nil
@@ -132,6 +150,7 @@ func (h HTTP) Serve(l net.Listener) error {
 type httpProxy struct {
 	to         string
 	h2c        bool
+	verbose    bool // the 502s it answers show the error (HTTP.VerboseErrors)
 	logger     *slog.Logger
 	rec        Recorder                  // nil: none
 	replayFunc func(*http.Request) error // p.replay, for Record
@@ -146,7 +165,7 @@ type httpProxy struct {
 }
 
 func newHTTPProxy(h HTTP, h2c bool, app *appDialer) *httpProxy {
-	p := &httpProxy{to: h.To, h2c: h2c, logger: orDiscard(h.Logger), rec: h.Recorder, app: app, conns: map[net.Conn]struct{}{}}
+	p := &httpProxy{to: h.To, h2c: h2c, verbose: h.VerboseErrors, logger: orDiscard(h.Logger), rec: h.Recorder, app: app, conns: map[net.Conn]struct{}{}}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.replayFunc = p.replay
 	return p
@@ -264,25 +283,59 @@ const (
 	msgAppError        = "the app closed the connection without a whole response"
 	codeAppUnreachable = "app_unreachable"
 	msgAppUnreachable  = "the app behind the tunnel cannot be reached"
+	headerRequestID    = "Tunnelkit-Request-Id"
 )
 
-// errorText is the plain-text body of a 502 the forwarder answers: the
-// code, what it means, and the error.
-func errorText(code, msg string, err error) string {
-	return code + ": " + msg + ": " + printable(err.Error(), 1024) + "\n"
+// appError is an answer HTTP writes for the app, as the edge writes its
+// own: the code, what it means in words, and the request ID under which
+// the log and the recording keep err, the detail, which the body shows
+// only when verbose.
+type appError struct {
+	code, msg string
+	id        string
+	err       error
+	verbose   bool
 }
 
-// errorHeader returns the header fields of a 502 the forwarder answers,
-// with a body of n bytes: those the edge's own answers have, and Date,
-// which net/http's server adds.
-func errorHeader(code string, n int) [][2]string {
+// newAppError returns the answer of code for err, with a new request ID.
+func (p *httpProxy) newAppError(code, msg string, err error) appError {
+	return appError{code: code, msg: msg, id: newRequestID(), err: err, verbose: p.verbose}
+}
+
+// text is the answer's plain-text body.
+func (e appError) text() string {
+	s := e.code + ": " + e.msg + "\nrequest id: " + e.id + "\n"
+	if e.verbose {
+		s += "detail: " + printable(e.err.Error(), 1024) + "\n"
+	}
+	return s
+}
+
+// header returns the header fields of the answer, with a body of n
+// bytes: those the edge's own answers have, and Date, which net/http's
+// server adds.
+func (e appError) header(n int) [][2]string {
 	return [][2]string{
 		{"Content-Type", "text/plain; charset=utf-8"},
 		{"X-Content-Type-Options", "nosniff"},
-		{"Tunnelkit-Error", code},
+		{"Tunnelkit-Error", e.code},
+		{headerRequestID, e.id},
 		{"Date", time.Now().UTC().Format(http.TimeFormat)},
 		{"Content-Length", strconv.Itoa(n)},
 	}
+}
+
+// log warns of the answer for a request of method and path (unescaped),
+// with its ID and detail.
+func (p *httpProxy) logAppError(e appError, method, path, client string) {
+	p.logger.Warn("http error", "code", e.code, "request_id", e.id, "method", printable(method, 32), "path", printable(path, 256), "client", client, "to", p.to, "err", e.err)
+}
+
+// newRequestID returns a new random request ID: 16 hex digits.
+func newRequestID() string {
+	var b [8]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
 }
 
 // printable returns s, cut at max bytes, with every byte that is not

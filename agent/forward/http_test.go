@@ -444,7 +444,10 @@ func TestHTTPForwardExpectContinue(t *testing.T) {
 }
 
 // TestHTTPForwardAppUnreachable checks the edge's format for the errors
-// the forwarder answers itself, and the warning.
+// the forwarder answers itself: the code and what happened, in words, and
+// a request ID, in the body and the header; the warning has the ID, and
+// the detail the answer does not show (the dial's error, naming the app's
+// address; the app's close).
 func TestHTTPForwardAppUnreachable(t *testing.T) {
 	ln := listenLoopback(t)
 	down := ln.Addr().String()
@@ -456,10 +459,10 @@ func TestHTTPForwardAppUnreachable(t *testing.T) {
 		}
 	})
 	for _, tc := range []struct {
-		name, to, code, prefix string
+		name, to, code, msg, detail string
 	}{
-		{"unreachable", down, "app_unreachable", "app_unreachable: the app behind the tunnel cannot be reached: dial tcp " + down + ": "},
-		{"closes", serveApp(t, closer, false), "app_error", "app_error: the app closed the connection without a whole response: "},
+		{"unreachable", down, "app_unreachable", "the app behind the tunnel cannot be reached", `err="dial tcp ` + down + `: connect: connection refused"`},
+		{"closes", serveApp(t, closer, false), "app_error", "the app closed the connection without a whole response", `err="forward: the app closed the connection before it answered"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var log testtools.Buffer
@@ -470,12 +473,12 @@ func TestHTTPForwardAppUnreachable(t *testing.T) {
 			}
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("Tunnelkit-Error") != tc.code ||
-				!strings.HasPrefix(string(body), tc.prefix) || !strings.HasSuffix(string(body), "\n") || strings.Count(string(body), "\n") != 1 {
-				t.Errorf("%s, Tunnelkit-Error %q, body %q; want 502, %s, %q...", resp.Status, resp.Header.Get("Tunnelkit-Error"), body, tc.code, tc.prefix)
+			id := resp.Header.Get("Tunnelkit-Request-Id")
+			if want := tc.code + ": " + tc.msg + "\nrequest id: " + id + "\n"; resp.StatusCode != http.StatusBadGateway || resp.Header.Get("Tunnelkit-Error") != tc.code || id == "" || string(body) != want {
+				t.Errorf("%s, Tunnelkit-Error %q, body %q; want 502, %s, %q", resp.Status, resp.Header.Get("Tunnelkit-Error"), body, tc.code, want)
 			}
 			stop()
-			for _, want := range []string{"level=WARN msg=\"http error\" code=" + tc.code, "msg=http method=POST path=/x status=502 bytes=" + fmt.Sprint(len(body))} {
+			for _, want := range []string{"level=WARN msg=\"http error\" code=" + tc.code + " request_id=" + id + " method=POST path=/x ", " to=" + tc.to + " " + tc.detail + "\n", "msg=http method=POST path=/x status=502 bytes=" + fmt.Sprint(len(body))} {
 				if !strings.Contains(log.String(), want) {
 					t.Errorf("log:\n%s\nwant a line with %s", log.String(), want)
 				}

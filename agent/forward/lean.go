@@ -2,7 +2,7 @@ package forward
 
 import (
 	"context"
-	"io"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -39,6 +39,10 @@ import (
 // app cannot be reached gets its requests answered 502 app_unreachable
 // from the same watchers (see unreachable.go), and ends: the edge's next
 // conn tries the app again.
+
+// errAppClosed is the detail of an app_error: the app closed a new
+// connection without answering its first request.
+var errAppClosed = errors.New("forward: the app closed the connection before it answered")
 
 // origin is where a conn's requests come from: the edge, or a replay.
 type origin struct {
@@ -110,11 +114,13 @@ func (p *httpProxy) forwardConn(c net.Conn, o origin) {
 			p.logger.Debug("http: the app closed a kept-alive connection as a request went out", "method", printable(x.Method, 32), "path", printable(requestPath(x.Target), 256), "client", o.client, "to", p.to)
 			return nil
 		}
-		p.logger.Warn("http error", "code", codeAppError, "method", printable(x.Method, 32), "path", printable(requestPath(x.Target), 256), "client", o.client, "to", p.to, "err", io.EOF)
-		head, body := errorResponse(codeAppError, msgAppError, io.EOF, x.Method, true)
+		e := p.newAppError(codeAppError, msgAppError, errAppClosed)
+		p.logAppError(e, x.Method, requestPath(x.Target), o.client)
+		head, body := errorResponse(e, x.Method, true)
 		if recs != nil {
 			// The watcher has seen the app's end: the answer passes to
 			// the recording as it would have.
+			recs.failed(e)
 			recs.head(true, head)
 			recs.body(true, body)
 			recs.done(h1.Exchange{})
@@ -181,13 +187,13 @@ type upgraded struct {
 }
 
 // errorResponse returns the HTTP/1.1 502 that answers a request of method
-// for the app, as the edge answers (code, msg, the error err), in two
-// parts: its head, and its body (none for HEAD). With close, the head
-// says that the connection closes after it.
-func errorResponse(code, msg string, err error, method string, close bool) (head, body []byte) {
-	text := errorText(code, msg, err)
+// for the app, as the edge answers (see appError), in two parts: its
+// head, and its body (none for HEAD). With close, the head says that the
+// connection closes after it.
+func errorResponse(e appError, method string, close bool) (head, body []byte) {
+	text := e.text()
 	head = append(head, "HTTP/1.1 502 Bad Gateway\r\n"...)
-	for _, f := range errorHeader(code, len(text)) {
+	for _, f := range e.header(len(text)) {
 		head = append(append(append(append(head, f[0]...), ": "...), f[1]...), "\r\n"...)
 	}
 	if close {

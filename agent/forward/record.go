@@ -77,6 +77,17 @@ type Recording interface {
 	End(err error)
 }
 
+// FailureRecording is a Recording that also keeps why HTTP answered for
+// the app (502 app_unreachable, app_error): HTTP calls Failed, on a
+// Recording that has it, before Response, with the request ID that the
+// answer carries (its Tunnelkit-Request-Id header) and the error, whose
+// detail the answer shows only with HTTP.VerboseErrors. An
+// *inspect.Inspector's recordings have it.
+type FailureRecording interface {
+	Recording
+	Failed(requestID string, err error)
+}
+
 // The errors a Recording's End gets.
 var (
 	// errBrokeOff: the conn ended, or its bytes stopped being HTTP as
@@ -125,6 +136,18 @@ func (rs *h1Recordings) head(response bool, b []byte) {
 			rec.Response(status, header)
 		}
 		rs.answered++
+	}
+}
+
+// failed tells the exchange that awaits its response that HTTP answers
+// it with e.
+func (rs *h1Recordings) failed(e appError) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.answered < len(rs.queue) {
+		if rec, ok := rs.queue[rs.answered].(FailureRecording); ok {
+			rec.Failed(e.id, e.err)
+		}
 	}
 }
 
@@ -234,6 +257,17 @@ func (rs *h2Recordings) header(id uint32, response bool, fields []hpack.HeaderFi
 	s.answered = true
 	if s.rec != nil {
 		s.rec.Response(status, header)
+	}
+}
+
+// failed tells the exchange of stream id that HTTP answers it with e.
+func (rs *h2Recordings) failed(id uint32, e appError) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if s := rs.streams[id]; s != nil {
+		if rec, ok := s.rec.(FailureRecording); ok {
+			rec.Failed(e.id, e.err)
+		}
 	}
 }
 

@@ -39,6 +39,9 @@ type recorded struct {
 	err      error
 	overlaps int // calls that came while another ran
 	running  bool
+
+	failedID  string // Failed's request ID
+	failedErr error  // and error
 }
 
 func (rc *recorder) Record(r *http.Request, replay func(*http.Request) error) forward.Recording {
@@ -75,6 +78,10 @@ func (x *recorded) Response(status int, h http.Header) {
 }
 
 func (x *recorded) ResponseBody(p []byte) { x.call("response body", func() { x.respBody.Write(p) }) }
+
+func (x *recorded) Failed(id string, err error) {
+	x.call("failed", func() { x.failedID, x.failedErr = id, err })
+}
 
 func (x *recorded) End(err error) {
 	x.call("end", func() {
@@ -288,7 +295,9 @@ func TestHTTPRecorderBrokenOff(t *testing.T) {
 }
 
 // TestHTTPRecorderUnreachable: the 502 that answers for an app that
-// cannot be reached is recorded as the app's answers are.
+// cannot be reached is recorded as the app's answers are, and a
+// FailureRecording gets its request ID and the dial's error first, which
+// the answer does not show.
 func TestHTTPRecorderUnreachable(t *testing.T) {
 	ln := listenLoopback(t)
 	down := ln.Addr().String()
@@ -309,6 +318,10 @@ func TestHTTPRecorderUnreachable(t *testing.T) {
 			if x.r.RequestURI != "/x" || x.status != http.StatusBadGateway || x.header.Get("Tunnelkit-Error") != "app_unreachable" ||
 				x.respBody.String() != string(body) || x.err != nil {
 				t.Errorf("recorded %s, %d %v %q, end %v; the client got %q", x.r.RequestURI, x.status, x.header, x.respBody.String(), x.err, body)
+			}
+			if id := resp.Header.Get("Tunnelkit-Request-Id"); x.failedID != id || id == "" || x.failedErr == nil || !strings.HasPrefix(x.failedErr.Error(), "dial tcp "+down+": ") ||
+				fmt.Sprint(x.events) != "[failed response response body end]" {
+				t.Errorf("recorded Failed(%q, %v), events %v; want the answer's request ID %q, the dial's error, before the response", x.failedID, x.failedErr, x.events, id)
 			}
 		})
 	}

@@ -78,8 +78,12 @@ func (p *httpProxy) unreachableH1(c net.Conn, o origin, err error) {
 			return
 		}
 		if waiting {
-			p.logger.Warn("http error", "code", codeAppUnreachable, "method", printable(x.Method, 32), "path", printable(requestPath(x.Target), 256), "client", o.client, "to", p.to, "err", err)
-			head, body := errorResponse(codeAppUnreachable, msgAppUnreachable, err, x.Method, true)
+			e := p.newAppError(codeAppUnreachable, msgAppUnreachable, err)
+			p.logAppError(e, x.Method, requestPath(x.Target), o.client)
+			head, body := errorResponse(e, x.Method, true)
+			if recs != nil {
+				recs.failed(e)
+			}
 			obs.Response(head)
 			obs.Response(body)
 			c.Write(append(head, body...))
@@ -188,8 +192,12 @@ func (p *httpProxy) unreachableH2C(c net.Conn, o origin, err error) {
 			}
 			last = id
 			method := f.PseudoValue("method")
-			p.logger.Warn("http error", "code", codeAppUnreachable, "method", printable(method, 32), "path", printable(requestPath(f.PseudoValue("path")), 256), "client", o.client, "to", p.to, "err", err)
-			body := []byte(errorText(codeAppUnreachable, msgAppUnreachable, err))
+			e := p.newAppError(codeAppUnreachable, msgAppUnreachable, err)
+			p.logAppError(e, method, requestPath(f.PseudoValue("path")), o.client)
+			if recs != nil {
+				recs.failed(id, e)
+			}
+			body := []byte(e.text())
 			n := len(body)
 			if method == "HEAD" {
 				body = nil
@@ -198,7 +206,7 @@ func (p *httpProxy) unreachableH2C(c net.Conn, o origin, err error) {
 			}
 			hb.Reset()
 			enc.WriteField(hpack.HeaderField{Name: ":status", Value: "502"})
-			for _, h := range errorHeader(codeAppUnreachable, n) {
+			for _, h := range e.header(n) {
 				enc.WriteField(hpack.HeaderField{Name: strings.ToLower(h[0]), Value: h[1]})
 			}
 			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndStream: len(body) == 0, EndHeaders: true})

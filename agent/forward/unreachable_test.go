@@ -3,6 +3,7 @@ package forward_test
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/tunnelkit/tunnelkit/agent/forward"
+	"github.com/tunnelkit/tunnelkit/internal/testpki"
 	"github.com/tunnelkit/tunnelkit/internal/testtools"
 )
 
@@ -52,8 +55,10 @@ func proxyHop(t *testing.T, to string, h2c bool) string {
 // 502: a HEAD without a body, and a POST whose 4 MiB body they do not
 // want too (the client gets the answer, not a reset); once the app is up,
 // the same client's next request reaches it. The forwarder's answers are
-// the edge's: Tunnelkit-Error app_unreachable, a plain-text line naming
-// the dial's error, nosniff, Date and Content-Length.
+// the edge's: Tunnelkit-Error app_unreachable, Tunnelkit-Request-Id, a
+// plain-text body saying so in words with the request ID (the dial's
+// error, which names the app's address, is the log's), nosniff, Date and
+// Content-Length.
 func TestHTTPAppUnreachableLikeAProxyHop(t *testing.T) {
 	down := downAddr(t)
 	type hop struct {
@@ -90,16 +95,16 @@ func TestHTTPAppUnreachableLikeAProxyHop(t *testing.T) {
 					continue
 				}
 				hd := resp.Header
-				prefix := "app_unreachable: the app behind the tunnel cannot be reached: dial tcp " + down + ": "
+				id := hd.Get("Tunnelkit-Request-Id")
+				want := "app_unreachable: the app behind the tunnel cannot be reached\nrequest id: " + id + "\n"
 				if method == "HEAD" {
-					b = []byte(prefix + "...\n")
+					b = []byte(want)
 				}
 				date, derr := http.ParseTime(hd.Get("Date"))
 				if hd.Get("Tunnelkit-Error") != "app_unreachable" || hd.Get("Content-Type") != "text/plain; charset=utf-8" ||
 					hd.Get("X-Content-Type-Options") != "nosniff" || derr != nil || time.Since(date) > time.Hour ||
-					method != "HEAD" && resp.ContentLength != int64(len(b)) ||
-					!strings.HasPrefix(string(b), prefix) || strings.Count(string(b), "\n") != 1 || !strings.HasSuffix(string(b), "\n") {
-					t.Errorf("%s: header %v, body %q; want the edge's app_unreachable answer, %q...", method, hd, b, prefix)
+					method != "HEAD" && resp.ContentLength != int64(len(b)) || len(id) != 16 || string(b) != want {
+					t.Errorf("%s: header %v, body %q; want the edge's app_unreachable answer, %q", method, hd, b, want)
 				}
 			}
 		})
@@ -177,7 +182,7 @@ func TestHTTPAppUnreachableEndsConn(t *testing.T) {
 	if n := strings.Count(log.String(), "msg=http "); n != 1 || !strings.Contains(log.String(), "msg=http method=GET path=/a status=502 ") {
 		t.Errorf("log:\n%s\nwant one request line, for /a", log.String())
 	}
-	if n := strings.Count(log.String(), `level=WARN msg="http error" code=app_unreachable method=GET path=/a `); n != 1 || strings.Count(log.String(), "level=WARN") != 1 {
+	if n := regexp.MustCompile(`level=WARN msg="http error" code=app_unreachable request_id=[0-9a-f]{16} method=GET path=/a `).FindAllString(log.String(), -1); len(n) != 1 || strings.Count(log.String(), "level=WARN") != 1 {
 		t.Errorf("log:\n%s\nwant one warning, for /a", log.String())
 	}
 }
@@ -292,4 +297,94 @@ func headerValue(f *http2.MetaHeadersFrame, name string) string {
 		}
 	}
 	return ""
+}
+
+// verboseListener is a listener whose endpoint asks for verbose errors,
+// as an *agent.Listener of an agent.Endpoint with VerboseErrors says.
+type verboseListener struct{ net.Listener }
+
+func (verboseListener) VerboseErrors() bool { return true }
+
+// TestHTTPAnswersShowNoDetail: every answer the forwarder writes for its
+// app (app_unreachable for an app that refuses the connection, or whose
+// certificate the forwarder does not trust; app_error for an HTTP/1.1 app
+// that closes without answering), over HTTP/1.1 and h2c, shows its client
+// what happened in words, with its code and a request ID, and nothing of
+// the detail: no address, port, dial or certificate error, no Go error
+// text. The warning in the log has the detail under the same ID. With
+// VerboseErrors, or a listener whose VerboseErrors method says so, the
+// answer shows the detail too.
+func TestHTTPAnswersShowNoDetail(t *testing.T) {
+	down := downAddr(t)
+	tlsApp, _ := serveTLSApp(t, whoami)
+	untrusted := &tls.Config{RootCAs: testpki.New(t).Pool}
+	closer := func(h2c bool) string {
+		return serveApp(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				c.Close()
+			}
+		}), h2c)
+	}
+	type answer struct {
+		name, to string
+		tls      *tls.Config
+		code     string
+		msg      string
+		detail   string // what the log has, and a verbose answer
+	}
+	cases := func(h2c bool) []answer {
+		cs := []answer{
+			{"refused", down, nil, "app_unreachable", "the app behind the tunnel cannot be reached", "dial tcp " + down + ": connect: connection refused"},
+			{"untrusted certificate", tlsApp, untrusted, "app_unreachable", "the app behind the tunnel cannot be reached", "x509: certificate signed by unknown authority"},
+		}
+		if !h2c {
+			// An h2c app's close reaches the edge as the app did it.
+			cs = append(cs, answer{"closes", closer(h2c), nil, "app_error", "the app closed the connection without a whole response", "the app closed the connection before it answered"})
+		}
+		return cs
+	}
+	for _, m := range modes {
+		for _, tc := range cases(m.h2c) {
+			for _, verbose := range []string{"", "field", "listener"} {
+				name := m.name + "/" + tc.name
+				if verbose != "" {
+					name += "/verbose " + verbose
+				}
+				t.Run(name, func(t *testing.T) {
+					var log testtools.Buffer
+					f := forward.HTTP{To: tc.to, TLSConfig: tc.tls, AppProtocol: appProtocol(m.h2c), Logger: debugLogger(&log), VerboseErrors: verbose == "field"}
+					var ln net.Listener = listenLoopback(t)
+					if verbose == "listener" {
+						ln = verboseListener{ln}
+					}
+					stop := serve(t, f, ln)
+					resp, err := client(t, ln.Addr().String(), m.h2c).Get("http://app.example.test/x")
+					if err != nil {
+						t.Fatal(err)
+					}
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					stop()
+					id := resp.Header.Get("Tunnelkit-Request-Id")
+					want := tc.code + ": " + tc.msg + "\nrequest id: " + id + "\n"
+					if verbose != "" {
+						if !strings.HasPrefix(string(b), want+"detail: ") || !strings.Contains(string(b), tc.detail) {
+							t.Errorf("%s, body %q; want %q, then the detail, %q", resp.Status, b, want, tc.detail)
+						}
+						return
+					}
+					if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("Tunnelkit-Error") != tc.code || len(id) != 16 || string(b) != want {
+						t.Errorf("%s, header %v, body %q; want 502 %s, %q", resp.Status, resp.Header, b, tc.code, want)
+					}
+					if leaks := testtools.Leaks(resp.Header, string(b), []string{tc.to, ln.Addr().String()}, tc.detail); leaks != nil {
+						t.Errorf("the answer shows %q: header %v, body %q", leaks, resp.Header, b)
+					}
+					warn := regexp.MustCompile(`level=WARN msg="http error" code=` + tc.code + ` request_id=` + id + ` method=GET path=/x .* to=` + regexp.QuoteMeta(tc.to) + ` err=.*` + regexp.QuoteMeta(tc.detail))
+					if !warn.MatchString(log.String()) {
+						t.Errorf("log:\n%s\nwant a warning with request_id=%s and %q", log.String(), id, tc.detail)
+					}
+				})
+			}
+		}
+	}
 }

@@ -63,8 +63,16 @@ type Exchange struct {
 	// the response broke off (the app's side or the client's ended in
 	// the middle of it), or never came (an app that closes a kept-alive
 	// connection as the request goes out: the edge sends an idempotent
-	// request again, another exchange).
+	// request again, another exchange); for a 502 that the forwarder
+	// answered for the app, its code and the detail the client was not
+	// shown ("app_unreachable: dial tcp 127.0.0.1:3000: connect:
+	// connection refused").
 	Error string `json:"error,omitempty"`
+
+	// RequestID is the request ID of a 502 that the forwarder answered
+	// for the app (its Tunnelkit-Request-Id header), under which the
+	// agent's log has the detail too. Empty for the app's answers.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // Body is what an Exchange keeps of a request's or response's body: the

@@ -997,8 +997,9 @@ func TestInspectorNil(t *testing.T) {
 
 // TestInspectorAppUnreachable: for an app that cannot be reached, the
 // exchange holds the forwarder's answer, 502 with its Tunnelkit-Error
-// header and body, as the client got it; its replay is answered and
-// recorded so too.
+// header and body, as the client got it, and keeps its request ID and
+// the detail that the client was not shown (the dial's error, naming the
+// app's address); its replay is answered and recorded so too.
 func TestInspectorAppUnreachable(t *testing.T) {
 	ln := testnet.Listen(t)
 	down := ln.Addr().String()
@@ -1017,8 +1018,11 @@ func TestInspectorAppUnreachable(t *testing.T) {
 			resp.Body.Close()
 			ev.done(t, 1)
 			x := exchange(t, ui, 1)
-			if x.Status != http.StatusBadGateway || x.ResponseHeader.Get("Tunnelkit-Error") != "app_unreachable" || string(x.ResponseBody.Data) != string(body) || x.Error != "" || x.To != down {
+			if x.Status != http.StatusBadGateway || x.ResponseHeader.Get("Tunnelkit-Error") != "app_unreachable" || string(x.ResponseBody.Data) != string(body) || x.To != down {
 				t.Errorf("exchange: %+v; the client got %s %q", x, resp.Status, body)
+			}
+			if id := resp.Header.Get("Tunnelkit-Request-Id"); x.RequestID != id || id == "" || x.Error != "app_unreachable: dial tcp "+down+": connect: connection refused" || strings.Contains(string(body), down) {
+				t.Errorf("exchange: request ID %q, error %q; want the answer's, %q, and the dial's error; the client got %q", x.RequestID, x.Error, id, body)
 			}
 			code, rx, msg := replayResult(t, ui, 1, inspectorHeader, `{"body":"again"}`)
 			if code != 200 || rx.ReplayOf != 1 || rx.Status != http.StatusBadGateway || rx.ResponseHeader.Get("Tunnelkit-Error") != "app_unreachable" {

@@ -8,7 +8,10 @@ import (
 	"github.com/tunnelkit/tunnelkit/agent/forward"
 )
 
-var _ forward.Recorder = (*Inspector)(nil)
+var (
+	_ forward.Recorder         = (*Inspector)(nil)
+	_ forward.FailureRecording = (*recording)(nil)
+)
 
 // recording is an exchange under way, as a forwarder hands it over: the
 // forward.Recording that Record returns. The forwarder calls its methods
@@ -22,6 +25,7 @@ type recording struct {
 	resp     capture                   // the response body's first bytes
 	replayOf *replayInfo               // non-nil for a replay
 	header   bool                      // the final header is known
+	failure  string                    // the forwarder answered for the app: its code and why
 }
 
 // Record starts recording an exchange, and publishes it: r, a request
@@ -83,18 +87,31 @@ func (rec *recording) Response(status int, h http.Header) {
 	rec.in.publish(rec)
 }
 
+// Failed notes the request ID and the detail of the answer the forwarder
+// writes for the app, which Response, to come, will show.
+func (rec *recording) Failed(requestID string, err error) {
+	rec.ex.RequestID = requestID
+	if err != nil {
+		rec.failure = err.Error()
+	}
+}
+
 // ResponseBody copies the response body's first bytes.
 func (rec *recording) ResponseBody(p []byte) { rec.resp.add(p) }
 
 // End ends the exchange and publishes it: "aborted" when err says it
-// broke off.
+// broke off, the code and detail of an answer the forwarder wrote for
+// the app (see Failed).
 func (rec *recording) End(err error) {
 	x := &rec.ex
 	x.Done = true
 	x.Duration = time.Since(x.Start)
-	if err != nil {
+	switch {
+	case rec.failure != "":
+		x.Error = x.ResponseHeader.Get("Tunnelkit-Error") + ": " + rec.failure
+	case err != nil:
 		x.Error = "aborted"
-	} else if !rec.header {
+	case !rec.header:
 		// What net/http sends for a handler that wrote nothing.
 		x.Status = http.StatusOK
 	}
