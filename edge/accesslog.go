@@ -40,7 +40,9 @@ func (s *Server) logAccess(a *access.Writer, r *http.Request, status int, d time
 		"client", r.RemoteAddr,
 	}
 	if code := a.Header().Get("Tunnelkit-Error"); code != "" {
-		attrs = append(attrs, "error", code)
+		// The edge's answer, or an agent's forwarder's: its request ID
+		// finds the detail in the edge's log or in the agent's.
+		attrs = append(attrs, "error", code, "request_id", wire.Printable(a.Header().Get(headerRequestID), 64))
 	}
 	s.AccessLog.Info("http", attrs...)
 }

@@ -1,6 +1,8 @@
 package edge
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -144,7 +146,8 @@ func Reasons() []Reason {
 	}
 }
 
-// status is the HTTP status a refusal is answered with.
+// status is the HTTP status a refusal is answered with; 0 for a Reason
+// that never answers an HTTP request.
 func (r Reason) status() int {
 	switch r {
 	case ReasonBadRequest, ReasonMissingHost:
@@ -167,14 +170,34 @@ func (r Reason) status() int {
 		return http.StatusServiceUnavailable
 	case ReasonAppTimeout:
 		return http.StatusGatewayTimeout
+	case ReasonAgentOffline, ReasonAppUnreachable, ReasonAppError:
+		return http.StatusBadGateway
 	}
-	return http.StatusBadGateway
+	return 0
 }
 
-// refuse answers a request the edge does not pass on: with the Reason's
-// status, the Reason in a header and in a plain-text body, and logs why.
+// refuse answers a request the edge does not pass on (see answer), with
+// no detail for the public.
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, reason Reason, msg string, err error) {
+	s.answer(w, r, reason, msg, err, false)
+}
+
+// headerRequestID names the ID of an error answer, the edge's or an
+// agent's forwarder's, which the logs keep with the detail.
+const headerRequestID = "Tunnelkit-Request-Id"
+
+// answer answers a request the edge does not pass on: with the Reason's
+// status, the Reason in the Tunnelkit-Error header, a new request ID in
+// the Tunnelkit-Request-Id header, and a plain-text body that says what
+// happened in words (msg, which names nothing but what the client sent),
+// with the Reason and the ID. It logs the ID with err, the cause, which
+// the client gets only with verbose (the route's VerboseErrors).
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, reason Reason, msg string, err error, verbose bool) {
 	status := reason.status()
+	if status == 0 {
+		status = http.StatusBadGateway
+	}
+	id := newRequestID()
 	// What a client did wrong is the client's business, and attackers
 	// would choose the log's volume: only what went wrong on the edge's or
 	// the agent's side is logged at Info.
@@ -182,12 +205,13 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, reason Reason, m
 	if status >= 500 {
 		level = slog.LevelInfo
 	}
-	s.log().Log(r.Context(), level, "http error", "status", status, "code", string(reason), "host", wire.Printable(r.Host, 256), "client", r.RemoteAddr, "err", err)
+	s.log().Log(r.Context(), level, "http error", "status", status, "code", string(reason), "request_id", id, "host", wire.Printable(r.Host, 256), "client", r.RemoteAddr, "err", err)
 	s.obs().Refused(reason)
 	h := w.Header()
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Tunnelkit-Error", string(reason))
+	h.Set(headerRequestID, id)
 	if r.ContentLength != 0 && r.ProtoMajor == 1 {
 		// Close rather than read what is left of the body first, as
 		// net/http would: a client that sends it slowly, or never, would
@@ -197,7 +221,18 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, reason Reason, m
 		h.Set("Connection", "close")
 	}
 	w.WriteHeader(status)
-	io.WriteString(w, string(reason)+": "+msg+"\n")
+	body := string(reason) + ": " + wire.Printable(msg, 1024) + "\nrequest id: " + id + "\n"
+	if verbose && err != nil {
+		body += "detail: " + wire.Printable(err.Error(), 1024) + "\n"
+	}
+	io.WriteString(w, body)
+}
+
+// newRequestID returns a new random request ID: 16 hex digits.
+func newRequestID() string {
+	var b [8]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
 }
 
 // errorList gathers errors into one, written on one line (go-multierror's

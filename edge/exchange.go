@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,21 +96,19 @@ func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, routes []
 	defer cancel()
 	x := &exchange{srv: s, in: r, routes: routes, info: info, pc: upstream.ConnOf(r), aw: aw, rc: http.NewResponseController(w), pol: pol, ctx: ctx, cancel: cancel, start: time.Now()}
 	up, reused, err := s.ups.Get(ctx, routes, info.Host, x.pc, s.dialFor(routes, info))
-	switch {
-	case errors.Is(err, errTooManyStreams):
-		s.refuse(w, r, ReasonAgentBusy, "the agent of this tunnel has no stream free; try again", err)
-		return
-	case errors.Is(err, ErrNoEndpoint):
-		s.refuse(w, r, ReasonNoEndpoint, "the agent no longer serves this tunnel", err)
-		return
-	case errors.Is(err, ErrAppUnreachable):
-		s.refuse(w, r, ReasonAppUnreachable, appUnreachable(err), err)
-		return
-	case errors.Is(err, upstream.ErrBroke):
-		s.refuse(w, r, ReasonAppError, "the app closed the connection without a whole response", err)
-		return
-	case err != nil:
-		s.refuse(w, r, ReasonAgentOffline, "the agent of this tunnel cannot be reached", err)
+	if err != nil {
+		reason, msg := ReasonAgentOffline, "the agent of this tunnel cannot be reached"
+		switch {
+		case errors.Is(err, errTooManyStreams):
+			reason, msg = ReasonAgentBusy, "the agent of this tunnel has no stream free; try again"
+		case errors.Is(err, ErrNoEndpoint):
+			reason, msg = ReasonNoEndpoint, msgNoEndpoint
+		case errors.Is(err, ErrAppUnreachable):
+			reason, msg = ReasonAppUnreachable, msgAppUnreachable
+		case errors.Is(err, upstream.ErrBroke):
+			reason, msg = ReasonAppError, msgAppError
+		}
+		s.answer(w, r, reason, msg, err, routes[0].VerboseErrors)
 		return
 	}
 	x.up, x.reused = up, reused
@@ -249,14 +246,14 @@ func (x *exchange) errorHandler(w http.ResponseWriter, r *http.Request, err erro
 		x.srv.log().Debug("http exchange reset by the app", "host", r.Host, "client", r.RemoteAddr, "err", err)
 		return
 	}
-	reason, msg := x.classify(err)
+	reason, msg, cause := x.classify(err)
 	if x.clientGone() {
 		// Nobody reads the answer; what went wrong is the client's doing.
-		x.srv.log().Debug("http exchange ended: the client left", "host", r.Host, "client", r.RemoteAddr, "err", err)
+		x.srv.log().Debug("http exchange ended: the client left", "host", r.Host, "client", r.RemoteAddr, "err", cause)
 		x.srv.obs().Refused(reason)
 		return
 	}
-	x.srv.refuse(w, r, reason, msg, err)
+	x.srv.answer(w, r, reason, msg, cause, x.up.Route().VerboseErrors)
 }
 
 // clientGone reports whether the exchange was cut because its client left.
@@ -273,34 +270,37 @@ func (x *exchange) over() bool {
 	return x.ended
 }
 
-// classify returns why an exchange failed.
-func (x *exchange) classify(err error) (Reason, string) {
+// The words of the edge's answers for an agent and its app: what
+// happened, never why in detail (that is for the logs).
+const (
+	msgNoEndpoint     = "the agent no longer serves this tunnel"
+	msgAppUnreachable = "the app behind the tunnel cannot be reached"
+	msgAppError       = "the app closed the connection without a whole response"
+)
+
+// classify returns why an exchange that failed with err failed, and its
+// cause: the agent's refusal when there was one, else err.
+func (x *exchange) classify(err error) (Reason, string, error) {
 	var ne net.Error
 	switch refused := x.up.Refusal(); {
 	case errors.Is(refused, ErrNoEndpoint):
-		return ReasonNoEndpoint, "the agent no longer serves this tunnel"
+		return ReasonNoEndpoint, msgNoEndpoint, refused
 	case refused != nil:
-		return ReasonAppUnreachable, appUnreachable(refused)
+		return ReasonAppUnreachable, msgAppUnreachable, refused
 	case x.body != nil && x.body.failed() != nil:
 		if errors.As(x.body.failed(), &ne) && ne.Timeout() {
-			return ReasonBodyTimeout, "the request body stopped arriving"
+			return ReasonBodyTimeout, "the request body stopped arriving", err
 		}
 		if errors.Is(x.body.failed(), io.ErrUnexpectedEOF) {
-			return ReasonBadRequest, "the request body ended early"
+			return ReasonBadRequest, "the request body ended early", err
 		}
-		return ReasonBadRequest, "malformed request body"
+		return ReasonBadRequest, "malformed request body", err
 	case errors.As(err, &ne) && ne.Timeout():
-		return ReasonAppTimeout, "the app did not answer in time"
+		return ReasonAppTimeout, "the app did not answer in time", err
 	case !x.srv.holdsSession(x.up.Route()):
-		return ReasonAgentOffline, "the agent of this tunnel went away"
+		return ReasonAgentOffline, "the agent of this tunnel went away", err
 	}
-	return ReasonAppError, "the app closed the connection without a whole response"
-}
-
-// appUnreachable is the message of an agent's refusal err, which wraps
-// ErrAppUnreachable.
-func appUnreachable(err error) string {
-	return "the app behind the tunnel cannot be reached: " + strings.TrimPrefix(err.Error(), ErrAppUnreachable.Error()+": ")
+	return ReasonAppError, msgAppError, err
 }
 
 // holdsSession reports whether r's session is still open here; true for a

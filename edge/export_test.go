@@ -6,3 +6,7 @@ import "context"
 // of its Router, before the Router is asked, for the tests of package
 // edge_test. Call it before s runs.
 func SetTestHookLookup(s *Server, hook func(context.Context)) { s.testHookLookup = hook }
+
+// ReasonStatus returns the HTTP status the edge answers a request with for
+// r; 0 for a Reason that answers no HTTP request.
+func ReasonStatus(r Reason) int { return r.status() }

@@ -40,7 +40,14 @@ import (
 // policy.Policy.Check).
 //
 // When the edge itself answers, the status says why and the plain-text body
-// and the Tunnelkit-Error header carry the Reason, a short stable code:
+// and the Tunnelkit-Error header carry the Reason, a short stable code;
+// the body says what happened in words, and carries a request ID, also in
+// the Tunnelkit-Request-Id header, under which the edge's log keeps the
+// detail (the agent's error, an address: never shown to the public but
+// on a route whose agent asked for VerboseErrors, for development). The
+// answers of an agent's forwarder for its app (502 app_unreachable and
+// app_error) have the same form, their ID and detail in the agent's log;
+// the access log takes the ID of either from the answer's header:
 //
 //	400 bad_request          a malformed request or request body
 //	400 missing_host         no Host header

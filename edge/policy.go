@@ -183,7 +183,7 @@ func (s *Server) checkPolicy(w http.ResponseWriter, r *http.Request, routes []ro
 	// as its compiling takes (policyCompileTimeout), whatever the client.
 	cp, err := s.routePolicy(context.WithoutCancel(r.Context()), routes[0])
 	if err != nil {
-		s.refuse(w, r, ReasonPolicyUnavailable, "the traffic policy of this tunnel cannot be enforced now", err)
+		s.answer(w, r, ReasonPolicyUnavailable, "the traffic policy of this tunnel cannot be enforced now", err, routes[0].VerboseErrors)
 		return nil, false
 	}
 	pol := cp.Policy()

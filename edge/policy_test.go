@@ -1191,13 +1191,16 @@ func sendRaw(t testing.TB, addr, from string, cfg *tls.Config, req string, halfC
 }
 
 // answerOf is what a client learns from an answer: its status, the
-// edge's code, its body (not a redirect's), where it redirects to (less
-// the query, a login's state being new each time), and the cookies it
-// sets.
+// edge's code, its body (not a redirect's; the request ID of an error
+// answer, new each time, as "ID"), where it redirects to (less the
+// query, a login's state being new each time), and the cookies it sets.
 func answerOf(resp *http.Response, body string) string {
 	loc, _, _ := strings.Cut(resp.Header.Get("Location"), "?")
 	if resp.StatusCode/100 == 3 {
 		body = ""
+	}
+	if id := resp.Header.Get("Tunnelkit-Request-Id"); id != "" {
+		body = strings.ReplaceAll(body, id, "ID") // each answer has its own
 	}
 	var cookies []string
 	for _, c := range resp.Cookies() {
