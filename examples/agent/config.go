@@ -50,6 +50,9 @@ type fileEndpoint struct {
 	Pool         bool      `yaml:"pool"`
 	ProxyProto   int       `yaml:"proxy_proto"`
 	Policy       yaml.Node `yaml:"policy"`
+	// VerboseErrors shows the public the detail of errors (for
+	// development), as -verbose-errors does.
+	VerboseErrors bool `yaml:"verbose_errors"`
 }
 
 // endpointSpec is an endpoint as the agent runs it: from the command line
@@ -65,6 +68,8 @@ type endpointSpec struct {
 	Pool         bool         `json:"pool,omitempty"`
 	ProxyProto   int          `json:"proxy_proto,omitempty"`
 	Policy       *policy.Spec `json:"policy,omitempty"`
+	// VerboseErrors: see agent.Endpoint.VerboseErrors.
+	VerboseErrors bool `json:"verbose_errors,omitempty"`
 
 	where  string      // for errors: "agent.yml:12: endpoint 2", or "" for the command line's
 	flags  bool        // from the command line: errors name flags, not keys
@@ -146,6 +151,9 @@ func (e *endpointSpec) check(readFile func(string) ([]byte, error)) error {
 	}
 	if e.ProxyProto != 0 && t.network == "unix" {
 		return fail("%s %d: a PROXY header names TCP addresses, and %s is a Unix socket", n("proxy_proto"), e.ProxyProto, e.To)
+	}
+	if e.VerboseErrors && !isHTTP {
+		return fail("%s: only for an http or https URL (a %s endpoint's errors reach no page)", n("verbose_errors"), scheme)
 	}
 	if e.HostHeader != "" && !e.httpMode() {
 		return fail("%s: only for an http or https URL forwarded request by request (%s)", n("host_header"), n("log_requests"))
@@ -248,7 +256,7 @@ func (g *globals) fromFile(f *yamlcfg.File) ([]endpointSpec, error) {
 		}
 		spec := endpointSpec{
 			URL: fe.URL, To: fe.To, ToCA: fe.ToCA, ToServerName: fe.ToServerName, HostHeader: fe.HostHeader,
-			AppProtocol: fe.AppProtocol, LogRequests: true, Pool: fe.Pool, ProxyProto: fe.ProxyProto, Policy: pol,
+			AppProtocol: fe.AppProtocol, LogRequests: true, Pool: fe.Pool, ProxyProto: fe.ProxyProto, Policy: pol, VerboseErrors: fe.VerboseErrors,
 			where: fmt.Sprintf("%s:%d: endpoint %d", f.Name, node.Line, i+1),
 		}
 		if fe.LogRequests != nil {

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +39,10 @@ func (f hostForwarder) Serve(l net.Listener) error {
 	h2c := false
 	if ap, ok := l.(interface{ AppProtocol() string }); ok {
 		h2c = ap.AppProtocol() == "h2c"
+	}
+	verbose := false // the endpoint's verbose_errors
+	if v, ok := l.(interface{ VerboseErrors() bool }); ok {
+		verbose = v.VerboseErrors()
 	}
 	var protos http.Protocols
 	if h2c {
@@ -94,11 +100,20 @@ func (f hostForwarder) Serve(l net.Listener) error {
 		Transport: transport,
 		ErrorLog:  slog.NewLogLogger(f.logger.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			f.logger.Warn("http error", "code", "app_unreachable", "method", r.Method, "path", r.URL.Path, "client", r.RemoteAddr, "to", f.to.String(), "err", err)
+			// As forward.HTTP answers: the detail in the log, under the
+			// request ID that the client gets.
+			id := newRequestID()
+			f.logger.Warn("http error", "code", "app_unreachable", "request_id", id, "method", r.Method, "path", r.URL.Path, "client", r.RemoteAddr, "to", f.to.String(), "err", err)
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
 			w.Header().Set("Tunnelkit-Error", "app_unreachable")
+			w.Header().Set("Tunnelkit-Request-Id", id)
 			w.WriteHeader(http.StatusBadGateway)
-			io.WriteString(w, "app_unreachable: the app behind the tunnel cannot be reached\n")
+			body := "app_unreachable: the app behind the tunnel cannot be reached\nrequest id: " + id + "\n"
+			if verbose {
+				body += "detail: " + err.Error() + "\n"
+			}
+			io.WriteString(w, body)
 		},
 	}
 	var sprotos http.Protocols
@@ -120,6 +135,13 @@ func (f hostForwarder) Serve(l net.Listener) error {
 		return nil
 	}
 	return err
+}
+
+// newRequestID returns a new random request ID: 16 hex digits.
+func newRequestID() string {
+	var b [8]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
 }
 
 // countingWriter counts a response's status and body bytes for its line.

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/tunnelkit/tunnelkit/internal/testtools"
 )
 
 // hostForwarder sends each request to the app with the Host of its rule,
@@ -59,14 +61,22 @@ func TestHostForwarder(t *testing.T) {
 	gone.Close()
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	defer ln.Close()
-	go hostForwarder{to: target{network: "tcp", addr: goneAddr}, host: "x", logger: slog.New(slog.DiscardHandler)}.Serve(ln)
+	var log testtools.Buffer
+	logger := slog.New(slog.NewTextHandler(&log, nil))
+	go hostForwarder{to: target{network: "tcp", addr: goneAddr}, host: "x", logger: logger}.Serve(ln)
 	resp, err := http.Get("http://" + ln.Addr().String() + "/")
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("Tunnelkit-Error") != "app_unreachable" || !strings.HasPrefix(string(b), "app_unreachable") {
-		t.Errorf("an app that is not there: %d %q", resp.StatusCode, b)
+	id := resp.Header.Get("Tunnelkit-Request-Id")
+	if want := "app_unreachable: the app behind the tunnel cannot be reached\nrequest id: " + id + "\n"; resp.StatusCode != http.StatusBadGateway || resp.Header.Get("Tunnelkit-Error") != "app_unreachable" || id == "" || string(b) != want {
+		t.Errorf("an app that is not there: %d %q; want 502 %q", resp.StatusCode, b, want)
+	}
+	// The warning, written before the answer, has the detail under the
+	// answer's request ID.
+	if !strings.Contains(log.String(), "request_id="+id) || !strings.Contains(log.String(), "dial tcp "+goneAddr) {
+		t.Errorf("log:\n%s\nwant request_id=%s with the dial's error", log.String(), id)
 	}
 }

@@ -114,7 +114,7 @@ func (r *runner) start(ctx context.Context, s endpointSpec) error {
 // keeps for that run's session is waited for: the edge frees it when its
 // grace ends.
 func (r *runner) bind(ctx context.Context, s endpointSpec) (*agent.Listener, error) {
-	ep := agent.Endpoint{URL: s.URL, AppProtocol: s.AppProtocol, Pool: s.Pool, Policy: s.Policy}
+	ep := agent.Endpoint{URL: s.URL, AppProtocol: s.AppProtocol, Pool: s.Pool, Policy: s.Policy, VerboseErrors: s.VerboseErrors}
 	kept, held := r.state.endpoint(s.stateKey())
 	if held {
 		ep.Ticket = kept.Ticket
