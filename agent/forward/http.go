@@ -277,7 +277,8 @@ func (p *httpProxy) logLine(ctx context.Context, method, path string, status int
 }
 
 // The codes and messages of the answers HTTP writes for the app, as the
-// edge writes them (edge.ReasonAppError, edge.ReasonAppUnreachable).
+// edge writes them (edge.ReasonAppError, edge.ReasonAppUnreachable), and
+// the header of their request ID.
 const (
 	codeAppError       = "app_error"
 	msgAppError        = "the app closed the connection without a whole response"
@@ -325,8 +326,8 @@ func (e appError) header(n int) [][2]string {
 	}
 }
 
-// log warns of the answer for a request of method and path (unescaped),
-// with its ID and detail.
+// logAppError warns of the answer e for a request of method and path
+// (unescaped), with its ID and detail.
 func (p *httpProxy) logAppError(e appError, method, path, client string) {
 	p.logger.Warn("http error", "code", e.code, "request_id", e.id, "method", printable(method, 32), "path", printable(path, 256), "client", client, "to", p.to, "err", e.err)
 }
