@@ -19,7 +19,8 @@ const authLogWindow = 10 * time.Second
 // *AuthGuard throttles and logs nothing.
 type AuthGuard struct {
 	// PerMinute is the failures a source may have per minute, with a
-	// burst as large. Zero: no throttle.
+	// burst as large. Zero: no throttle. Set it before the first use, and
+	// with SetPerMinute after.
 	PerMinute int
 	// Log receives the lines. Required.
 	Log   *slog.Logger
@@ -36,11 +37,14 @@ type AuthGuard struct {
 // Blocked reports whether a source spent its failures: its agent
 // connections are to be closed at once.
 func (g *AuthGuard) Blocked(src netip.Prefix) bool {
-	if g == nil || g.PerMinute == 0 || !src.IsValid() {
+	if g == nil || !src.IsValid() {
 		return false
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.PerMinute == 0 {
+		return false
+	}
 	lim := g.sources[src]
 	if lim == nil || lim.Tokens() >= 1 {
 		return false
@@ -64,12 +68,23 @@ func (g *AuthGuard) Failed(addr string, src netip.Prefix, err error) {
 		g.noteLocked(src)
 		g.mu.Unlock()
 	}
-	if g.PerMinute == 0 || !src.IsValid() {
+	if !src.IsValid() {
 		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.PerMinute == 0 {
+		return
+	}
 	g.sources.get(src, g.PerMinute).Allow()
+}
+
+// SetPerMinute changes PerMinute: every source's budget starts anew.
+func (g *AuthGuard) SetPerMinute(n int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.PerMinute = n
+	clear(g.sources)
 }
 
 // noteLocked counts src for the next aggregate line, which it schedules.

@@ -27,7 +27,7 @@ import (
 // would be allowed.
 // Its zero value bounds nothing.
 type Count struct {
-	Max  int             // 0: no bound
+	Max  int             // 0: no bound; set with SetMax once in use
 	Stop <-chan struct{} // closed when the server stops: waiters give up
 
 	mu sync.Mutex
@@ -54,7 +54,7 @@ func (sl *slots) signal() {
 // reports whether it counted one. A conn whose address is not an IP
 // address (a pipe, a Unix socket) is not counted.
 func (c *Count) Acquire(src netip.Prefix, deadline time.Time) bool {
-	if c.Max <= 0 || !src.IsValid() {
+	if !src.IsValid() {
 		return true
 	}
 	var timer *time.Timer
@@ -73,7 +73,7 @@ func (c *Count) Acquire(src netip.Prefix, deadline time.Time) bool {
 		sl = &slots{}
 		c.by[src] = sl
 	}
-	for sl.n >= c.Max {
+	for c.Max > 0 && sl.n >= c.Max {
 		if deadline.IsZero() {
 			return false // sl holds max: it is kept
 		}
@@ -111,14 +111,30 @@ func (c *Count) Acquire(src netip.Prefix, deadline time.Time) bool {
 	return true
 }
 
+// SetMax changes Max: the next Acquire holds to it, and those waiting
+// for a slot that it gives are woken.
+func (c *Count) SetMax(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.Max = n
+	for _, sl := range c.by {
+		if sl.waiters > 0 {
+			sl.signal()
+		}
+	}
+}
+
 // Release counts one less for src, which Acquire counted.
 func (c *Count) Release(src netip.Prefix) {
-	if c.Max <= 0 || !src.IsValid() {
+	if !src.IsValid() {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	sl := c.by[src]
+	if sl == nil {
+		return
+	}
 	sl.n--
 	switch {
 	case sl.waiters > 0:

@@ -33,6 +33,20 @@ func (p *Pending) Add(c net.Conn, src netip.Prefix) (pc *PendingConn, evicted ne
 	return pc, victim.conn, from, perSource
 }
 
+// SetBounds changes Max and PerSource, which the next Add holds to.
+func (p *Pending) SetBounds(max, perSource int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.Max, p.PerSource = max, perSource
+	if max > 0 {
+		for _, ps := range p.sources {
+			if ps.rank == nil {
+				p.rerank(ps, 0) // counted while nothing bounded them all
+			}
+		}
+	}
+}
+
 // Done forgets a conn once it said hello or ended. Forgetting it again,
 // or one evicted, does nothing.
 func (p *Pending) Done(pc *PendingConn) {
@@ -70,7 +84,7 @@ func (p *Pending) CloseAll() {
 type Pending struct {
 	// Max bounds the conns waiting in all; PerSource those of one
 	// source (not of the invalid prefix). Zero: no bound. Set them
-	// before the first Add.
+	// before the first Add, and with SetBounds after.
 	Max, PerSource int
 
 	mu      sync.Mutex

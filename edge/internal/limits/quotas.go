@@ -30,6 +30,14 @@ type Quotas[E comparable] struct {
 	lapses lapseHeap[E]
 }
 
+// SetBounds changes Edge, PerIdentity and PerSource, which the next Take
+// holds to: endpoints counted already stay, above a lowered bound too.
+func (q *Quotas[E]) SetBounds(edge, perIdentity, perSource int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.Edge, q.PerIdentity, q.PerSource = edge, perIdentity, perSource
+}
+
 // Owner is whom an endpoint counts against: its identity, and for an
 // anonymous agent its source (the invalid prefix otherwise).
 type Owner struct {

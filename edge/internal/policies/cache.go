@@ -36,8 +36,9 @@ type Compiled struct {
 	at    time.Time // when err came
 
 	// Under Cache.mu:
-	refs int           // routes the edge holds that use it
-	elem *list.Element // in Cache.idle while refs is zero
+	refs    int           // routes the edge holds that use it
+	elem    *list.Element // in Cache.idle while refs is zero
+	started bool          // a compile of it is under way, or done
 
 	tlsOnce sync.Once
 	tls     *tls.Config
@@ -154,10 +155,12 @@ func (ps *Cache) Hold(k Key, pol *policy.Policy) {
 	defer ps.mu.Unlock()
 	cp := ps.getLocked(k)
 	if cp == nil || !cp.done() || cp.err != nil {
+		refs := 0
 		if cp != nil {
+			refs = cp.refs // a Renew's, not compiled again yet
 			ps.removeLocked(cp)
 		}
-		cp = &Compiled{key: k, ready: closedChan, pol: pol}
+		cp = &Compiled{key: k, ready: closedChan, pol: pol, refs: refs, started: true}
 		ps.putLocked(cp)
 	}
 	if cp.elem != nil {
@@ -203,6 +206,13 @@ func (ps *Cache) Get(ctx context.Context, k Key, compile func(context.Context) (
 		ps.removeLocked(cp)
 		cp = nil
 	}
+	if cp != nil && !cp.started {
+		// Renewed: this call compiles it.
+		cp.started = true
+		ps.mu.Unlock()
+		ps.compile(ctx, cp, compile)
+		return cp, cp.err
+	}
 	if cp != nil {
 		if cp.elem != nil {
 			ps.idle.MoveToFront(cp.elem)
@@ -217,14 +227,19 @@ func (ps *Cache) Get(ctx context.Context, k Key, compile func(context.Context) (
 		}
 		return cp, cp.err
 	}
-	cp = &Compiled{key: k, ready: make(chan struct{})}
+	cp = &Compiled{key: k, ready: make(chan struct{}), started: true}
 	ps.putLocked(cp)
 	cp.elem = ps.idle.PushFront(cp)
 	for ps.Max > 0 && ps.idle.Len() > ps.Max {
 		ps.removeLocked(ps.idle.Back().Value.(*Compiled))
 	}
 	ps.mu.Unlock()
+	ps.compile(ctx, cp, compile)
+	return cp, cp.err
+}
 
+// compile compiles cp, which this call started, and tells its waiters.
+func (ps *Cache) compile(ctx context.Context, cp *Compiled, compile func(context.Context) (*policy.Policy, error)) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ps.Timeout)
 	defer cancel()
 	cp.pol, cp.err = compile(cctx)
@@ -232,5 +247,28 @@ func (ps *Cache) Get(ctx context.Context, k Key, compile func(context.Context) (
 		cp.at = ps.now()
 	}
 	close(cp.ready)
-	return cp, cp.err
+}
+
+// Renew makes every policy kept be compiled again at its next Get, which
+// waits for that compile (the operator's policy changed): those routes
+// the edge holds keep their holds, and their next traffic is checked by
+// the new policy or, if it cannot be compiled, refused; the others go.
+// Rate limits start their counts anew.
+func (ps *Cache) Renew() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	var held []*Compiled
+	for _, list := range ps.byEndpoint {
+		for _, cp := range list {
+			if cp.refs > 0 {
+				held = append(held, cp)
+			}
+		}
+	}
+	clear(ps.byEndpoint)
+	ps.idle.Init()
+	ps.n = 0
+	for _, cp := range held {
+		ps.putLocked(&Compiled{key: cp.key, ready: make(chan struct{}), refs: cp.refs})
+	}
 }
