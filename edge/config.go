@@ -107,6 +107,17 @@ type Limits struct {
 	// are accepted, until a minute's share has passed. Zero: 10.
 	AuthFailures int
 
+	// RefusedBinds is how many refused binds one identity (for anonymous
+	// agents, one source address, an IPv6 /64) may have at once, over all
+	// its sessions: past it, its binds wait before the edge looks at them,
+	// each refusal adding a second to the wait, so that its refusals come
+	// one a second at most (Reason BindThrottled counts the binds that
+	// waited; a bind that would wait past its 30 s is refused at once).
+	// Binds that succeed cost nothing. A tenant looping binds of a name it
+	// cannot have thus takes no more of the edge than that, and no more
+	// chances at a name that goes free. Zero: 10.
+	RefusedBinds int
+
 	// ClientShare is the part of one endpoint's streams (StreamsPerSession,
 	// summed over its pool) that the connections and requests of one
 	// public client address (an IPv6 /64) may hold at once: 256 of 4096 by
@@ -261,6 +272,7 @@ const (
 	DefaultStreamsPerSession        = 4096
 	DefaultSessionUnread            = 32 << 20
 	DefaultAuthFailures             = 10
+	DefaultRefusedBinds             = 10
 	DefaultClientShare              = 1.0 / 16
 	DefaultConnsPerSource           = 1024
 	DefaultHandshakesPerSource      = 64
@@ -291,6 +303,7 @@ type config struct {
 	streamsPerSession   int
 	sessionUnread       int
 	authFailures        int
+	refusedBinds        int
 	clientShare         float64
 	window              uint32
 	connsPerSource      int

@@ -68,7 +68,7 @@ func (s *Server) proxyRoutesWrapped(c net.Conn, proto, name, host string, routes
 		return
 	}
 	defer release()
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.handshake)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg().handshake)
 	up, _, err := s.dialRoutes(ctx, routes, info)
 	cancel()
 	if err != nil {
@@ -85,7 +85,7 @@ func (s *Server) proxyRoutesWrapped(c net.Conn, proto, name, host string, routes
 		c, up = wrap(c, up)
 		defer up.Close()
 	}
-	in, out, err := pipe.JoinStreams(c, up, s.cfg.connIdle)
+	in, out, err := pipe.JoinStreams(c, up, s.cfg().connIdle)
 	s.obs().Bytes(proto, in, out)
 	level := slog.LevelDebug
 	if errors.Is(err, ErrAppUnreachable) || errors.Is(err, ErrNoEndpoint) {

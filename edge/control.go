@@ -114,11 +114,7 @@ func (ss *session) serveRequest(ctx context.Context, req *wire.Request) wire.Res
 		if req.Bind == nil {
 			return fail(wire.CodeBadRequest, "bind without body")
 		}
-		resp := ss.serveBind(ctx, req.Bind)
-		if resp.Error != nil {
-			ss.bindRefused(req.Bind, resp.Error)
-		}
-		return resp
+		return ss.serveBindGuarded(ctx, req.Bind)
 	case wire.OpUnbind:
 		if req.Unbind == nil {
 			return fail(wire.CodeBadRequest, "unbind without body")
@@ -146,6 +142,11 @@ func (ss *session) serveRequest(ctx context.Context, req *wire.Request) wire.Res
 func (ss *session) serveUnbind(tunnelID string) wire.Response {
 	ss.mu.Lock()
 	e, ok := ss.routes.Delete(tunnelID)
+	for from, to := range ss.replaced {
+		if to == tunnelID {
+			delete(ss.replaced, from)
+		}
+	}
 	ss.mu.Unlock()
 	if !ok {
 		return fail(wire.CodeNotFound, "no such tunnel")
@@ -205,7 +206,7 @@ func (ss *session) serveHello(ctx context.Context, h *wire.Hello) wire.Response 
 	}
 	s := ss.srv
 	s.mu.Lock()
-	if limit := s.cfg.sessionsPerIdentity; limit > 0 && s.perIdentity[identity] >= limit {
+	if limit := s.cfg().sessionsPerIdentity; limit > 0 && s.perIdentity[identity] >= limit {
 		s.mu.Unlock()
 		ss.log.Info("agent refused: too many sessions", "identity", wire.Printable(identity, 64))
 		s.obs().Refused(ReasonSessionLimit)
@@ -300,7 +301,7 @@ func (ss *session) decideHello(ctx context.Context, h *wire.Hello) (wire.Respons
 		Version:    min(h.Version, wire.Version),
 		SessionID:  ss.id,
 		Ticket:     t,
-		RenewAfter: int(min(s.cfg.ticketLifetime, s.cfg.sessionTickets) / 2 / time.Second),
+		RenewAfter: int(min(s.cfg().ticketLifetime, s.cfg().sessionTickets) / 2 / time.Second),
 	}}, identity
 }
 
@@ -322,23 +323,27 @@ func (s *Server) takeOver(sessionID, identity string, by *session) {
 		return
 	}
 	by.log.Info("agent reconnected; closing its previous session", "previous", old.id)
-	old.close(max(s.cfg.grace, s.cfg.handshake))
+	old.close(max(s.cfg().grace, s.cfg().handshake))
 }
 
 // serveBind grants an endpoint, under the ownership rules of the Router
-// and the session's bound on endpoints.
-func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
+// and the session's bound on endpoints. A refusal for a quota is counted
+// (Observer.Refused) with its Reason, and then counted is true.
+func (ss *session) serveBind(ctx context.Context, b *wire.Bind) (resp wire.Response, counted bool) {
 	s := ss.srv
 	if s.Draining() {
-		return fail(wire.CodeUnavailable, "this edge is draining: bind on another")
+		return fail(wire.CodeUnavailable, "this edge is draining: bind on another"), false
+	}
+	if b.Replaces != "" {
+		return ss.serveReplace(ctx, b), false
 	}
 	r := router.Route{Proto: b.Proto, SessionID: ss.id, Pool: b.Pool, Edge: s.ID}
 	if err := s.endpointOptions(&r, b.Options, b.Policy); err != nil {
-		return fail(wire.CodeBadRequest, "%s", err)
+		return fail(wire.CodeBadRequest, "%s", err), false
 	}
 	names, chosen, err := s.bindNames(b)
 	if err != nil {
-		return fail(wire.CodeBadRequest, "%s", err)
+		return fail(wire.CodeBadRequest, "%s", err), false
 	}
 	var name endpointKey // the name asked for, which may be one kept for the agent
 	if chosen {
@@ -349,7 +354,7 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	identity, previous, kept, refused := ss.admitBind(name)
 	if refused != nil {
 		s.obs().Refused(refused.reason)
-		return fail(wire.CodeUnavailable, "%s", refused.message)
+		return fail(wire.CodeUnavailable, "%s", refused.message), true
 	}
 	granted := false
 	defer func() { ss.doneBinding(granted, name, kept) }()
@@ -359,11 +364,11 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	}
 	pol, combined, e := s.bindPolicy(ctx, &r, b.Policy)
 	if e != nil {
-		return wire.Response{Error: e}
+		return wire.Response{Error: e}, false
 	}
 	r, e = ss.bindFirst(ctx, r, names, chosen, previous)
 	if e != nil {
-		return wire.Response{Error: e}
+		return wire.Response{Error: e}, false
 	}
 	s.holdPolicy(r, pol) // until s.unbind
 	ep := &book.Endpoint{Route: r, URL: s.publicURL(r), Kinds: combined.Kinds()}
@@ -371,7 +376,7 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	if ss.closed {
 		ss.mu.Unlock()
 		s.unbind(r, 0)
-		return fail(wire.CodeUnavailable, "session closed")
+		return fail(wire.CodeUnavailable, "session closed"), false
 	}
 	ss.routes.Set(r.TunnelID, ep)
 	granted = true
@@ -388,7 +393,146 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) wire.Response {
 	} else {
 		ss.log.Info("bound", "url", url, "pool", r.Pool)
 	}
-	return wire.Response{BindResp: &wire.BindResp{TunnelID: r.TunnelID, URL: url, Ticket: t}}
+	return wire.Response{BindResp: &wire.BindResp{TunnelID: r.TunnelID, URL: url, Ticket: t}}, false
+}
+
+// serveReplace changes the endpoint b.Replaces of the session in place:
+// a route of the same protocol and name, with b's pool setting, options
+// and policy, takes its place in the Router in one step (router.Move from
+// the session itself), so that the name is never free meanwhile and no
+// other identity can take it; the old endpoint's conns go on, and conns
+// sent to it as it changed reach the new one. A refusal leaves the old
+// endpoint as it was.
+func (ss *session) serveReplace(ctx context.Context, b *wire.Bind) wire.Response {
+	s := ss.srv
+	ss.mu.Lock()
+	old, ok := ss.routes.Get(b.Replaces)
+	twins := 0 // the session's endpoints of the same protocol and name
+	if ok {
+		for _, e := range ss.routes.All() {
+			if e.Route.Proto == old.Route.Proto && e.Route.Name == old.Route.Name {
+				twins++
+			}
+		}
+		ss.binding++ // a relay stream for the new route waits for it
+	}
+	ss.mu.Unlock()
+	if !ok {
+		return fail(wire.CodeNotFound, "no such tunnel to replace")
+	}
+	defer ss.doneBinding(true, endpointKey{}, nil)
+	if twins > 1 {
+		return fail(wire.CodeBadRequest, "this session holds %s %s more than once: unbind and bind it instead", old.Route.Proto, old.Route.Name)
+	}
+	if b.Proto != old.Route.Proto {
+		return fail(wire.CodeBadRequest, "a replace keeps the protocol: the endpoint is %s, not %s", old.Route.Proto, wire.Printable(b.Proto, 16))
+	}
+	if name, err := s.replacedName(b); err != nil || name != old.Route.Name {
+		return fail(wire.CodeBadRequest, "a replace keeps the name: the endpoint is %s", old.URL)
+	}
+	r := old.Route
+	r.TunnelID, r.Pool, r.AppProtocol, r.Policy = newID(), b.Pool, "", ""
+	if err := s.endpointOptions(&r, b.Options, b.Policy); err != nil {
+		return fail(wire.CodeBadRequest, "%s", err)
+	}
+	pol, combined, e := s.bindPolicy(ctx, &r, b.Policy)
+	if e != nil {
+		return wire.Response{Error: e}
+	}
+	if err := router.Move(ctx, s.router(), r, ss.id); err != nil {
+		if errors.Is(err, router.ErrNameTaken) {
+			return fail(wire.CodeNameTaken, "%s", strings.TrimPrefix(err.Error(), router.ErrNameTaken.Error()+": "))
+		}
+		ss.log.Warn("replace", "err", err)
+		return fail(wire.CodeUnavailable, "bind failed")
+	}
+	s.holdPolicy(r, pol)
+	ep := &book.Endpoint{Route: r, URL: old.URL, Kinds: combined.Kinds()}
+	ep.Follow(old)
+	ss.mu.Lock()
+	if ss.closed {
+		ss.mu.Unlock()
+		s.unbind(r, 0)
+		return fail(wire.CodeUnavailable, "session closed")
+	}
+	ss.routes.Delete(old.Route.TunnelID)
+	ss.routes.Set(r.TunnelID, ep)
+	for from, to := range ss.replaced {
+		if to == old.Route.TunnelID {
+			delete(ss.replaced, from) // one alias for each endpoint
+		}
+	}
+	if ss.replaced == nil {
+		ss.replaced = map[string]string{}
+	}
+	ss.replaced[old.Route.TunnelID] = r.TunnelID
+	ss.note(ep.Event(view.Update))
+	ss.mu.Unlock()
+	// What the old route held on this edge alone: the Router moved it.
+	s.releasePolicy(old.Route)
+	s.ups.CloseRoute(old.Route) // its idle upstreams; those busy end after their request
+	t, err := s.endpointTicket(r)
+	if err != nil {
+		ss.log.Warn("endpoint ticket", "err", err)
+	}
+	ss.log.Info("changed in place", "url", ep.URL, "pool", r.Pool, "policy", combined)
+	return wire.Response{BindResp: &wire.BindResp{TunnelID: r.TunnelID, URL: ep.URL, Ticket: t}}
+}
+
+// replacedName returns the normalised name (or port) of a bind that
+// replaces an endpoint: the one name it asks for.
+func (s *Server) replacedName(b *wire.Bind) (string, error) {
+	names, chosen, err := s.bindNames(b)
+	if err != nil {
+		return "", err
+	}
+	if !chosen {
+		return "", errors.New("no name")
+	}
+	for n := range names {
+		return n, nil
+	}
+	return "", errors.New("no name")
+}
+
+// endpointLocked returns the endpoint of tunnelID on the session, or of
+// the one that took its place when it changed in place. The caller holds
+// ss.mu.
+func (ss *session) endpointLocked(tunnelID string) (*book.Endpoint, bool) {
+	e, ok := ss.routes.Get(tunnelID)
+	if !ok {
+		if to, replaced := ss.replaced[tunnelID]; replaced {
+			e, ok = ss.routes.Get(to)
+		}
+	}
+	return e, ok
+}
+
+// serveBindGuarded serves a bind once its owner's refused binds allow
+// it (Limits.RefusedBinds), and counts a refusal against them: a tenant
+// looping binds it cannot have waits, at no cost to the edge, rather than
+// take its CPU and its chances at a name that goes free.
+func (ss *session) serveBindGuarded(ctx context.Context, b *wire.Bind) wire.Response {
+	s := ss.srv
+	owner := ss.bindOwner()
+	waited, err := s.binds.Wait(ctx, owner)
+	if waited {
+		s.obs().Refused(ReasonBindThrottled)
+	}
+	if err != nil {
+		resp := fail(wire.CodeUnavailable, "too many refused binds: each refusal makes this identity's next binds wait a second; try again later")
+		ss.bindRefused(b, resp.Error)
+		return resp
+	}
+	resp, counted := ss.serveBind(ctx, b)
+	if resp.Error != nil {
+		s.binds.Failed(owner)
+		if !counted {
+			s.obs().Refused(ReasonBindRefused)
+		}
+		ss.bindRefused(b, resp.Error)
+	}
+	return resp
 }
 
 // bindRefused logs a refused bind: who asked for what, and why, within
@@ -417,7 +561,7 @@ func (ss *session) bindRefused(b *wire.Bind, e *wire.Error) {
 func (ss *session) admitBind(name endpointKey) (identity, previous string, kept *limits.Kept, refused *quotaRefusal) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if max := ss.srv.cfg.endpointsPerSession; max > 0 && ss.routes.Len()+ss.binding >= max {
+	if max := ss.srv.cfg().endpointsPerSession; max > 0 && ss.routes.Len()+ss.binding >= max {
 		return "", "", nil, &quotaRefusal{ReasonEndpointLimit, fmt.Sprintf("too many endpoints on this session (at most %d)", max)}
 	}
 	kept, refused = ss.srv.takeEndpoint(ss.owner(), name)
@@ -458,6 +602,16 @@ func (ss *session) owner() limits.Owner {
 		o.Source = limits.SourceOf(ss.src)
 	}
 	return o
+}
+
+// bindOwner is whom the session's refused binds count against: its
+// identity, or for an anonymous agent (each an identity of its own) its
+// source address.
+func (ss *session) bindOwner() string {
+	if ss.srv.Authenticate == nil {
+		return "source " + limits.SourceOf(ss.src).String()
+	}
+	return "identity " + ss.identity
 }
 
 // bindNames returns the names or ports to try for a bind, in order, and

@@ -94,11 +94,11 @@ func (ss *session) openProxy(ctx context.Context, h wire.ProxyHeader, raw bool) 
 		// A session that can open no stream (its agent sent GOAWAY, or it
 		// died) carries nothing more: it ends, and its names with it, in a
 		// goroutine (the caller tries the name's other routes meanwhile).
-		ss.srv.goTracked(func() { ss.close(ss.srv.cfg.grace) })
+		ss.srv.goTracked(func() { ss.close(ss.srv.cfg().grace) })
 		return nil, fmt.Errorf("edge: open stream: %w", err)
 	}
 	ss.mu.Lock()
-	ep, _ := ss.routes.Get(h.TunnelID)
+	ep, _ := ss.endpointLocked(h.TunnelID)
 	ss.mu.Unlock()
 	c := &proxyStream{Stream: st, ss: ss, raw: raw, ep: ep}
 	ep.Opened(h.Proto)

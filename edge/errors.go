@@ -100,6 +100,13 @@ const (
 	ReasonSourceEndpointLimit   Reason = "source_endpoint_limit"   // an anonymous agent's, past Limits.EndpointsPerSource
 	ReasonEdgeEndpointLimit     Reason = "edge_endpoint_limit"     // past Limits.Endpoints
 
+	// ReasonBindRefused: a bind refused for another reason than the
+	// quotas above (a name taken, a policy the edge cannot enforce, a
+	// malformed request). ReasonBindThrottled: a bind that waited, or was
+	// refused at once, for its owner's refused binds (Limits.RefusedBinds).
+	ReasonBindRefused   Reason = "bind_refused"
+	ReasonBindThrottled Reason = "bind_throttled"
+
 	// ReasonProxyUntrusted: a connection to the HTTP or TLS port from an
 	// address outside Server.ProxyProtocolFrom started with a PROXY
 	// protocol header, a client trying to choose its address (or a load
@@ -135,7 +142,7 @@ const (
 func Reasons() []Reason {
 	return []Reason{
 		ReasonAuth, ReasonAuthThrottled, ReasonSessionLimit, ReasonPendingLimit, ReasonEndpointLimit, ReasonStalled,
-		ReasonIdentityEndpointLimit, ReasonSourceEndpointLimit, ReasonEdgeEndpointLimit,
+		ReasonIdentityEndpointLimit, ReasonSourceEndpointLimit, ReasonEdgeEndpointLimit, ReasonBindRefused, ReasonBindThrottled,
 		ReasonNoRoute, ReasonNoEndpoint, ReasonClientLimit, ReasonAgentBusy, ReasonAgentOffline,
 		ReasonAppUnreachable, ReasonAppError, ReasonAppTimeout, ReasonBodyTimeout,
 		ReasonBadRequest, ReasonMissingHost, ReasonHTTPSOnly, ReasonMisdirected,

@@ -117,7 +117,7 @@ func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, routes []
 	}
 	x.touch()
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
-		x.body = &bodyReader{ReadCloser: r.Body, rc: x.rc, timeout: s.cfg.body, activity: &x.activity}
+		x.body = &bodyReader{ReadCloser: r.Body, rc: x.rc, timeout: s.cfg().body, activity: &x.activity}
 		if aw != nil {
 			x.body.counted = &aw.In
 		}
@@ -375,7 +375,7 @@ func (x *exchange) abort() {
 
 // armIdle starts the exchange's watchdog (see Timeouts.HTTPIdle).
 func (x *exchange) armIdle() {
-	d := x.srv.cfg.httpIdle
+	d := x.srv.cfg().httpIdle
 	if d <= 0 {
 		return
 	}
@@ -597,7 +597,7 @@ func (t *atomicTime) load() time.Time   { return time.Unix(0, t.ns.Load()) }
 // Timeouts.Handshake.
 func (s *Server) dialFor(routes []router.Route, info ConnInfo) upstream.DialFunc {
 	return func(ctx context.Context) (net.Conn, router.Route, error) {
-		ctx, cancel := context.WithTimeout(ctx, s.cfg.handshake)
+		ctx, cancel := context.WithTimeout(ctx, s.cfg().handshake)
 		defer cancel()
 		return s.dialRoutes(ctx, routes, info)
 	}

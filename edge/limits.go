@@ -18,6 +18,46 @@ import (
 // quotas of endpoints. Here is what the edge makes of them: the Reasons it
 // counts, and what it logs and tells an agent.
 
+// SetLimits changes the Server's Limits while it runs: each bound holds
+// from the next time it is asked (a hello, a bind, a connection, a
+// handshake, a failed authentication or bind), and what is held already
+// stays, above a lowered bound too. The budgets of failed authentications
+// and refused binds start anew. Two bounds hold only for what starts
+// after: SessionUnread for the sessions that say hello after, and
+// ConnsPerSource for listeners served after when it was off (zero or
+// negative) at theirs; StreamWindow does not change (sessions settle it
+// once). The Limits field keeps what the Server started with. It fails,
+// changing nothing, once the Server is closed.
+func (s *Server) SetLimits(l Limits) error {
+	s.init()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrServerClosed
+	}
+	c := *s.cfg()
+	c.setLimits(l)
+	s.conf.Store(&c)
+	s.pending.SetBounds(c.pendingSessions, c.pendingPerSource)
+	s.quotas.SetBounds(c.endpoints, c.endpointsPerID, c.endpointsPerSource)
+	s.auth.SetPerMinute(c.authFailures)
+	s.binds.Set(bindsPerSecond(c.refusedBinds), c.refusedBinds)
+	for _, n := range s.connCounts {
+		n.SetMax(c.connsPerSource)
+	}
+	s.term.handshakes.SetMax(c.handshakesPerSource)
+	return nil
+}
+
+// bindsPerSecond is the rate of refused binds of an owner once
+// Limits.RefusedBinds is spent: one a second, or none for no bound.
+func bindsPerSecond(refusedBinds int) float64 {
+	if refusedBinds <= 0 {
+		return 0
+	}
+	return 1
+}
+
 // endpointKey is an endpoint: a protocol and a name pattern.
 type endpointKey = names.Endpoint
 
@@ -38,7 +78,7 @@ func (s *Server) addPending(c net.Conn) *limits.PendingConn {
 		if perSource {
 			why = "too many agent connections of one source waiting for their hello; closing its oldest"
 		}
-		s.log().Warn(why, "source", from.String(), "max", s.cfg.pendingSessions, "max_per_source", s.cfg.pendingPerSource, "closed_so_far", n)
+		s.log().Warn(why, "source", from.String(), "max", s.cfg().pendingSessions, "max_per_source", s.cfg().pendingPerSource, "closed_so_far", n)
 	}
 	return pc
 }
@@ -52,13 +92,16 @@ func (s *Server) donePending(pc *limits.PendingConn) { s.pending.Done(pc) }
 // refused are logged at the Debug level only: a stranger chooses how many
 // it opens.
 func (s *Server) perSource(ln net.Listener) net.Listener {
-	if s.cfg.connsPerSource <= 0 {
+	if s.cfg().connsPerSource <= 0 {
 		return ln
 	}
-	l := &limits.Listener{Listener: ln, Conns: limits.Count{Max: s.cfg.connsPerSource}}
+	l := &limits.Listener{Listener: ln, Conns: limits.Count{Max: s.cfg().connsPerSource}}
+	s.mu.Lock()
+	s.connCounts = append(s.connCounts, &l.Conns) // for SetLimits
+	s.mu.Unlock()
 	l.Refused = func(c net.Conn) {
 		s.obs().Refused(ReasonConnLimit)
-		s.log().Debug("public connection refused: its source holds its share of the listener", "client", c.RemoteAddr().String(), "listener", ln.Addr().String(), "max", s.cfg.connsPerSource)
+		s.log().Debug("public connection refused: its source holds its share of the listener", "client", c.RemoteAddr().String(), "listener", ln.Addr().String(), "max", s.cfg().connsPerSource)
 	}
 	return l
 }
@@ -66,7 +109,7 @@ func (s *Server) perSource(ln net.Listener) net.Listener {
 // clientCap returns how many streams of the endpoint of routes one client
 // may hold: ClientShare of the streams of its sessions; zero for no bound.
 func (s *Server) clientCap(routes []router.Route) int {
-	share, perSession := s.cfg.clientShare, s.cfg.streamsPerSession
+	share, perSession := s.cfg().clientShare, s.cfg().streamsPerSession
 	if share == 0 || perSession == 0 {
 		return 0
 	}

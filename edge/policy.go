@@ -65,6 +65,19 @@ func deriveCookieKey(ticketKey []byte) []byte {
 	return k
 }
 
+// PolicyChanged tells the edge that Policy answers otherwise from now on
+// (the operator changed their policy): the traffic policy of every
+// endpoint is compiled again, with the operator's new one, at its next
+// request or connection, and holds from then on; an endpoint whose
+// agent's policy the new one refuses has its traffic refused
+// (ReasonPolicyUnavailable) until its agent binds it again. Rate limits
+// start their counts anew. Binds after it combine with the new one.
+// Policy must not go from nil to a func, or back, while the Server runs.
+func (s *Server) PolicyChanged() {
+	s.init()
+	s.policies.Renew()
+}
+
 // keyOfRoute returns what the compiled policy of r is kept by.
 func keyOfRoute(r router.Route) policies.Key {
 	return policies.Key{Endpoint: endpointOf(r), Identity: r.Identity, Spec: r.Policy}
@@ -164,7 +177,7 @@ func (s *Server) routePolicy(ctx context.Context, r router.Route) (*policies.Com
 			pol, _, err = s.compilePolicy(ctx, r.Proto, r.Identity, spec)
 		}
 		if err != nil {
-			s.log().Warn("traffic policy of an endpoint of another edge refused", "proto", r.Proto, "name", r.Name, "edge", r.Edge, "err", err)
+			s.log().Warn("traffic policy of an endpoint refused", "proto", r.Proto, "name", r.Name, "edge", r.Edge, "err", err)
 			return nil, fmt.Errorf("edge: the policy of %s %s: %w", r.Proto, r.Name, err)
 		}
 		return pol, nil
@@ -195,10 +208,10 @@ func (s *Server) checkPolicy(w http.ResponseWriter, r *http.Request, routes []ro
 		s.refuse(w, r, ReasonMisdirected, "this name needs a connection of its own, with a client certificate; open a new one", nil)
 		return nil, false
 	}
-	if pol.ReadsBody() && s.cfg.body > 0 && r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+	if pol.ReadsBody() && s.cfg().body > 0 && r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		b := &policyBody{ReadCloser: r.Body, rc: http.NewResponseController(w)}
 		r.Body = b
-		b.rc.SetReadDeadline(time.Now().Add(s.cfg.body))
+		b.rc.SetReadDeadline(time.Now().Add(s.cfg().body))
 		defer b.clearDeadline()
 	}
 	if pol.Check(w, r, client) {
@@ -229,7 +242,7 @@ func (s *Server) refusePolicy(w http.ResponseWriter, r *http.Request, ref policy
 // whether it may go on; a refusal is counted and logged at the Debug
 // level (clients choose how many there are).
 func (s *Server) acceptPolicy(proto, name string, routes []router.Route, client netip.Addr) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.handshake)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg().handshake)
 	cp, err := s.routePolicy(ctx, routes[0])
 	cancel()
 	if err != nil {
@@ -255,7 +268,7 @@ func (s *Server) policyTLS(hello *tls.ClientHelloInfo, base *tls.Config) (*tls.C
 	if !ok {
 		return nil, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.handshake)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg().handshake)
 	defer cancel()
 	routes, err := s.lookup(ctx, wire.ProtoHTTPS, name)
 	if err != nil || len(routes) == 0 {

@@ -29,14 +29,14 @@ import (
 func (s *Server) ServeRelayStream(st net.Conn, peer string) {
 	defer st.Close()
 	s.init()
-	st.SetReadDeadline(time.Now().Add(s.cfg.handshake))
+	st.SetReadDeadline(time.Now().Add(s.cfg().handshake))
 	session, h, err := wire.ReadRelayHeader(st)
 	if err != nil {
 		s.log().Debug("relay stream header", "edge", peer, "err", err)
 		return
 	}
 	st.SetReadDeadline(time.Time{})
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.handshake)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg().handshake)
 	defer cancel()
 	r, err := s.heldRoute(ctx, session, h)
 	if err != nil {
@@ -60,7 +60,7 @@ func (s *Server) ServeRelayStream(st net.Conn, peer string) {
 		return
 	}
 	defer s.trackConn(up, false)
-	pipe.JoinStreams(st, up, s.cfg.connIdle)
+	pipe.JoinStreams(st, up, s.cfg().connIdle)
 }
 
 // heldRoute returns the route a relay stream names, if this edge holds it
@@ -98,7 +98,7 @@ func (s *Server) heldRoute(ctx context.Context, session string, h wire.ProxyHead
 func (ss *session) endpoint(ctx context.Context, tunnelID string) (*book.Endpoint, bool) {
 	for {
 		ss.mu.Lock()
-		e, ok := ss.routes.Get(tunnelID)
+		e, ok := ss.endpointLocked(tunnelID)
 		if ok || ss.binding == 0 || ss.closed {
 			ss.mu.Unlock()
 			return e, ok

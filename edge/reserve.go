@@ -56,7 +56,7 @@ func (s *Server) Reserve(ctx context.Context, name, identity string) error {
 // holds as many reservations as Limits allows, in all or for res's
 // identity, and res would be one more.
 func (s *Server) reservationRoom(ctx context.Context, rs router.Reserver, res router.Reservation) error {
-	all, perID := s.cfg.reservations, s.cfg.reservationsPerID
+	all, perID := s.cfg().reservations, s.cfg().reservationsPerID
 	if all == 0 && perID == 0 {
 		return nil
 	}

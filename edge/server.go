@@ -296,9 +296,9 @@ type Server struct {
 	// testHookLookup, when set (by a test, before the Server runs), runs
 	// with the context of each lookup, before the Router is asked.
 	testHookLookup func(context.Context)
-	cfg            config
-	cfgErr         error       // what is wrong with the fields; the Serve methods return it
-	proxyLog       *log.Logger // ReverseProxy's own messages, at the debug level
+	conf           atomic.Pointer[config] // resolved at init; SetLimits swaps it
+	cfgErr         error                  // what is wrong with the fields; the Serve methods return it
+	proxyLog       *log.Logger            // ReverseProxy's own messages, at the debug level
 	mem            *router.MemoryRouter
 	signer         names.Signer
 	record         *names.Record // the in-memory router, recorded in StateDir; nil without
@@ -313,6 +313,7 @@ type Server struct {
 
 	quotas  limits.Quotas[endpointKey] // the quotas of Limits
 	bindLog limits.LogBudget           // lines about refused binds
+	binds   limits.BindGuard           // refused binds, by owner (Limits.RefusedBinds)
 	pending limits.Pending             // agent conns waiting for their hello, by source
 	evicted atomic.Int64               // pending conns closed to make room
 
@@ -336,19 +337,56 @@ type Server struct {
 	listeners   map[net.Listener]struct{}
 	servers     map[*http.Server]struct{}
 	tcp         map[string]*tcpEndpoint // by port
+	connCounts  []*limits.Count         // the bounds of ConnsPerSource of the listeners
 	conns       map[net.Conn]struct{}   // public TLS and TCP conns, and their streams
 	wg          sync.WaitGroup          // session and listener goroutines
+}
+
+// setLimits resolves l into c (but for StreamWindow, which a session
+// settles at its start for good).
+func (c *config) setLimits(l Limits) {
+	c.sessionsPerIdentity = limit(l.SessionsPerIdentity, DefaultSessionsPerIdentity)
+	c.pendingSessions = limit(l.PendingSessions, DefaultPendingSessions)
+	c.pendingPerSource = limit(l.PendingSessionsPerSource, DefaultPendingSessionsPerSource)
+	c.endpointsPerSession = limit(l.EndpointsPerSession, DefaultEndpointsPerSession)
+	c.endpointsPerID = limit(l.EndpointsPerIdentity, DefaultEndpointsPerIdentity)
+	c.endpointsPerSource = limit(l.EndpointsPerSource, DefaultEndpointsPerSource)
+	c.endpoints = limit(l.Endpoints, DefaultEndpoints)
+	c.reservations = limit(l.Reservations, DefaultReservations)
+	c.reservationsPerID = limit(l.ReservationsPerIdentity, DefaultReservationsPerIdentity)
+	c.streamsPerSession = limit(l.StreamsPerSession, DefaultStreamsPerSession)
+	c.sessionUnread = limit(l.SessionUnread, DefaultSessionUnread)
+	c.authFailures = limit(l.AuthFailures, DefaultAuthFailures)
+	c.refusedBinds = limit(l.RefusedBinds, DefaultRefusedBinds)
+	c.connsPerSource = limit(l.ConnsPerSource, DefaultConnsPerSource)
+	c.handshakesPerSource = limit(l.HandshakesPerSource, DefaultHandshakesPerSource)
+	switch c.clientShare = l.ClientShare; {
+	case c.clientShare == 0:
+		c.clientShare = DefaultClientShare
+	case c.clientShare < 0 || c.clientShare >= 1:
+		c.clientShare = 0
+	}
+}
+
+// cfg returns the Server's settings as resolved: zero before init.
+func (s *Server) cfg() *config {
+	if c := s.conf.Load(); c != nil {
+		return c
+	}
+	return &config{}
 }
 
 // init resolves the Server's settings, once.
 func (s *Server) init() {
 	s.initOnce.Do(func() {
-		s.cfg, s.cfgErr = s.resolve()
+		c, err := s.resolve()
+		s.conf.Store(&c)
+		s.cfgErr = err
 		s.mem = &router.MemoryRouter{Clock: s.Clock}
 		s.stopping = make(chan struct{})
 		if s.cfgErr == nil && s.StateDir != "" && s.Router == nil {
 			var err error
-			if s.record, err = names.Open(s.StateDir, s.mem, s.cfg.restartGrace, s.log(), s.now); err != nil {
+			if s.record, err = names.Open(s.StateDir, s.mem, s.cfg().restartGrace, s.log(), s.now); err != nil {
 				s.cfgErr = fmt.Errorf("edge: StateDir: %w", err)
 			} else {
 				// The names a restart keeps count against the quotas of
@@ -367,12 +405,13 @@ func (s *Server) init() {
 			rand.Read(s.signer.Key)
 		}
 		s.cookieKey = deriveCookieKey(s.signer.Key)
-		s.ups.ResponseHeaderTimeout, s.ups.StreamWindow = s.cfg.responseHeader, int(s.cfg.window)
+		s.ups.ResponseHeaderTimeout, s.ups.StreamWindow = s.cfg().responseHeader, int(s.cfg().window)
 		s.ups.IsRefusal = func(err error) bool { return errors.Is(err, ErrAppUnreachable) || errors.Is(err, ErrNoEndpoint) }
 		s.policies.Max, s.policies.Retry, s.policies.Timeout, s.policies.Now = maxCachedPolicies, policyRetry, policyCompileTimeout, s.now
-		s.auth = &limits.AuthGuard{PerMinute: s.cfg.authFailures, Log: s.log()}
-		s.pending.Max, s.pending.PerSource = s.cfg.pendingSessions, s.cfg.pendingPerSource
-		s.quotas.Edge, s.quotas.PerIdentity, s.quotas.PerSource = s.cfg.endpoints, s.cfg.endpointsPerID, s.cfg.endpointsPerSource
+		s.auth = &limits.AuthGuard{PerMinute: s.cfg().authFailures, Log: s.log()}
+		s.binds.PerSecond, s.binds.Burst = bindsPerSecond(s.cfg().refusedBinds), s.cfg().refusedBinds
+		s.pending.Max, s.pending.PerSource = s.cfg().pendingSessions, s.cfg().pendingPerSource
+		s.quotas.Edge, s.quotas.PerIdentity, s.quotas.PerSource = s.cfg().endpoints, s.cfg().endpointsPerID, s.cfg().endpointsPerSource
 		if s.cfgErr == nil {
 			s.logStart()
 		}
@@ -508,7 +547,7 @@ func (s *Server) lookup(ctx context.Context, proto, name string) ([]router.Route
 	if s.Router == nil {
 		return s.router().Lookup(ctx, proto, name)
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.handshake)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg().handshake)
 	defer cancel()
 	return s.Router.Lookup(ctx, proto, name)
 }
@@ -608,8 +647,8 @@ func (s *Server) trackServer(hs *http.Server) bool {
 func (s *Server) newHTTPServer(h http.Handler, proto string) *http.Server {
 	hs := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: s.cfg.handshake,
-		IdleTimeout:       s.cfg.httpIdle,
+		ReadHeaderTimeout: s.cfg().handshake,
+		IdleTimeout:       s.cfg().httpIdle,
 		ErrorLog:          s.proxyLog,
 	}
 	s.ups.Track(hs, func() { s.obs().Conn(proto) })
@@ -672,10 +711,10 @@ func (s *Server) Drain(ctx context.Context) error {
 	s.log().Info("draining", "cluster", s.ID != "")
 	s.events.Publish(view.Event{Kind: view.Drain, Time: s.now()})
 	s.goAway("edge draining", s.ID != "")
-	if n := s.moves.Wait(ctx, s.cfg.move); n > 0 {
+	if n := s.moves.Wait(ctx, s.cfg().move); n > 0 {
 		s.log().Info("draining: agents that did not move are cut off", "sessions", n)
 	}
-	drain.Notice(ctx, start, s.cfg.drainNotice)
+	drain.Notice(ctx, start, s.cfg().drainNotice)
 	return s.shutdown(ctx, "")
 }
 
@@ -773,7 +812,7 @@ func (s *Server) connCount() int {
 
 func (s *Server) closeSessions() {
 	for _, ss := range s.sessionList() {
-		ss.close(s.cfg.grace)
+		ss.close(s.cfg().grace)
 	}
 	s.pending.CloseAll()
 }
@@ -832,16 +871,16 @@ func (s *Server) clientFirstListener(ln net.Listener) net.Listener {
 // balancers, when the server has some; vet closes other peers' connections
 // that start with a header of their own.
 func (s *Server) proxyListener(ln net.Listener, vet bool) net.Listener {
-	if len(s.cfg.proxyFrom) == 0 {
+	if len(s.cfg().proxyFrom) == 0 {
 		return ln
 	}
 	return &proxyproto.Listener{
 		Listener:               ln,
-		Trusted:                proxyproto.TrustPrefixes(s.cfg.proxyFrom...),
+		Trusted:                proxyproto.TrustPrefixes(s.cfg().proxyFrom...),
 		Required:               true,
 		PassUntrusted:          true,
 		RejectUntrustedHeaders: vet,
-		ReadTimeout:            s.cfg.handshake,
+		ReadTimeout:            s.cfg().handshake,
 		Logger:                 s.Logger,
 		Rejected: func(remote net.Addr, err error) {
 			if errors.Is(err, proxyproto.ErrUntrustedHeader) {
@@ -892,24 +931,9 @@ func (s *Server) now() time.Time {
 // resolve works out the Server's settings, and says what is wrong with
 // them.
 func (s *Server) resolve() (config, error) {
-	l, t := s.Limits, s.Timeouts
+	t := s.Timeouts
 	c := config{
-		sessionsPerIdentity: limit(l.SessionsPerIdentity, DefaultSessionsPerIdentity),
-		pendingSessions:     limit(l.PendingSessions, DefaultPendingSessions),
-		pendingPerSource:    limit(l.PendingSessionsPerSource, DefaultPendingSessionsPerSource),
-		endpointsPerSession: limit(l.EndpointsPerSession, DefaultEndpointsPerSession),
-		endpointsPerID:      limit(l.EndpointsPerIdentity, DefaultEndpointsPerIdentity),
-		endpointsPerSource:  limit(l.EndpointsPerSource, DefaultEndpointsPerSource),
-		endpoints:           limit(l.Endpoints, DefaultEndpoints),
-		reservations:        limit(l.Reservations, DefaultReservations),
-		reservationsPerID:   limit(l.ReservationsPerIdentity, DefaultReservationsPerIdentity),
-		streamsPerSession:   limit(l.StreamsPerSession, DefaultStreamsPerSession),
-		sessionUnread:       limit(l.SessionUnread, DefaultSessionUnread),
-		authFailures:        limit(l.AuthFailures, DefaultAuthFailures),
-		clientShare:         l.ClientShare,
-		window:              wire.ClampWindow(l.StreamWindow),
-		connsPerSource:      limit(l.ConnsPerSource, DefaultConnsPerSource),
-		handshakesPerSource: limit(l.HandshakesPerSource, DefaultHandshakesPerSource),
+		window: wire.ClampWindow(s.Limits.StreamWindow),
 
 		handshake:         timeout(t.Handshake, DefaultHandshakeTimeout),
 		heartbeatInterval: positive(t.HeartbeatInterval, wire.DefaultHeartbeatInterval),
@@ -924,12 +948,7 @@ func (s *Server) resolve() (config, error) {
 		move:              timeout(t.Move, DefaultMoveTimeout),
 		drainNotice:       max(t.DrainNotice, 0),
 	}
-	switch {
-	case c.clientShare == 0:
-		c.clientShare = DefaultClientShare
-	case c.clientShare < 0 || c.clientShare >= 1:
-		c.clientShare = 0
-	}
+	c.setLimits(s.Limits)
 	if s.StateDir != "" && s.Router == nil {
 		c.restartGrace = timeout(t.RestartGrace, c.grace)
 	}

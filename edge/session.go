@@ -43,7 +43,11 @@ type session struct {
 	agent    string                               //
 	since    time.Time                            //
 	routes   smallmap.Map[string, *book.Endpoint] // the endpoints bound on this session, by tunnel ID
-	binding  int                                  // binds under way, counted against the endpoint bound
+	// replaced maps the tunnel ID of an endpoint changed in place to the
+	// one that took its place, for the conns sent to it as it changed: at
+	// most one for each endpoint.
+	replaced map[string]string
+	binding  int // binds under way, counted against the endpoint bound
 	// bindsDone, made while a relay stream waits for the binds under
 	// way (heldRoute), is closed when binding drops to 0.
 	bindsDone chan struct{}
@@ -90,7 +94,7 @@ var errTooManyStreams = errors.New("edge: too many streams on the agent's sessio
 // acquire counts one more open stream, unless the session is at its bound.
 func (ss *session) acquire() bool {
 	n := ss.open.Add(1)
-	if max := int64(ss.srv.cfg.streamsPerSession); max > 0 && n > max {
+	if max := int64(ss.srv.cfg().streamsPerSession); max > 0 && n > max {
 		ss.open.Add(-1)
 		return false
 	}
@@ -159,9 +163,9 @@ func (s *Server) serveAgent(c net.Conn, secure func(net.Conn) (net.Conn, error))
 	if s.Logger != nil {
 		ss.log = slogattrs.New(s.Logger.Handler(), ss) // with the session's attributes, formatted only with each line
 	}
-	if max := s.cfg.sessionUnread; max > 0 {
+	if max := s.cfg().sessionUnread; max > 0 {
 		ss.mux.LimitUnread(int64(max), ss.cutUnread)
-		ss.mux.LimitStalled(max/int(s.cfg.window), wire.StallAfter, ss.cutStalled)
+		ss.mux.LimitStalled(max/int(s.cfg().window), wire.StallAfter, ss.cutStalled)
 	}
 	s.mu.Lock()
 	if s.closed {
@@ -177,10 +181,10 @@ func (s *Server) serveAgent(c net.Conn, secure func(net.Conn) (net.Conn, error))
 	s.mu.Unlock()
 
 	// An agent that does not say hello in time is dropped.
-	helloTimer := time.AfterFunc(s.cfg.handshake, func() {
+	helloTimer := time.AfterFunc(s.cfg().handshake, func() {
 		if ss.helloState() != helloAccepted {
 			ss.log.Debug("agent sent no hello in time")
-			ss.close(s.cfg.grace)
+			ss.close(s.cfg().grace)
 		}
 	})
 	ss.mu.Lock()
@@ -191,14 +195,14 @@ func (s *Server) serveAgent(c net.Conn, secure func(net.Conn) (net.Conn, error))
 	// while they do (wire.Session.Serve): an idle session's goroutines are
 	// muxado's reader and its writer. This one ends here.
 	if !s.track() {
-		ss.close(s.cfg.grace) // the server is closing
+		ss.close(s.cfg().grace) // the server is closing
 		ss.stopHelloTimer()
 		s.donePending(pending)
 		return
 	}
 	early := 0 // streams opened before the hello was accepted
 	ss.mux.Serve(func(st *wire.Stream) { ss.accepted(st, &early) }, func() {
-		ss.close(s.cfg.grace)
+		ss.close(s.cfg().grace)
 		ss.streams.Wait()
 		ss.stopHelloTimer()
 		s.donePending(pending)
@@ -224,7 +228,7 @@ func (ss *session) accepted(st *wire.Stream, early *int) {
 		if *early++; *early > 1 {
 			ss.log.Debug("agent opened streams before its hello was accepted; closing the session")
 			st.Close()
-			ss.close(ss.srv.cfg.grace)
+			ss.close(ss.srv.cfg().grace)
 			return
 		}
 	}
@@ -246,12 +250,12 @@ func (s *Server) preamble(c net.Conn) (uint32, error) {
 		return 0, ErrServerClosed
 	}
 	defer s.trackConn(c, false)
-	c.SetDeadline(time.Now().Add(s.cfg.handshake))
+	c.SetDeadline(time.Now().Add(s.cfg().handshake))
 	want, err := wire.ReadPreamble(c)
 	if err != nil {
 		return 0, err
 	}
-	window := min(want, s.cfg.window)
+	window := min(want, s.cfg().window)
 	if err := wire.WritePreamble(c, window); err != nil {
 		return 0, err
 	}
@@ -350,7 +354,7 @@ func (s *Server) unbind(r router.Route, reserve time.Duration) {
 // handleStream reads a stream's type and serves it.
 func (ss *session) handleStream(st *wire.Stream) {
 	defer st.Close()
-	st.SetReadDeadline(time.Now().Add(ss.srv.cfg.handshake))
+	st.SetReadDeadline(time.Now().Add(ss.srv.cfg().handshake))
 	var t [1]byte
 	if _, err := io.ReadFull(st, t[:]); err != nil {
 		return
@@ -390,11 +394,11 @@ func (ss *session) keepAlive(version int) {
 		return
 	}
 	p := &wire.Pinger{
-		Interval: s.cfg.heartbeatInterval,
-		Timeout:  s.cfg.heartbeatTimeout,
+		Interval: s.cfg().heartbeatInterval,
+		Timeout:  s.cfg().heartbeatTimeout,
 		Dead: func() {
 			ss.log.Warn("agent missed its heartbeat, or its session takes no more streams; closing the session")
-			ss.close(s.cfg.grace)
+			ss.close(s.cfg().grace)
 		},
 	}
 	stop := p.Start(ss.mux)
@@ -425,7 +429,7 @@ func (ss *session) stopHelloTimer() {
 // reset it, or the session ended), the session ends too, or a silent agent
 // would hold its names for as long as its connection stays open.
 func (ss *session) heartbeat() {
-	defer ss.close(ss.srv.cfg.grace)
+	defer ss.close(ss.srv.cfg().grace)
 	st, err := ss.mux.OpenStream()
 	if err != nil {
 		ss.log.Debug("heartbeat stream not opened; closing the session", "err", err)
@@ -437,12 +441,12 @@ func (ss *session) heartbeat() {
 		return
 	}
 	hb := wire.Heartbeat{
-		Interval: ss.srv.cfg.heartbeatInterval,
-		Timeout:  ss.srv.cfg.heartbeatTimeout,
+		Interval: ss.srv.cfg().heartbeatInterval,
+		Timeout:  ss.srv.cfg().heartbeatTimeout,
 		Heard:    ss.mux.Heard,
 		Dead: func() {
 			ss.log.Warn("agent missed its heartbeat; closing the session")
-			ss.close(ss.srv.cfg.grace)
+			ss.close(ss.srv.cfg().grace)
 		},
 	}
 	if err := hb.Run(st); err != nil && !ss.isClosed() {
@@ -462,7 +466,7 @@ func (ss *session) isClosed() bool {
 // the session's reader.
 func (ss *session) cutUnread(*wire.Stream) {
 	ss.srv.obs().Refused(ReasonStalled)
-	ss.log.Debug("stream cut: its client stopped reading and the session holds its bound of unread bytes", "max", ss.srv.cfg.sessionUnread)
+	ss.log.Debug("stream cut: its client stopped reading and the session holds its bound of unread bytes", "max", ss.srv.cfg().sessionUnread)
 }
 
 // cutStalled counts a stream cut because its sends waited for the agent's
@@ -470,7 +474,7 @@ func (ss *session) cutUnread(*wire.Stream) {
 // its app) stopped reading an upload.
 func (ss *session) cutStalled(*wire.Stream) {
 	ss.srv.obs().Refused(ReasonStalled)
-	ss.log.Debug("stream cut: its agent stopped reading, and the session holds its bound of stalled streams", "max", ss.srv.cfg.sessionUnread/int(ss.srv.cfg.window))
+	ss.log.Debug("stream cut: its agent stopped reading, and the session holds its bound of stalled streams", "max", ss.srv.cfg().sessionUnread/int(ss.srv.cfg().window))
 }
 
 // goAway tells the agent that the edge is going away: it should expect the

@@ -52,7 +52,7 @@ func (s *Server) ServeSNI(ln net.Listener) error {
 }
 
 func (s *Server) handleSNI(c net.Conn) {
-	hello, pc, err := (&sni.Peeker{Timeout: s.cfg.handshake}).Peek(c)
+	hello, pc, err := (&sni.Peeker{Timeout: s.cfg().handshake}).Peek(c)
 	if errors.Is(err, sni.ErrNotTLS) {
 		if s.NotTLS != nil {
 			s.NotTLS(pc)

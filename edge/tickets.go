@@ -31,8 +31,8 @@ func (s *Server) sessionTicket(ctx context.Context, ticket string, log *slog.Log
 	case err != nil:
 	case t.Kind != names.TicketSession:
 		err = fmt.Errorf("a ticket of kind %d, not a session ticket", t.Kind)
-	case s.now().Sub(t.Issued) > s.cfg.sessionTickets:
-		err = fmt.Errorf("a session ticket issued %s, more than %v ago (Timeouts.SessionTicketLifetime)", t.Issued.UTC().Format(time.RFC3339), s.cfg.sessionTickets)
+	case s.now().Sub(t.Issued) > s.cfg().sessionTickets:
+		err = fmt.Errorf("a session ticket issued %s, more than %v ago (Timeouts.SessionTicketLifetime)", t.Issued.UTC().Format(time.RFC3339), s.cfg().sessionTickets)
 	case s.Authenticate == nil && strings.HasPrefix(t.Identity, anonymousPrefix):
 		revoked, rerr := s.revoker().Revoked(ctx, t.Identity)
 		if rerr != nil {
@@ -86,7 +86,7 @@ func (s *Server) revoker() router.Revoker {
 func (s *Server) revoke(identity string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	until := s.now().Add(s.cfg.sessionTickets)
+	until := s.now().Add(s.cfg().sessionTickets)
 	if err := s.revoker().Revoke(ctx, identity, until); err != nil {
 		s.log().Error("the revocation of an identity's tickets failed, or does not outlive the process", "identity", identity, "err", err)
 		return

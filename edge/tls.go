@@ -67,7 +67,7 @@ func (s *Server) tlsTerm() *terminating {
 				Logger:       s.log(),
 				ID:           s.ID,
 				Refused:      func() { s.obs().Refused(ReasonACMEBudget) },
-				CheckTimeout: s.cfg.handshake,
+				CheckTimeout: s.cfg().handshake,
 			})
 			s.mu.Lock() // for stopACME, which may run meanwhile
 			t.acme = m
@@ -88,7 +88,8 @@ func (s *Server) tlsTerm() *terminating {
 		}
 		t.agents = s.agentTLSConfig()
 		t.queue = pipe.NewQueue(queueAddr{})
-		t.handshakes.Max, t.handshakes.Stop = s.cfg.handshakesPerSource, s.stopping
+		t.handshakes.Stop = s.stopping
+		t.handshakes.SetMax(s.cfg().handshakesPerSource)
 		t.hs = s.newHTTPServer(http.HandlerFunc(s.serveHTTPS), "https")
 		p := new(http.Protocols)
 		p.SetHTTP1(true)
@@ -133,15 +134,15 @@ func (s *Server) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, erro
 func (s *Server) terminate(c net.Conn) {
 	t := s.tlsTerm()
 	src := limits.SourceOf(c.RemoteAddr())
-	if !t.handshakes.Acquire(src, time.Now().Add(s.cfg.handshake)) {
-		s.log().Debug("tls handshake refused: its source had its handshakes under way until the handshake timeout", "client", c.RemoteAddr().String(), "max", s.cfg.handshakesPerSource)
+	if !t.handshakes.Acquire(src, time.Now().Add(s.cfg().handshake)) {
+		s.log().Debug("tls handshake refused: its source had its handshakes under way until the handshake timeout", "client", c.RemoteAddr().String(), "max", s.cfg().handshakesPerSource)
 		s.obs().Refused(ReasonHandshakeLimit)
 		c.Close()
 		return
 	}
 	tc := tls.Server(c, t.config)
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.handshake)
-	c.SetDeadline(time.Now().Add(s.cfg.handshake))
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg().handshake)
+	c.SetDeadline(time.Now().Add(s.cfg().handshake))
 	err := tc.HandshakeContext(ctx)
 	cancel()
 	t.handshakes.Release(src)

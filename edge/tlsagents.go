@@ -49,8 +49,8 @@ func (s *Server) tlsAgent(route *sni.ClientHello, passThrough bool) bool {
 func (s *Server) serveTLSAgent(public, c net.Conn) {
 	t := s.tlsTerm()
 	src := limits.SourceOf(c.RemoteAddr())
-	if !t.handshakes.Acquire(src, time.Now().Add(s.cfg.handshake)) {
-		s.log().Debug("agent handshake refused: its source had its handshakes under way until the handshake timeout", "agent_addr", c.RemoteAddr().String(), "max", s.cfg.handshakesPerSource)
+	if !t.handshakes.Acquire(src, time.Now().Add(s.cfg().handshake)) {
+		s.log().Debug("agent handshake refused: its source had its handshakes under way until the handshake timeout", "agent_addr", c.RemoteAddr().String(), "max", s.cfg().handshakesPerSource)
 		s.obs().Refused(ReasonHandshakeLimit)
 		c.Close()
 		return
@@ -76,9 +76,9 @@ func (s *Server) serveTLSAgent(public, c net.Conn) {
 // protocol.
 func (s *Server) agentHandshake(c net.Conn) (net.Conn, error) {
 	tc := tls.Server(wire.BatchWrites(c), s.tlsTerm().agents)
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.handshake)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg().handshake)
 	defer cancel()
-	c.SetDeadline(time.Now().Add(s.cfg.handshake))
+	c.SetDeadline(time.Now().Add(s.cfg().handshake))
 	if err := tc.HandshakeContext(ctx); err != nil {
 		return nil, fmt.Errorf("edge: agent TLS handshake: %w", err)
 	}

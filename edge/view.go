@@ -53,7 +53,7 @@ func (s *Server) Endpoints() []view.Endpoint { return book.Endpoints(s.Sessions(
 // the old one. In a cluster, call it on every edge.
 func (s *Server) Disconnect(identity string, free bool) int {
 	s.init()
-	reserve, n := s.cfg.grace, 0
+	reserve, n := s.cfg().grace, 0
 	if free {
 		reserve = 0
 		if s.Authenticate == nil && strings.HasPrefix(identity, anonymousPrefix) {

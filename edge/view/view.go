@@ -115,6 +115,9 @@ const (
 	// Unbind: an endpoint went, released by its agent or with its
 	// session. As Bind.
 	Unbind EventKind = "unbind"
+	// Update: an agent changed an endpoint in place (its traffic policy,
+	// its pool setting), keeping its name and conns. As Bind.
+	Update EventKind = "update"
 	// Refused: an agent's hello or bind was refused. Session, Remote,
 	// Reason, Message; Identity once the hello told who the agent is;
 	// Proto and Name as the bind asked for them.

@@ -28,6 +28,12 @@ const PingVersion = 3
 // cluster when their edge drains (GoAway.Move), and say so (OpMoved).
 const MoveVersion = 4
 
+// ReplaceVersion is the first version whose edges change an endpoint in
+// place (Bind.Replaces). An edge of before it ignores the field, and would
+// take such a bind as a second endpoint of the name: agents send it only
+// on sessions of this version or later.
+const ReplaceVersion = 5
+
 // SessionTicketVersion is the first version whose agents renew their
 // session ticket while connected (Renew.Session), so that a session that
 // outlives the ticket's lifetime still has a ticket to reconnect with.
@@ -222,6 +228,14 @@ type Bind struct {
 	// Ticket is the endpoint ticket of an earlier bind of the same name,
 	// which proves the agent held it (after an edge restart).
 	Ticket string `json:"ticket,omitempty"`
+	// Replaces, from version ReplaceVersion on, is the tunnel ID of an
+	// endpoint of the session that this bind takes the place of, in one
+	// step: the same protocol and name (or port), with this bind's Pool,
+	// Options and Policy. The name is never free meanwhile; the old
+	// endpoint's conns go on; the answer is a new tunnel ID. A bind the
+	// edge refuses leaves the old endpoint as it was. Empty: a new
+	// endpoint.
+	Replaces string `json:"replaces,omitempty"`
 }
 
 // BindResp grants an endpoint.

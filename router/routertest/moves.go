@@ -106,6 +106,18 @@ func testMoves(t *testing.T, newRouter makeRouter) {
 	mustMove(ruleMove+": the routes moved from do not count under rule 3", n, o.SessionID)
 	h.expect(ruleMove+": the moved route, with its own Pool and Policy", "https", policied, n)
 
+	// A session's route replaced by one of the same session (an endpoint
+	// changed in place: another tunnel, pool setting and policy), with no
+	// moment at which the name is free.
+	const inPlace = "move-in-place.example.test"
+	old := route(alice, "http", inPlace)
+	h.bind("a free name", old)
+	repl := withPolicy(old, `{"cidr_deny":["192.0.2.0/24"]}`)
+	repl.TunnelID, repl.Pool = fmt.Sprintf("tunnel-%d", serial.Add(1)), true
+	mustMove(ruleMove+": a route in the place of its own session's", repl, old.SessionID)
+	h.expect(ruleMove+": the replacing route alone", "http", inPlace, repl)
+	h.refuse(rule2+": the replacing route holds the name", holds(repl), route(bob, "http", inPlace))
+
 	// TCP ports move too.
 	port := route(alice, "tcp", "20091")
 	h.bind("a free port", port)

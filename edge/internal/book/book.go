@@ -67,6 +67,15 @@ func (e *Endpoint) Received(n int) {
 	}
 }
 
+// Follow makes e, which takes old's place (the same name, changed in
+// place), go on from old's counts of requests and bytes. old's conns
+// still open are counted by old.
+func (e *Endpoint) Follow(old *Endpoint) {
+	e.requests.Add(old.requests.Load())
+	e.in.Add(old.in.Load())
+	e.out.Add(old.out.Load())
+}
+
 // View returns what a snapshot shows of the endpoint: its Pool is 1, or,
 // for a route that asked for a pool, 0 until Finish counts it.
 func (e *Endpoint) View() view.Endpoint {
