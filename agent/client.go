@@ -160,6 +160,7 @@ type Client struct {
 	edge       string        // the address of mux's edge
 	next       int           // the index in edges() of the edge to try next
 	sessionID  string
+	version    int           // the protocol version of mux
 	ticket     string        // the session ticket, for the next hello
 	renewAfter time.Duration // how often endpoint tickets are renewed
 	stopRenew  func()        // stops the renewals on mux; nil when none run
@@ -215,9 +216,22 @@ func (c *Client) Listen(ctx context.Context, url string) (*Listener, error) {
 // failure of each edge. A context without a deadline waits for good, or
 // until Close, after which it fails with an error wrapping net.ErrClosed.
 func (c *Client) ListenEndpoint(ctx context.Context, ep Endpoint) (*Listener, error) {
-	bind, err := parseEndpoint(ep.URL)
+	bind, err := bindOf(ep)
 	if err != nil {
 		return nil, err
+	}
+	edges, err := c.edges()
+	if err != nil {
+		return nil, err
+	}
+	return c.setup(ctx, bind, edges)
+}
+
+// bindOf returns the bind request of ep, or what is wrong with ep.
+func bindOf(ep Endpoint) (wire.Bind, error) {
+	bind, err := parseEndpoint(ep.URL)
+	if err != nil {
+		return bind, err
 	}
 	bind.Pool = ep.Pool
 	bind.Ticket = ep.Ticket
@@ -225,15 +239,15 @@ func (c *Client) ListenEndpoint(ctx context.Context, ep Endpoint) (*Listener, er
 	case "", wire.AppProtocolHTTP1:
 	case wire.AppProtocolH2C:
 		if bind.Proto != wire.ProtoHTTP && bind.Proto != wire.ProtoHTTPS {
-			return nil, fmt.Errorf("agent: endpoint %q: app protocol %q needs an http or https endpoint", ep.URL, ep.AppProtocol)
+			return bind, fmt.Errorf("agent: endpoint %q: app protocol %q needs an http or https endpoint", ep.URL, ep.AppProtocol)
 		}
 		bind.Options = map[string]string{wire.OptAppProtocol: ep.AppProtocol}
 	default:
-		return nil, fmt.Errorf("agent: app protocol %q: want http1 or h2c", ep.AppProtocol)
+		return bind, fmt.Errorf("agent: app protocol %q: want http1 or h2c", ep.AppProtocol)
 	}
 	if ep.VerboseErrors {
 		if bind.Proto != wire.ProtoHTTP && bind.Proto != wire.ProtoHTTPS {
-			return nil, fmt.Errorf("agent: endpoint %q: verbose errors need an http or https endpoint", ep.URL)
+			return bind, fmt.Errorf("agent: endpoint %q: verbose errors need an http or https endpoint", ep.URL)
 		}
 		if bind.Options == nil {
 			bind.Options = map[string]string{}
@@ -241,13 +255,9 @@ func (c *Client) ListenEndpoint(ctx context.Context, ep Endpoint) (*Listener, er
 		bind.Options[wire.OptVerboseErrors] = "true"
 	}
 	if err := bindPolicy(&bind, ep.Policy); err != nil {
-		return nil, fmt.Errorf("agent: endpoint %q: %w", ep.URL, err)
+		return bind, fmt.Errorf("agent: endpoint %q: %w", ep.URL, err)
 	}
-	edges, err := c.edges()
-	if err != nil {
-		return nil, err
-	}
-	return c.setup(ctx, bind, edges)
+	return bind, nil
 }
 
 // initLocked makes the maps and the context of a client at its first use.

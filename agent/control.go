@@ -187,9 +187,13 @@ func (c *Client) unbind(l *Listener) {
 	c.mu.Lock()
 	mux := c.mux
 	delete(c.listeners, l)
-	id := l.tunnelID
-	if c.byTunnel[id] == l {
-		delete(c.byTunnel, id)
+	l.mu.Lock()
+	id, replaced := l.tunnelID, l.replaced
+	l.mu.Unlock()
+	for _, t := range []string{id, replaced} {
+		if c.byTunnel[t] == l {
+			delete(c.byTunnel, t)
+		}
 	}
 	c.mu.Unlock()
 	if mux == nil {

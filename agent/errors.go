@@ -27,6 +27,9 @@ var (
 	// ErrRefused: the edge refused the request for another reason (a bad
 	// name, an unsupported version); trying again will not help.
 	ErrRefused = errors.New("agent: edge refused the request")
+	// ErrUnsupported: the edge speaks an older protocol, which has not
+	// what the request needs (Listener.Update: version 5).
+	ErrUnsupported = errors.New("agent: the edge does not support this")
 
 	// ErrNotAgentPort: the edge's address answered in another protocol
 	// than the agent's: an HTTP server (most often the edge's public HTTP

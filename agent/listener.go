@@ -19,6 +19,7 @@ type Listener struct {
 
 	mu       sync.Mutex
 	tunnelID string        // the endpoint in the current session
+	replaced string        // the tunnel ID that tunnelID took the place of (Update) on boundOn; "" for none
 	url      string        // the public URL
 	bind     wire.Bind     // what to ask for when binding again, with the endpoint ticket
 	boundOn  *wire.Session // the session the endpoint is bound on; nil: none yet
@@ -139,7 +140,7 @@ func (l *Listener) setBound(mux *wire.Session, b wire.Bind, resp *wire.BindResp)
 	}
 	b.Ticket = resp.Ticket
 	l.mu.Lock()
-	l.tunnelID, l.url, l.bind, l.boundOn = resp.TunnelID, resp.URL, b, mux
+	l.tunnelID, l.url, l.bind, l.boundOn, l.replaced = resp.TunnelID, resp.URL, b, mux, ""
 	l.mu.Unlock()
 }
 

@@ -121,6 +121,7 @@ func (c *Client) install(h *opened, left *wire.Session, tunnels map[string]*List
 	c.mux = h.mux
 	c.edge = h.addr
 	c.sessionID = h.hello.SessionID
+	c.version = h.hello.Version
 	if h.hello.Ticket != "" {
 		c.ticket = h.hello.Ticket
 	}

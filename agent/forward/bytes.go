@@ -53,7 +53,8 @@ type Bytes struct {
 // with half-closes kept, until l is closed. It returns nil when l is
 // closed (Accept fails with an error wrapping net.ErrClosed), and the
 // error of Accept otherwise, after closing the conns it still serves and
-// waiting for them. A conn whose app cannot be reached is rejected (see
+// waiting for them; but for ErrHandedOver, after which it returns nil once
+// those conns have ended by themselves. A conn whose app cannot be reached is rejected (see
 // the package documentation) or closed.
 func (b Bytes) Serve(l net.Listener) error {
 	if b.ProxyProtocol < 0 || b.ProxyProtocol > 2 {
@@ -87,6 +88,10 @@ func (b Bytes) Serve(l net.Listener) error {
 	}()
 	for {
 		c, err := l.Accept()
+		if errors.Is(err, ErrHandedOver) {
+			wg.Wait() // the conns served end by themselves
+			return nil
+		}
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return nil

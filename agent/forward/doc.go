@@ -28,3 +28,13 @@
 // the edge tells its client that the app, not the tunnel, is down; HTTP
 // answers each request itself, as the edge answers (502 app_unreachable).
 package forward
+
+import "errors"
+
+// ErrHandedOver is for a listener that hands its next conns to another
+// forwarder, as an agent does whose endpoint changes its app in place: an
+// Accept that fails with an error wrapping it makes Serve take no more
+// conns, and return nil once those it serves have ended by themselves,
+// closing none, so that the requests and connections under way end as
+// they would have.
+var ErrHandedOver = errors.New("forward: listener handed over")

@@ -113,7 +113,9 @@ type HTTP struct {
 // error wrapping net.ErrClosed), and the error of Accept otherwise, after
 // closing the conns it still serves and their connections to the app
 // (the requests under way end; their recordings end broken off) and
-// waiting for them. It fails at once for an AppProtocol it does not know.
+// waiting for them; but for ErrHandedOver, after which it returns nil once
+// those conns have ended by themselves. It fails at once for an
+// AppProtocol it does not know.
 func (h HTTP) Serve(l net.Listener) error {
 	proto := h.AppProtocol
 	switch proto {
@@ -139,7 +141,7 @@ func (h HTTP) Serve(l net.Listener) error {
 		p.verbose = true
 	}
 	err = p.serveConns(l)
-	if errors.Is(err, net.ErrClosed) {
+	if errors.Is(err, net.ErrClosed) || errors.Is(err, ErrHandedOver) {
 		return nil
 	}
 	return err
@@ -177,6 +179,11 @@ func newHTTPProxy(h HTTP, h2c bool, app *appDialer) *httpProxy {
 func (p *httpProxy) serveConns(l net.Listener) error {
 	for {
 		c, err := l.Accept()
+		if errors.Is(err, ErrHandedOver) {
+			p.wg.Wait() // the conns served end by themselves
+			p.shutdown()
+			return err
+		}
 		if err != nil {
 			p.shutdown()
 			return err

@@ -1,0 +1,121 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/tunnelkit/tunnelkit/internal/wire"
+)
+
+// Update changes the endpoint in place on the edge, in one step: it takes
+// ep's AppProtocol, Pool, Policy and VerboseErrors, and keeps its name,
+// its URL and its conns (those open go on as they are; the next are sent
+// under the new settings), and the name is never free meanwhile: no other
+// identity can take it, as closing the listener and binding again would
+// allow. ep.URL may be empty; otherwise it must name the endpoint's
+// protocol and, if it names one, its name or port (a name as given to
+// Listen or as granted). ep.Ticket is not used. A reconnection binds the
+// endpoint with the new settings.
+//
+// It fails with ErrUnsupported on an edge older than protocol version 5,
+// with ErrUnavailable while the client has no session (a reconnection
+// under way), and with the edge's refusal (ErrRefused for a policy it
+// cannot enforce; ErrNameTaken when the endpoint's pool holds other
+// agents whose pool setting or policy differ); the listener is then as it
+// was. ctx bounds the wait for the answer: when it ends first, Update
+// returns its cause, and the edge's answer, when it comes, still applies.
+func (l *Listener) Update(ctx context.Context, ep Endpoint) error {
+	b, err := bindOf(ep)
+	if err != nil {
+		return err
+	}
+	c := l.c
+	c.mu.Lock()
+	mux, version := c.mux, c.version
+	c.mu.Unlock()
+	id, ok := l.bound(mux)
+	cur := l.rebindRequest()
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: not connected to an edge now; try again", ErrUnavailable)
+	case version < wire.ReplaceVersion:
+		return fmt.Errorf("%w: changing an endpoint in place takes an edge of protocol version %d (this one speaks %d)", ErrUnsupported, wire.ReplaceVersion, version)
+	case ep.URL != "" && !sameName(b, cur):
+		return fmt.Errorf("agent: endpoint %q: Update keeps the endpoint's protocol and name (%s): close the listener, and Listen for another", ep.URL, l.URL())
+	}
+	b.Proto, b.Name, b.Port, b.Ticket, b.Replaces = cur.Proto, cur.Name, cur.Port, "", id
+	type answer struct {
+		resp wire.Response
+		err  error
+	}
+	answered := make(chan answer, 1)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		// Proxy streams for the new tunnel ID wait for the answer.
+		c.binding.RLock()
+		defer c.binding.RUnlock()
+		callCtx, cancel := context.WithTimeoutCause(c.ctx, edgeTimeout, errEdgeTimeout)
+		defer cancel()
+		var a answer
+		a.err = c.call(callCtx, mux, wire.Request{Op: wire.OpBind, Bind: &b}, &a.resp)
+		if a.err == nil && a.resp.BindResp == nil {
+			a.err = fmt.Errorf("%w: bind answered without an endpoint", ErrRefused)
+		}
+		if a.err == nil {
+			l.replacedBy(mux, b, a.resp.BindResp, id)
+			c.log().Info("endpoint changed in place", "url", a.resp.BindResp.URL)
+		}
+		answered <- a
+	}()
+	select {
+	case a := <-answered:
+		return a.err
+	case <-ctx.Done():
+		return fmt.Errorf("agent: update: %w", context.Cause(ctx))
+	}
+}
+
+// replacedBy records the endpoint granted on mux in the place of the
+// tunnel old: conns sent to old as it changed still reach the listener,
+// until it changes again or the session ends.
+func (l *Listener) replacedBy(mux *wire.Session, b wire.Bind, resp *wire.BindResp, old string) {
+	b.Replaces = ""
+	l.setBound(mux, b, resp)
+	c := l.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l.mu.Lock()
+	before := l.replaced
+	l.replaced = old
+	l.mu.Unlock()
+	if c.mux != mux || c.closed {
+		return // the session ended meanwhile: the reconnection binds anew
+	}
+	if _, open := c.listeners[l]; !open {
+		return // closed meanwhile: its unbind names the new tunnel
+	}
+	if before != "" && c.byTunnel[before] == l {
+		delete(c.byTunnel, before)
+	}
+	c.byTunnel[resp.TunnelID] = l
+}
+
+// sameName reports whether the bind b, of an endpoint URL given to Update,
+// names the endpoint cur: the same protocol, and no name or port, or its
+// own (one label under the edge's domain, or the whole name).
+func sameName(b, cur wire.Bind) bool {
+	if b.Proto != cur.Proto {
+		return false
+	}
+	if b.Proto == wire.ProtoTCP {
+		return b.Port == 0 || b.Port == cur.Port
+	}
+	if b.Name == "" {
+		return true
+	}
+	name := strings.ToLower(strings.TrimSuffix(b.Name, "."))
+	granted := strings.ToLower(cur.Name)
+	return name == granted || !strings.Contains(name, ".") && strings.HasPrefix(granted, name+".")
+}
