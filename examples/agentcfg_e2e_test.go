@@ -357,7 +357,7 @@ func TestAgentReload(t *testing.T) {
 	writeFile(t, dir, "agent.yml", one)
 	a.cmd.Process.Signal(syscall.SIGHUP)
 	testwait.Within(t, 30*time.Second, "the agent read the file again", func() bool {
-		return strings.Contains(a.stderr.String(), `msg="SIGHUP: the file was read again" file=`+config+" added=0 removed=1")
+		return strings.Contains(a.stderr.String(), `msg="SIGHUP: the file was read again" file=`+config+" added=0 changed=0 removed=1")
 	})
 	if status, _ := fetch(t, pub, smallURL+"/", "", ""); status != http.StatusNotFound {
 		t.Errorf("the endpoint removed: %d, want 404", status)

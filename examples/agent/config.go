@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/examples/internal/yamlcfg"
 	"github.com/tunnelkit/tunnelkit/policy"
 )
@@ -87,6 +88,19 @@ func (e endpointSpec) key() string {
 // stateKey names the endpoint in the state file: its URL and app as
 // written, which a change of its other settings keeps.
 func (e endpointSpec) stateKey() string { return e.URL + " -> " + e.To }
+
+// endpoint is what the agent asks the edge for.
+func (e endpointSpec) endpoint() agent.Endpoint {
+	return agent.Endpoint{URL: e.URL, AppProtocol: e.AppProtocol, Pool: e.Pool, Policy: e.Policy, VerboseErrors: e.VerboseErrors}
+}
+
+// atEdge reports whether e and o ask the edge for different settings of
+// one endpoint: the app protocol, pool, policy, verbose errors.
+func (e endpointSpec) atEdge(o endpointSpec) bool {
+	a, _ := json.Marshal(e.endpoint())
+	b, _ := json.Marshal(o.endpoint())
+	return string(a) != string(b)
+}
 
 // scheme returns the endpoint's scheme, as the agent package reads its
 // URL: "http" for "" and for a bare name.

@@ -14,6 +14,8 @@ import (
 	"net/http/httputil"
 	"sync/atomic"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/agent/forward"
 )
 
 // hostForwarder forwards an endpoint's requests to its app with the Host
@@ -130,6 +132,12 @@ func (f hostForwarder) Serve(l net.Listener) error {
 		ErrorLog:  slog.NewLogLogger(f.logger.Handler(), slog.LevelDebug),
 	}
 	err := srv.Serve(l)
+	if errors.Is(err, forward.ErrHandedOver) {
+		// Another forwarder takes the next conns: the requests under way
+		// end as they would have, the idle conns close.
+		srv.Shutdown(context.Background())
+		return nil
+	}
 	srv.Close()
 	if errors.Is(err, net.ErrClosed) {
 		return nil
