@@ -133,7 +133,7 @@ func TestTokenWithdrawal(t *testing.T) {
 		t.Fatal(err)
 	}
 	edge.cmd.Process.Signal(syscall.SIGHUP)
-	testwait.Within(t, 10*time.Second, "the edge read its tokens again", func() bool { return edge.count("tokens read again") > 0 })
+	testwait.Within(t, 10*time.Second, "the edge read its tokens again", func() bool { return edge.count("SIGHUP: the settings were read again") > 0 })
 	withdrawn := time.Now()
 	if code, body := adminCall(t, adminAddr, "POST", "/v1/identities/alice/disconnect"); code != 200 || !strings.Contains(body, `"disconnected":1`) {
 		t.Fatalf("disconnect alice: %d %s", code, body)

@@ -59,7 +59,16 @@
 // the README's "Operating a cluster"). SIGTERM drains the edge: its
 // agents move to other edges of the cluster, what is in flight finishes,
 // and it exits within -drain-timeout. SIGINT shuts it down at once.
-// SIGHUP reads -tokens again.
+// SIGHUP reads the flags' files and the -config file again, and applies at
+// once what changed of the tokens (inline ones too), the operator's policy,
+// the limits (-max-*, -client-share, -conns-per-source...), the admin
+// token and -log-level; it names the other settings that changed, which
+// take a restart. A file that does not read changes nothing.
+//
+// With -token, -tokens or the -config file's tokens, agents need a token:
+// a tokens setting that names none refuses every agent until a SIGHUP
+// reads one. Without any, the edge takes any agent, each an identity of
+// its own (-anonymous says so on purpose).
 //
 // Traffic policy: agents declare theirs with each endpoint (see the agent
 // command); -policy FILE adds the operator's to every endpoint (the JSON

@@ -41,6 +41,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/edge"
@@ -60,8 +61,9 @@ type API struct {
 	// Server is the edge. Required.
 	Server *edge.Server
 
-	// Token is the SHA-256 of the bearer token of /v1/ (see LoadToken).
-	// Zero: /v1/ is off (404), and /healthz alone is served.
+	// Token is the SHA-256 of the bearer token of /v1/ (see LoadToken),
+	// until SetToken. Zero: /v1/ is off (404), and /healthz alone is
+	// served.
 	Token [32]byte
 
 	// Drain starts the edge's drain, as the command's SIGTERM does, and
@@ -75,6 +77,21 @@ type API struct {
 	// names it): a reservation for one it does not know is made, with a
 	// warning in the answer. Nil: no warning.
 	KnownIdentity func(identity string) bool
+
+	token atomic.Pointer[[32]byte] // SetToken's, in Token's place
+}
+
+// SetToken makes t the SHA-256 of the token of /v1/ from now on, in
+// Token's place (zero: /v1/ is off), while the API serves: the requests
+// under way finish with the token they were let in with.
+func (a *API) SetToken(t [32]byte) { a.token.Store(&t) }
+
+// currentToken is SetToken's token, or Token.
+func (a *API) currentToken() [32]byte {
+	if t := a.token.Load(); t != nil {
+		return *t
+	}
+	return a.Token
 }
 
 // LoadToken reads the bearer token of path, its first line, and returns
@@ -106,7 +123,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		answer(w, http.StatusNotFound, errorBody("not found: /healthz, and /v1/ with a token"))
 		return
 	}
-	if a.Token == ([32]byte{}) {
+	if a.currentToken() == ([32]byte{}) {
 		answer(w, http.StatusNotFound, errorBody("the admin API is off: give the edge -admin-token-file"))
 		return
 	}
@@ -126,7 +143,8 @@ func (a *API) authorized(r *http.Request) bool {
 		return false
 	}
 	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
-	return subtle.ConstantTimeCompare(got[:], a.Token[:]) == 1
+	want := a.currentToken()
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
 }
 
 // healthz answers 200 while the edge serves, 503 once it drains.

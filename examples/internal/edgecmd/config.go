@@ -8,6 +8,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/examples/internal/cli"
 	"github.com/tunnelkit/tunnelkit/examples/internal/yamlcfg"
 	"github.com/tunnelkit/tunnelkit/policy"
@@ -47,9 +48,11 @@ var fileKeys = map[string]func(c *fileConfig, f *yamlcfg.File, n *yaml.Node) err
 
 // fileConfig is what a -config file holds besides flags' values.
 type fileConfig struct {
-	tokens []tokenEntry   // the tokens of the file itself
-	policy *policy.Spec   // the operator's policy, written in the file
-	where  map[string]int // the line of each key, for errors
+	path        string         // the file's, for errors
+	tokensGiven bool           // the file has its own tokens key, even empty
+	tokens      []tokenEntry   // the tokens of the file itself
+	policy      *policy.Spec   // the operator's policy, written in the file
+	where       map[string]int // the line of each key, for errors
 }
 
 // tokenEntry is an item of the file's tokens.
@@ -59,6 +62,10 @@ type tokenEntry struct {
 }
 
 func (c *fileConfig) readTokens(f *yamlcfg.File, n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		c.tokensGiven = true // "tokens:" alone: none yet, every agent refused
+		return nil
+	}
 	if n.Kind == yaml.ScalarNode {
 		return errUseFlag
 	}
@@ -67,11 +74,14 @@ func (c *fileConfig) readTokens(f *yamlcfg.File, n *yaml.Node) error {
 		return err
 	}
 	for i, t := range list {
-		if t.Token == "" || t.Identity == "" || strings.ContainsAny(t.Identity, " \t") {
-			return f.At(n.Content[i], "tokens[%d]: want a token and an identity (one word)", i)
+		if t.Token == "" || t.Identity == "" {
+			return f.At(n.Content[i], "tokens[%d]: want a token and an identity", i)
+		}
+		if err := edge.CheckIdentity(t.Identity); err != nil {
+			return f.At(n.Content[i], "tokens[%d]: %v", i, err)
 		}
 	}
-	c.tokens = list
+	c.tokens, c.tokensGiven = list, true
 	return nil
 }
 
@@ -101,7 +111,7 @@ func applyConfig(fs *flag.FlagSet, path string, given map[string]bool) (*fileCon
 	if err != nil {
 		return nil, err
 	}
-	c := &fileConfig{where: map[string]int{}}
+	c := &fileConfig{path: path, where: map[string]int{}}
 	if f.Root == nil {
 		return c, nil
 	}

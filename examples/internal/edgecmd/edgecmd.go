@@ -57,8 +57,8 @@ type Extension struct {
 
 // Main runs the command named name with the process's arguments until
 // SIGINT (a shutdown: what is in flight gets 10 s) or SIGTERM (a drain,
-// within -drain-timeout), re-reading -tokens at each SIGHUP, and exits 2
-// on an error (0 after -h and -version).
+// within -drain-timeout), reading its settings again at each SIGHUP (see
+// reloader), and exits 2 on an error (0 after -h and -version).
 func Main(name string, ext *Extension) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -83,7 +83,7 @@ func Run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 }
 
 // run is Run, which also takes the signals of sig: SIGTERM drains the
-// edge, SIGHUP re-reads -tokens.
+// edge, SIGHUP reads the settings again.
 func run(ctx context.Context, name string, args []string, stdout, stderr io.Writer, ext *Extension, sig <-chan os.Signal) error {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -93,23 +93,26 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	tlsAddr := fs.String("tls", "", "the address of the public TLS port, routed by the name each client asks for (SNI) (empty: none)")
 	tlsAgents := fs.Bool("tls-agents", true, "with -cert or -acme-directory, take agent sessions on -tls too, told apart by ALPN (tunnelkit/1), unless their server name is a tls endpoint's; false: agents connect on -agents only")
 	tcpPorts := fs.String("tcp-ports", "", "range of ports for TCP endpoints, e.g. 20000-20100 (empty: none)")
-	token := fs.String("token", "", "shared secret agents must present, as identity \"token\" (empty, and no -tokens: any agent is accepted, each its own identity)")
-	tokensFile := fs.String("tokens", "", "file of \"token identity\" lines: agents present a token, and its identity owns their names (a file others may read or write is refused)")
+	fs.String("token", "", "shared secret agents must present, as identity \"token\" (empty, and no -tokens: any agent is accepted, each its own identity; see -anonymous)")
+	fs.String("tokens", "", "file of \"token identity\" lines: agents present a token, and its identity owns their names; a file that names none refuses every agent until it does (SIGHUP reads it again; a file others may read or write is refused)")
+	anonymous := fs.Bool("anonymous", false, "take any agent without a token, each an identity of its own: what an edge without -token, -tokens or the -config file's tokens does, said on purpose (with them: an error)")
+	fs.String("log-level", "info", "the least level of the lines logged: debug, info, warn or error")
 	ticketKey := fs.String("ticket-key", "", "file with the hex key that signs agents' tickets, created with a new random key if missing; keep it across restarts so that anonymous agents keep their identity, and their names; a file others may read or write, or a link, is refused (empty: a new key each start)")
 	stateDir := fs.String("state", "", "directory for the record of who holds which name (names.jsonl), so that a restart gives each name back to the identity that held it when the edge stopped; a first start has none (default: -ticket-key's directory; empty and no -ticket-key: no record, names go to whoever asks first after a restart; unused with -etcd, which keeps the names)")
 	allowCatchAll := fs.Bool("allow-catch-all", false, "let agents bind * and *.DOMAIN (every name under the domain: single-tenant edges only)")
-	maxPending := fs.Int("max-pending", 0, "agent connections waiting for their hello at most; past it, the oldest of the address that has the most is closed (0: 1024, negative: no bound)")
-	maxPendingPerSource := fs.Int("max-pending-per-source", 0, "agent connections waiting for their hello that one address (an IPv6 /64) has at most; past it, its own oldest is closed (0: 64, negative: no bound)")
-	maxEndpoints := fs.Int("max-endpoints", 0, "endpoints per agent session at most (0: 1024, negative: no bound)")
-	maxPerIdentity := fs.Int("max-endpoints-per-identity", 0, "endpoints one identity holds on this edge at most, over all its sessions (0: 4096, negative: no bound)")
-	maxPerSource := fs.Int("max-endpoints-per-source", 0, "endpoints the anonymous agents of one address (an IPv6 /64) hold on this edge at most (0: 1024, negative: no bound)")
-	maxTotal := fs.Int("max-endpoints-total", 0, "endpoints on this edge at most, every agent's together (0: 65536, negative: no bound)")
-	maxReservations := fs.Int("max-reservations", 0, "the operator's reservations of names (PUT /v1/reservations) the edge holds at most, with -etcd the cluster's; past it, PUT answers 409 (0: 65536; each costs about 200 bytes of memory and a 70-byte line of -state's record for a short name and identity, at most 2.6 KB and 540 bytes; negative: no bound)")
-	maxReservationsPerIdentity := fs.Int("max-reservations-per-identity", 0, "the operator's reservations of names for one identity at most, as -max-reservations (0: 1024, negative: no bound)")
-	maxAuthFailures := fs.Int("max-auth-failures", 0, "failed agent authentications per source address per minute before its connections are closed at once (0: 10, negative: no limit)")
-	clientShare := fs.Float64("client-share", 0, "part of an endpoint's streams one client address may hold (0: 1/16, negative: no bound)")
-	connsPerSource := fs.Int("conns-per-source", 0, "connections one client address (an IPv6 /64) may hold at once on -http, and on -tls (0: 1024, negative: no bound)")
-	handshakesPerSource := fs.Int("handshakes-per-source", 0, "TLS handshakes for https endpoints one client address (an IPv6 /64) may have under way at once (0: 64, negative: no bound)")
+	fs.Int("max-pending", 0, "agent connections waiting for their hello at most; past it, the oldest of the address that has the most is closed (0: 1024, negative: no bound)")
+	fs.Int("max-pending-per-source", 0, "agent connections waiting for their hello that one address (an IPv6 /64) has at most; past it, its own oldest is closed (0: 64, negative: no bound)")
+	fs.Int("max-endpoints", 0, "endpoints per agent session at most (0: 1024, negative: no bound)")
+	fs.Int("max-endpoints-per-identity", 0, "endpoints one identity holds on this edge at most, over all its sessions (0: 4096, negative: no bound)")
+	fs.Int("max-endpoints-per-source", 0, "endpoints the anonymous agents of one address (an IPv6 /64) hold on this edge at most (0: 1024, negative: no bound)")
+	fs.Int("max-endpoints-total", 0, "endpoints on this edge at most, every agent's together (0: 65536, negative: no bound)")
+	fs.Int("max-reservations", 0, "the operator's reservations of names (PUT /v1/reservations) the edge holds at most, with -etcd the cluster's; past it, PUT answers 409 (0: 65536; each costs about 200 bytes of memory and a 70-byte line of -state's record for a short name and identity, at most 2.6 KB and 540 bytes; negative: no bound)")
+	fs.Int("max-reservations-per-identity", 0, "the operator's reservations of names for one identity at most, as -max-reservations (0: 1024, negative: no bound)")
+	fs.Int("max-refused-binds", 0, "refused binds one identity (or the anonymous agents of one address) may have at once; past it each of its binds waits a second more for each refusal (0: 10, negative: no bound)")
+	fs.Int("max-auth-failures", 0, "failed agent authentications per source address per minute before its connections are closed at once (0: 10, negative: no limit)")
+	fs.Float64("client-share", 0, "part of an endpoint's streams one client address may hold (0: 1/16, negative: no bound)")
+	fs.Int("conns-per-source", 0, "connections one client address (an IPv6 /64) may hold at once on -http, and on -tls (0: 1024, negative: no bound)")
+	fs.Int("handshakes-per-source", 0, "TLS handshakes for https endpoints one client address (an IPv6 /64) may have under way at once (0: 64, negative: no bound)")
 	bodyTimeout := fs.Duration("body-timeout", 0, "cut off an HTTP request body that stops moving this long (0: 60s, negative: never)")
 	httpIdle := fs.Duration("http-idle", 0, "end an HTTP exchange whose bytes stop moving this long, a silent response too: an event stream, a streamed long poll or a WebSocket that sends nothing for as long is cut, however alive its client; and close keep-alive connections idle as long (0: 2m, negative: never)")
 	var proxyFrom prefixList
@@ -138,14 +141,13 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	echKey := fs.String("ech-key", "", "PEM file of an ECH key (PRIVATE KEY and ECHCONFIG blocks, as OpenSSL and nginx read): route -tls connections that use Encrypted ClientHello by the name inside, without terminating them")
 	echKeygen := fs.String("ech-keygen", "", "write a new ECH key for -public-name to this PEM file, print its ECHConfigList in base64 (for the DNS HTTPS record's ech= parameter) and exit")
 	publicName := fs.String("public-name", "", "the public name of the key -ech-keygen makes: the name clients show in clear (an operator's name under the domain, covered by -cert)")
-	policyFile := fs.String("policy", "", "file of the operator's traffic policy, in the JSON form agents send (PROTOCOL.md, bind.policy), enforced on every endpoint beside the agent's: allow lists intersect, deny lists add up, the lower rate limit holds, the operator's headers come last; a login, client CAs or webhook check here leaves none to agents (empty: none)")
-	policyKinds := fs.String("policy-kinds", "", "the kinds of traffic policy agents may declare, comma separated (cidr_allow,cidr_deny,rate_limit,basic_auth,oidc,mutual_tls,request_headers,response_headers,webhook); others are refused (empty: every kind)")
+	fs.String("policy", "", "file of the operator's traffic policy, in the JSON form agents send (PROTOCOL.md, bind.policy), enforced on every endpoint beside the agent's: allow lists intersect, deny lists add up, the lower rate limit holds, the operator's headers come last; a login, client CAs or webhook check here leaves none to agents (empty: none)")
+	fs.String("policy-kinds", "", "the kinds of traffic policy agents may declare, comma separated (cidr_allow,cidr_deny,rate_limit,basic_auth,oidc,mutual_tls,request_headers,response_headers,webhook); others are refused (empty: every kind)")
 	adminAddr := fs.String("admin", "", "address of the admin API: /healthz (200 while serving, 503 while draining, for load balancers), and with -admin-token-file the control plane's /v1/ (empty: none)")
-	adminTokenFile := fs.String("admin-token-file", "", "file whose first line is the bearer token of the admin API's /v1/ (16 bytes at least; a file others may read or write is refused)")
+	fs.String("admin-token-file", "", "file whose first line is the bearer token of the admin API's /v1/ (16 bytes at least; a file others may read or write is refused)")
 	drainTimeout := fs.Duration("drain-timeout", 30*time.Second, "how long SIGTERM (or POST /v1/drain) gives the edge to drain: its agents move to other edges of the cluster and what is in flight finishes, then it exits")
 	drainNotice := fs.Duration("drain-notice", 0, "while draining, go on taking public connections this long at least, for load balancers' health checks to see /healthz fail (their interval times the failures they wait for; 0: none, for a load balancer that retries refused connections)")
-	var oidcIssuers stringList
-	fs.Var(&oidcIssuers, "oidc-issuer-allowed", "an OpenID provider's issuer URL that agents' oidc policies may name (repeat for more; empty: any https issuer)")
+	fs.Var(new(stringList), "oidc-issuer-allowed", "an OpenID provider's issuer URL that agents' oidc policies may name (repeat for more; empty: any https issuer)")
 	configFile := fs.String("config", "", "read the settings from this YAML file: each flag's name, with _ for -, is a key; tokens and policy also take the list of tokens and the policy themselves; flags given win over the file")
 	if ext != nil && ext.Flags != nil {
 		ext.Flags(fs)
@@ -172,11 +174,20 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	if *echKeygen != "" {
 		return echKeygenTo(*echKeygen, *publicName, stdout)
 	}
+	settings, err := readLive(fs, file)
+	if err != nil {
+		return err
+	}
+	if *anonymous && settings.tokensGiven {
+		return errors.New("-anonymous takes any agent without a token: drop it, or drop -token, -tokens and the -config file's tokens")
+	}
 	// The access log's line per request goes out with others, 50 ms later
 	// at most, not in a write of its own on the request's path.
 	lw := logbuf.New(stderr, 50*time.Millisecond)
 	defer lw.Close()
-	log := slog.New(slog.NewTextHandler(lw, nil))
+	level := new(slog.LevelVar)
+	level.Set(settings.level)
+	log := slog.New(slog.NewTextHandler(lw, &slog.HandlerOptions{Level: level}))
 	certs, acme, err := certificates(*certFile, *keyFile, *acmeDir, *acmeCA, *acmeEmail, *acmeCache)
 	if err != nil {
 		return err
@@ -227,62 +238,32 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 		Logger:            log,
 		AllowCatchAll:     *allowCatchAll,
 		ProxyProtocolFrom: proxyFrom,
-		Limits: edge.Limits{
-			PendingSessions:          *maxPending,
-			PendingSessionsPerSource: *maxPendingPerSource,
-			EndpointsPerSession:      *maxEndpoints,
-			EndpointsPerIdentity:     *maxPerIdentity,
-			EndpointsPerSource:       *maxPerSource,
-			Endpoints:                *maxTotal,
-			Reservations:             *maxReservations,
-			ReservationsPerIdentity:  *maxReservationsPerIdentity,
-			AuthFailures:             *maxAuthFailures,
-			ClientShare:              *clientShare,
-			ConnsPerSource:           *connsPerSource,
-			HandshakesPerSource:      *handshakesPerSource,
-		},
-		Timeouts: edge.Timeouts{Body: *bodyTimeout, HTTPIdle: *httpIdle, DrainNotice: *drainNotice},
+		Limits:            settings.limits,
+		Timeouts:          edge.Timeouts{Body: *bodyTimeout, HTTPIdle: *httpIdle, DrainNotice: *drainNotice},
 	}
-	readTokens := func() (identities, error) {
-		ids := identities{}
-		if *token != "" {
-			ids.add(*token, "token")
-		}
-		if *tokensFile != "" {
-			if err := ids.load(*tokensFile); err != nil {
-				return nil, err
-			}
-		}
-		for _, t := range file.tokens {
-			if _, dup := ids[sha256.Sum256([]byte(t.Token))]; dup {
-				return nil, fmt.Errorf("%s: tokens: a token given twice (identity %s)", *configFile, t.Identity)
-			}
-			ids.add(t.Token, t.Identity)
-		}
-		return ids, nil
-	}
-	ids, err := readTokens()
-	if err != nil {
-		return err
-	}
-	var tokens atomic.Pointer[identities] // swapped at SIGHUP
-	tokens.Store(&ids)
-	if len(ids) > 0 {
+	var tokens *atomic.Pointer[identities] // swapped at SIGHUP; nil: any agent is taken
+	switch {
+	case settings.tokensGiven:
+		tokens = new(atomic.Pointer[identities])
+		tokens.Store(&settings.ids)
 		srv.Authenticate = func(ctx context.Context, token string) (string, error) {
 			return tokens.Load().authenticate(ctx, token)
 		}
-	}
-	var adminToken [32]byte
-	if *adminTokenFile != "" {
-		if *adminAddr == "" {
-			return errors.New("-admin-token-file is the token of -admin's API: give -admin too")
+		if len(settings.ids) == 0 {
+			log.Warn("no tokens: every agent is refused until the file names one (SIGHUP reads it again)")
+		} else {
+			log.Info("agents need a token", "tokens", len(settings.ids))
 		}
-		if adminToken, err = admin.LoadToken(*adminTokenFile); err != nil {
-			return fmt.Errorf("-admin-token-file: %w", err)
-		}
+	case *anonymous:
+		log.Info("the edge takes any agent without a token, each an identity of its own (-anonymous)")
+	default:
+		log.Warn("the edge takes any agent without a token, each an identity of its own: give -tokens to require one, or -anonymous to say so")
 	}
-	if err := operatorPolicy(srv, *policyFile, file.policy, *policyKinds, oidcIssuers); err != nil {
-		return err
+	var op *atomic.Pointer[policy.Operator] // swapped at SIGHUP; nil: none
+	if settings.hasPolicy {
+		op = new(atomic.Pointer[policy.Operator])
+		op.Store(&settings.op)
+		srv.Policy = func(string) policy.Operator { return *op.Load() }
 	}
 	if *accessLog {
 		srv.AccessLog = log.With("log", "access")
@@ -383,8 +364,9 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 		defer relay.Close()
 	}
 	drainc := make(chan struct{}, 1) // POST /v1/drain
+	var api *admin.API
 	if adminLn != nil {
-		api := &admin.API{Server: srv, Token: adminToken, Logger: log, Drain: func() {
+		api = &admin.API{Server: srv, Token: settings.adminToken, Logger: log, Drain: func() {
 			select {
 			case drainc <- struct{}{}:
 			default:
@@ -393,8 +375,12 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 		hs := admin.NewServer(api)
 		go hs.Serve(adminLn)
 		defer hs.Close() // after the drain: /healthz answers 503 meanwhile
-		log.Info("admin API", "url", "http://"+adminLn.Addr().String()+"/healthz", "v1", adminToken != [32]byte{})
+		if tokens != nil {
+			api.KnownIdentity = func(identity string) bool { return tokens.Load().has(identity) }
+		}
+		log.Info("admin API", "url", "http://"+adminLn.Addr().String()+"/healthz", "v1", settings.adminToken != [32]byte{})
 	}
+	re := &reloader{srv: srv, log: log, level: level, tokens: tokens, op: op, api: api, args: args, start: fs, cur: settings}
 	for {
 		select {
 		case <-ctx.Done():
@@ -402,7 +388,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 		case err = <-errc:
 		case s := <-sig:
 			if s == syscall.SIGHUP {
-				reloadTokens(log, *tokensFile, &tokens, readTokens)
+				re.reload()
 				continue
 			}
 			drainEdge(ctx, srv, log, *drainTimeout)
@@ -431,28 +417,6 @@ func drainEdge(ctx context.Context, srv *edge.Server, log *slog.Logger, d time.D
 		return
 	}
 	log.Info("drained", "took", time.Since(start).Round(time.Millisecond))
-}
-
-// reloadTokens reads -tokens (and -token) again into tokens, at SIGHUP: a
-// token withdrawn is refused from then on (its agents' sessions live on:
-// POST /v1/identities/{identity}/disconnect ends them). On an error, the
-// tokens stay as they were.
-func reloadTokens(log *slog.Logger, path string, tokens *atomic.Pointer[identities], read func() (identities, error)) {
-	if path == "" {
-		log.Info("SIGHUP: no -tokens file to read again")
-		return
-	}
-	if len(*tokens.Load()) == 0 {
-		log.Warn("SIGHUP: the edge started without tokens, taking any agent; restart it to require them")
-		return
-	}
-	ids, err := read()
-	if err != nil {
-		log.Error("SIGHUP: tokens not read again; the old ones stay", "err", err)
-		return
-	}
-	tokens.Store(&ids)
-	log.Info("SIGHUP: tokens read again", "file", path, "tokens", len(ids))
 }
 
 // prefixList is the value of -proxy-protocol-from: CIDR prefixes or single
@@ -499,6 +463,9 @@ func (l *stringList) String() string {
 	return strings.Join(*l, ",")
 }
 
+// Get returns the list, for flag.Getter.
+func (l *stringList) Get() any { return []string(*l) }
+
 func (l *stringList) Set(v string) error {
 	*l = append(*l, v)
 	return nil
@@ -508,24 +475,23 @@ func (l *stringList) Set(v string) error {
 // for each item.
 func (l *stringList) repeats() {}
 
-// operatorPolicy sets srv.Policy from -policy (or the policy of the
-// -config file, inline), -policy-kinds and -oidc-issuer-allowed: the same
-// for every identity.
-func operatorPolicy(srv *edge.Server, file string, inline *policy.Spec, kinds string, issuers []string) error {
-	var op policy.Operator
+// operatorPolicy returns the operator's policy of -policy (or the policy
+// of the -config file, inline), -policy-kinds and -oidc-issuer-allowed: the
+// same for every identity; any reports whether they set one at all.
+func operatorPolicy(file string, inline *policy.Spec, kinds string, issuers []string) (op policy.Operator, any bool, err error) {
 	if inline != nil {
 		op.Policy, file = *inline, "(the -config file's policy)"
 	} else if file != "" {
 		b, info, err := safefile.Read(file, policy.MaxSpecBytes)
 		if err != nil {
-			return fmt.Errorf("-policy: %w", err)
+			return op, false, fmt.Errorf("-policy: %w", err)
 		}
 		if op.Policy, err = policy.Parse(b); err != nil {
-			return fmt.Errorf("-policy %s: %w", file, err)
+			return op, false, fmt.Errorf("-policy %s: %w", file, err)
 		}
 		if p := op.Policy; p.BasicAuth != nil && len(p.BasicAuth.Credentials) > 0 || p.OIDC != nil && p.OIDC.ClientSecret != "" || p.Webhook != nil && p.Webhook.Secret != "" {
 			if err := safefile.Private(file, info, "it holds passwords or secrets (basic_auth, oidc client_secret, webhook secret)"); err != nil {
-				return fmt.Errorf("-policy: %w", err)
+				return op, false, fmt.Errorf("-policy: %w", err)
 			}
 		}
 	}
@@ -533,7 +499,7 @@ func operatorPolicy(srv *edge.Server, file string, inline *policy.Spec, kinds st
 		// The kinds that fit some protocol must fit it as they are.
 		for _, proto := range []string{policy.ProtoHTTP, policy.ProtoHTTPS, policy.ProtoTLS, policy.ProtoTCP} {
 			if _, err := policy.Combine(proto, policy.Operator{Policy: op.Policy}, policy.Spec{}); err != nil {
-				return fmt.Errorf("-policy %s: %w", file, err)
+				return op, false, fmt.Errorf("-policy %s: %w", file, err)
 			}
 		}
 	}
@@ -543,32 +509,48 @@ func operatorPolicy(srv *edge.Server, file string, inline *policy.Spec, kinds st
 			k = strings.TrimSpace(k)
 			// Every kind fits http or https.
 			if !policy.Fits(k, policy.ProtoHTTP) && !policy.Fits(k, policy.ProtoHTTPS) {
-				return fmt.Errorf("-policy-kinds: %q is not a kind of traffic policy", k)
+				return op, false, fmt.Errorf("-policy-kinds: %q is not a kind of traffic policy", k)
 			}
 			op.Kinds = append(op.Kinds, k)
 		}
 	}
 	for _, iss := range issuers {
 		if u, err := url.Parse(iss); err != nil || u.Scheme != "https" || u.Host == "" {
-			return fmt.Errorf("-oidc-issuer-allowed %q: want an https URL", iss)
+			return op, false, fmt.Errorf("-oidc-issuer-allowed %q: want an https URL", iss)
 		}
 		op.OIDCIssuers = append(op.OIDCIssuers, iss)
 	}
-	if file == "" && kinds == "" && len(issuers) == 0 {
-		return nil
-	}
-	srv.Policy = func(string) policy.Operator { return op }
-	return nil
+	return op, file != "" || kinds != "" || len(issuers) > 0, nil
 }
 
 // identities maps the SHA-256 of each token to its identity: looking up a
 // hash takes the same time whatever the token's bytes.
 type identities map[[32]byte]string
 
-func (ids identities) add(token, identity string) { ids[sha256.Sum256([]byte(token))] = identity }
+// add adds token, of identity, which must be one the edge takes.
+func (ids identities) add(token, identity string) error {
+	if err := edge.CheckIdentity(identity); err != nil {
+		return err
+	}
+	ids[hashToken(token)] = identity
+	return nil
+}
+
+// hashToken is what identities keeps of a token.
+func hashToken(token string) [32]byte { return sha256.Sum256([]byte(token)) }
+
+// has reports whether a token names identity.
+func (ids identities) has(identity string) bool {
+	for _, id := range ids {
+		if id == identity {
+			return true
+		}
+	}
+	return false
+}
 
 func (ids identities) authenticate(_ context.Context, token string) (string, error) {
-	if id, ok := ids[sha256.Sum256([]byte(token))]; ok {
+	if id, ok := ids[hashToken(token)]; ok {
 		return id, nil
 	}
 	return "", errors.New("unknown token")
@@ -594,10 +576,12 @@ func (ids identities) load(path string) error {
 		if len(fields) != 2 {
 			return fmt.Errorf("-tokens %s:%d: want \"token identity\"", path, n)
 		}
-		if _, dup := ids[sha256.Sum256([]byte(fields[0]))]; dup {
+		if _, dup := ids[hashToken(fields[0])]; dup {
 			return fmt.Errorf("-tokens %s:%d: a token given twice", path, n)
 		}
-		ids.add(fields[0], fields[1])
+		if err := ids.add(fields[0], fields[1]); err != nil {
+			return fmt.Errorf("-tokens %s:%d: %w", path, n, err)
+		}
 	}
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("-tokens %s: %w", path, err)

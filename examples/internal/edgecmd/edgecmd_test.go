@@ -281,7 +281,7 @@ func TestAdminTokenFlags(t *testing.T) {
 }
 
 // SIGHUP reads -tokens again: a file that does not parse leaves the
-// tokens as they were; a withdrawn token is refused from then on, others
+// tokens (and every other setting) as they were; a withdrawn token is refused from then on, others
 // still taken. SIGTERM then drains the edge, and the command returns.
 func TestSIGHUPAndSIGTERM(t *testing.T) {
 	dir := t.TempDir()
@@ -325,11 +325,11 @@ func TestSIGHUPAndSIGTERM(t *testing.T) {
 	if err := listen("alice-token"); err != nil {
 		t.Fatalf("alice before: %v", err)
 	}
-	hup("alice-token\n", "tokens not read again")
+	hup("alice-token\n", "SIGHUP: the settings were not read again")
 	if err := listen("alice-token"); err != nil {
 		t.Errorf("alice after a SIGHUP with a broken file: %v", err)
 	}
-	hup("bob-token bob\n", "tokens read again")
+	hup("bob-token bob\n", "SIGHUP: the settings were read again")
 	if err := listen("alice-token"); !errors.Is(err, agent.ErrUnauthorized) {
 		t.Errorf("alice after her token was withdrawn: %v, want ErrUnauthorized", err)
 	}
