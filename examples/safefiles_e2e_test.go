@@ -15,28 +15,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tunnelkit/tunnelkit/internal/testtools"
 )
 
 // The files of issue 39, through the built binaries: links planted where
 // the edge and the agent write their state, secrets others may read, named
 // pipes given as files, and a ${VAR} that spells something else than a
 // string.
-
-// plantedTarget is a file a planted link points to; untouched checks that
-// it still holds its own bytes.
-func plantedTarget(t *testing.T) (path string, untouched func()) {
-	t.Helper()
-	path = filepath.Join(t.TempDir(), "victim")
-	if err := os.WriteFile(path, []byte("the victim's own bytes\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path, func() {
-		t.Helper()
-		if b, err := os.ReadFile(path); err != nil || string(b) != "the victim's own bytes\n" {
-			t.Errorf("the planted link's target changed: %q, %v", b, err)
-		}
-	}
-}
 
 // plant puts a link at link to target.
 func plant(t *testing.T, target, link string) {
@@ -100,7 +86,7 @@ func TestAgentStateLinksPlanted(t *testing.T) {
 	waitListening(t, agents)
 	_, appPort, _ := net.SplitHostPort(localHTTPApp(t, "app"))
 
-	target, untouched := plantedTarget(t)
+	target, untouched := testtools.LinkTarget(t)
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state.json")
 	plant(t, target, state+".new")
@@ -141,7 +127,7 @@ func TestEdgeStateLinksPlanted(t *testing.T) {
 	}
 	bin := build(t, "edge")
 	edge := filepath.Join(bin, "edge")
-	target, untouched := plantedTarget(t)
+	target, untouched := testtools.LinkTarget(t)
 
 	dir := t.TempDir()
 	plant(t, target, filepath.Join(dir, "names.jsonl.tmp"))

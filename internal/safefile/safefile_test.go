@@ -11,23 +11,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// victim is a file a planted link points to: the test checks it is left
-// as it was.
-func victim(t *testing.T) (path string, untouched func()) {
-	t.Helper()
-	path = filepath.Join(t.TempDir(), "victim")
-	if err := os.WriteFile(path, []byte("the victim's own bytes\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path, func() {
-		t.Helper()
-		if b, err := os.ReadFile(path); err != nil || string(b) != "the victim's own bytes\n" {
-			t.Errorf("the link's target changed: %q, %v", b, err)
-		}
-	}
-}
+	"github.com/tunnelkit/tunnelkit/internal/testtools"
+)
 
 // within runs f, and fails the test if it has not returned within 30 s:
 // a read that blocks on a named pipe would hang the test otherwise.
@@ -55,7 +41,7 @@ func mkfifo(t *testing.T, path string) {
 // A link planted at the name of the temporary file is not followed:
 // WriteFile takes another name, and the link's target is untouched.
 func TestWriteFileLinkAtTempName(t *testing.T) {
-	target, untouched := victim(t)
+	target, untouched := testtools.LinkTarget(t)
 	dir := t.TempDir()
 	planted := filepath.Join(dir, ".state.json.planted.tmp")
 	if err := os.Symlink(target, planted); err != nil {
@@ -95,7 +81,7 @@ func TestWriteFileLinkAtTempName(t *testing.T) {
 // A link or a special file at the target itself is refused, named, and
 // left as it is.
 func TestWriteFileRefusesWhatIsNotAFile(t *testing.T) {
-	target, untouched := victim(t)
+	target, untouched := testtools.LinkTarget(t)
 	dir := t.TempDir()
 	link := filepath.Join(dir, "state.json")
 	if err := os.Symlink(target, link); err != nil {
@@ -162,7 +148,7 @@ func TestCreateFile(t *testing.T) {
 		t.Errorf("the file was overwritten: %q", b)
 	}
 
-	target, untouched := victim(t)
+	target, untouched := testtools.LinkTarget(t)
 	link := filepath.Join(dir, "link.key")
 	os.Symlink(target, link)
 	if err := CreateFile(link, []byte("k")); !errors.Is(err, ErrSymlink) || !errors.Is(err, fs.ErrExist) || !strings.HasPrefix(err.Error(), link) {
@@ -204,7 +190,7 @@ func TestReadRefusesSpecialFiles(t *testing.T) {
 
 // ReadOwn refuses a link; Read follows it.
 func TestReadOwnRefusesALink(t *testing.T) {
-	target, untouched := victim(t)
+	target, untouched := testtools.LinkTarget(t)
 	link := filepath.Join(t.TempDir(), "state.json")
 	os.Symlink(target, link)
 	if _, _, err := ReadOwn(link, 4096); !errors.Is(err, ErrSymlink) || !strings.HasPrefix(err.Error(), link+" is a symbolic link") {

@@ -16,30 +16,16 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/internal/safefile"
 	"github.com/tunnelkit/tunnelkit/router"
-)
 
-// victimFile is a file a planted link points to; untouched checks that it
-// still holds its own bytes.
-func victimFile(t *testing.T) (path string, untouched func()) {
-	t.Helper()
-	path = filepath.Join(t.TempDir(), "victim")
-	if err := os.WriteFile(path, []byte("the victim's own bytes\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path, func() {
-		t.Helper()
-		if b, err := os.ReadFile(path); err != nil || string(b) != "the victim's own bytes\n" {
-			t.Errorf("the link's target changed: %q, %v", b, err)
-		}
-	}
-}
+	"github.com/tunnelkit/tunnelkit/internal/testtools"
+)
 
 // A link planted where the record used to write its snapshot first
 // (names.jsonl.tmp) is not followed: the record is a file of its own, the
 // link's target untouched however often it is written.
 func TestRecordLinkAtTemporaryName(t *testing.T) {
 	t.Parallel()
-	target, untouched := victimFile(t)
+	target, untouched := testtools.LinkTarget(t)
 	dir := t.TempDir()
 	if err := os.Symlink(target, filepath.Join(dir, recordFile+".tmp")); err != nil {
 		t.Fatal(err)
@@ -85,7 +71,7 @@ func TestRecordRefusesWhatIsNotItsOwn(t *testing.T) {
 			return nil
 		}
 	}
-	target, untouched := victimFile(t)
+	target, untouched := testtools.LinkTarget(t)
 	missing := filepath.Join(t.TempDir(), "missing")
 	for _, to := range []string{target, missing} {
 		dir := t.TempDir()
