@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"hash"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -285,6 +286,79 @@ func bigBody() io.Reader {
 	return io.LimitReader(rand.NewChaCha8([32]byte{35}), bigSize)
 }
 
+// bigApp is an app whose /big is the download of bigBody, counting the
+// bytes it wrote; any other path answers "big app".
+type bigApp struct {
+	addr string
+	sent atomic.Int64
+}
+
+// serveBigApp starts a bigApp on loopback until the test's end.
+func serveBigApp(t *testing.T) *bigApp {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := &bigApp{addr: ln.Addr().String()}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/big" {
+			io.WriteString(w, "big app")
+			return
+		}
+		w.Header().Set("Content-Length", fmt.Sprint(bigSize))
+		io.Copy(w, io.TeeReader(bigBody(), counter{&app.sent}))
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return app
+}
+
+// download is a download of the bigApp under way, its first MiB read.
+type download struct {
+	app  *bigApp
+	resp *http.Response
+	sum  hash.Hash
+}
+
+// startDownload GETs url's /big through the edge at pub, and reads its
+// first MiB.
+func (app *bigApp) startDownload(t *testing.T, pub, url string) *download {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, "GET", url+"/big", nil)
+	resp, err := viaEdge(pub).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	d := &download{app: app, resp: resp, sum: sha256.New()}
+	if _, err := io.CopyN(d.sum, resp.Body, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// finish checks that the download was under way across what happened
+// since it started (the app had not sent it all), and reads the rest of
+// it, which must be the app's bytes, whole.
+func (d *download) finish(t *testing.T, across string) {
+	t.Helper()
+	if n := d.app.sent.Load(); n >= bigSize {
+		t.Fatalf("the app sent the whole download (%d bytes) before the %s: it was not under way across it", n, across)
+	}
+	n, err := io.Copy(d.sum, d.resp.Body)
+	if err != nil || n+1<<20 != bigSize {
+		t.Fatalf("the download across the %s: %d bytes, %v; want %d", across, n+1<<20, err, bigSize)
+	}
+	want := sha256.New()
+	io.Copy(want, bigBody())
+	if string(d.sum.Sum(nil)) != string(want.Sum(nil)) {
+		t.Fatalf("the download across the %s is not the app's bytes", across)
+	}
+}
+
 // TestAgentReload: SIGHUP binds an endpoint added to the -config file
 // while a 16 MiB download runs on another (the app has not sent it all:
 // it waits for the client, who reads on after the reload), which
@@ -301,38 +375,17 @@ func TestAgentReload(t *testing.T) {
 	startCmd(t, nil, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test")
 	waitListening(t, agents)
 
-	bigLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sent atomic.Int64 // the bytes of the download the app wrote
-	big := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", fmt.Sprint(bigSize))
-		io.Copy(w, io.TeeReader(bigBody(), counter{&sent}))
-	})}
-	go big.Serve(bigLn)
-	t.Cleanup(func() { big.Close() })
+	big := serveBigApp(t)
 	small := localHTTPApp(t, "small app")
 
-	one := fmt.Sprintf("edge: %s\nstate: \"\"\nendpoints:\n  - url: http://big\n    to: %s\n", agents, bigLn.Addr())
+	one := fmt.Sprintf("edge: %s\nstate: \"\"\nendpoints:\n  - url: http://big\n    to: %s\n", agents, big.addr)
 	two := one + fmt.Sprintf("  - url: http://small\n    to: %s\n", small)
 	config := writeFile(t, dir, "agent.yml", one)
 	a := startCmd(t, nil, filepath.Join(bin, "agent"), "-config", config)
 	bigURL := a.line(t)
 
-	// The download starts, and is under way: its first MiB is read.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", bigURL+"/big", nil)
-	resp, err := viaEdge(pub).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sum := sha256.New()
-	if _, err := io.CopyN(sum, resp.Body, 1<<20); err != nil {
-		t.Fatal(err)
-	}
+	// The download starts, and is under way.
+	d := big.startDownload(t, pub, bigURL)
 
 	writeFile(t, dir, "agent.yml", two)
 	a.cmd.Process.Signal(syscall.SIGHUP)
@@ -340,19 +393,7 @@ func TestAgentReload(t *testing.T) {
 	if status, body := fetch(t, pub, smallURL+"/", "", ""); status != 200 || body != "small app" {
 		t.Fatalf("the endpoint added: %d %q", status, body)
 	}
-	if n := sent.Load(); n >= bigSize {
-		t.Fatalf("the app sent the whole download (%d bytes) before the reload: it was not under way across it", n)
-	}
-
-	n, err := io.Copy(sum, resp.Body)
-	if err != nil || n+1<<20 != bigSize {
-		t.Fatalf("the download across the reload: %d bytes, %v; want %d", n+1<<20, err, bigSize)
-	}
-	want := sha256.New()
-	io.Copy(want, bigBody())
-	if string(sum.Sum(nil)) != string(want.Sum(nil)) {
-		t.Fatal("the download across the reload is not the app's bytes")
-	}
+	d.finish(t, "reload")
 
 	writeFile(t, dir, "agent.yml", one)
 	a.cmd.Process.Signal(syscall.SIGHUP)

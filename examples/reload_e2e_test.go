@@ -2,7 +2,6 @@ package examples_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"io"
 	"net"
@@ -21,7 +20,8 @@ import (
 
 // TestAgentReloadInPlace: an agent's reload that changes the policy of an
 // endpoint (a cidr_deny of the client), the basic_auth password of an
-// endpoint at a random name and the app of a third (its "to"), while
+// endpoint at a random name, the app of a third (its "to") and the Host
+// header of a fourth, while
 // another identity loops binds of the first name all along, keeps every
 // name and URL (nothing new is printed), and a download under way on the
 // first endpoint completes intact; the new settings hold for the next
@@ -38,57 +38,43 @@ func TestAgentReloadInPlace(t *testing.T) {
 	startCmd(t, nil, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test", "-tokens", tokens)
 	waitListening(t, agents)
 
-	bigLn, err := net.Listen("tcp", "127.0.0.1:0")
+	big := serveBigApp(t)
+	oldApp, newApp := localHTTPApp(t, "old app"), localHTTPApp(t, "new app")
+	hostLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sent atomic.Int64
-	big := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/big" {
-			io.WriteString(w, "big app")
-			return
-		}
-		w.Header().Set("Content-Length", fmt.Sprint(bigSize))
-		io.Copy(w, io.TeeReader(bigBody(), counter{&sent}))
-	})}
-	go big.Serve(bigLn)
-	t.Cleanup(func() { big.Close() })
-	oldApp, newApp := localHTTPApp(t, "old app"), localHTTPApp(t, "new app")
+	hostApp := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Host) })}
+	go hostApp.Serve(hostLn)
+	t.Cleanup(func() { hostApp.Close() })
 
-	config := func(deny, password, to string) string {
+	config := func(deny, password, to, host string) string {
 		c := fmt.Sprintf("edge: %s\ntoken: alice-token\nstate: \"\"\nendpoints:\n", agents)
-		c += fmt.Sprintf("  - url: http://cfgapp\n    to: %s\n", bigLn.Addr())
+		c += fmt.Sprintf("  - url: http://cfgapp\n    to: %s\n", big.addr)
 		if deny != "" {
 			c += fmt.Sprintf("    policy:\n      cidr_deny: [%s]\n", deny)
 		}
-		c += fmt.Sprintf("  - url: http://\n    to: %s\n    policy:\n      basic_auth: [\"ann:%s\"]\n", bigLn.Addr(), password)
+		c += fmt.Sprintf("  - url: http://\n    to: %s\n    policy:\n      basic_auth: [\"ann:%s\"]\n", big.addr, password)
 		c += fmt.Sprintf("  - url: http://moving\n    to: %s\n", to)
+		c += fmt.Sprintf("  - url: http://hosted\n    to: %s\n    host_header: %s\n", hostLn.Addr(), host)
 		return c
 	}
-	path := writeFile(t, dir, "agent.yml", config("", "first-password", oldApp))
+	path := writeFile(t, dir, "agent.yml", config("", "first-password", oldApp, "first.internal"))
 	a := startCmd(t, nil, filepath.Join(bin, "agent"), "-config", path)
-	urls := []string{a.line(t), a.line(t), a.line(t)}
-	cfgURL, randomURL, movingURL := urls[0], urls[1], urls[2]
+	urls := []string{a.line(t), a.line(t), a.line(t), a.line(t)}
+	cfgURL, randomURL, movingURL, hostedURL := urls[0], urls[1], urls[2], urls[3]
 	if !strings.HasPrefix(cfgURL, "http://cfgapp.example.test:") || !strings.HasPrefix(movingURL, "http://moving.example.test:") {
 		t.Fatalf("URLs %q", urls)
 	}
 	if status, _ := fetch(t, pub, randomURL+"/", "ann", "first-password"); status != 200 {
 		t.Fatalf("the random-name endpoint with its password: %d", status)
 	}
+	if status, body := fetch(t, pub, hostedURL+"/", "", ""); status != 200 || body != "first.internal" {
+		t.Fatalf("the endpoint with a Host header: %d %q", status, body)
+	}
 
-	// The download starts, and is under way: its first MiB is read.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", cfgURL+"/big", nil)
-	resp, err := viaEdge(pub).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sum := sha256.New()
-	if _, err := io.CopyN(sum, resp.Body, 1<<20); err != nil {
-		t.Fatal(err)
-	}
+	// The download starts, and is under way.
+	d := big.startDownload(t, pub, cfgURL)
 
 	// Mallory loops binds of cfgapp from two sessions.
 	lctx, stopLoop := context.WithCancel(context.Background())
@@ -110,10 +96,10 @@ func TestAgentReloadInPlace(t *testing.T) {
 		})
 	}
 
-	path = writeFile(t, dir, "agent.yml", config("127.0.0.0/8", "second-password", newApp))
+	path = writeFile(t, dir, "agent.yml", config("127.0.0.0/8", "second-password", newApp, "second.internal"))
 	a.cmd.Process.Signal(syscall.SIGHUP)
 	testwait.Within(t, time.Minute, "the agent read the file again", func() bool {
-		return strings.Contains(a.stderr.String(), `msg="SIGHUP: the file was read again" file=`+path+" added=0 changed=3 removed=0")
+		return strings.Contains(a.stderr.String(), `msg="SIGHUP: the file was read again" file=`+path+" added=0 changed=4 removed=0")
 	})
 	if status, body := fetch(t, pub, cfgURL+"/", "", ""); status != http.StatusForbidden {
 		t.Errorf("cfgapp after its cidr_deny: %d %q, want 403", status, body)
@@ -127,18 +113,10 @@ func TestAgentReloadInPlace(t *testing.T) {
 	if status, body := fetch(t, pub, movingURL+"/", "", ""); status != 200 || body != "new app" {
 		t.Errorf("the endpoint whose app moved: %d %q, want the new app", status, body)
 	}
-	if n := sent.Load(); n >= bigSize {
-		t.Fatalf("the app sent the whole download (%d bytes) before the reload: it was not under way across it", n)
+	if status, body := fetch(t, pub, hostedURL+"/", "", ""); status != 200 || body != "second.internal" {
+		t.Errorf("the endpoint whose Host header changed: %d %q, want second.internal", status, body)
 	}
-	n, err := io.Copy(sum, resp.Body)
-	if err != nil || n+1<<20 != bigSize {
-		t.Fatalf("the download across the reload: %d bytes, %v; want %d", n+1<<20, err, bigSize)
-	}
-	want := sha256.New()
-	io.Copy(want, bigBody())
-	if string(sum.Sum(nil)) != string(want.Sum(nil)) {
-		t.Fatal("the download across the reload is not the app's bytes")
-	}
+	d.finish(t, "reload")
 	stopLoop()
 	loops.Wait()
 	if won.Load() {
