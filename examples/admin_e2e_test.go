@@ -101,7 +101,7 @@ func TestTokenWithdrawal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent", "hello")
+	bin := build(t, "tunnelkit", "hello")
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
 	writeFiles(t, dir, map[string][]byte{
@@ -109,14 +109,14 @@ func TestTokenWithdrawal(t *testing.T) {
 		"admin-token": []byte(adminToken + "\n"),
 	})
 	agents, httpAddr, adminAddr := freePort(t), freePort(t), freePort(t)
-	edge := startProc(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", httpAddr, "-tokens", tokens,
+	edge := startProc(t, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", httpAddr, "-tokens", tokens,
 		"-admin", adminAddr, "-admin-token-file", filepath.Join(dir, "admin-token"))
 	waitListening(t, adminAddr)
 	app := freePort(t)
 	startProc(t, filepath.Join(bin, "hello"), "-listen", app)
 	waitListening(t, app)
-	alice := startProc(t, filepath.Join(bin, "agent"), "-edge", agents, "-token", "alice-token", "-url", "http://alice.example.test", "-to", app)
-	startProc(t, filepath.Join(bin, "agent"), "-edge", agents, "-token", "bob-token", "-url", "http://bob.example.test", "-to", app)
+	alice := startProc(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-token", "alice-token", "-url", "http://alice.example.test", "-to", app)
+	startProc(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-token", "bob-token", "-url", "http://bob.example.test", "-to", app)
 	_, port, _ := net.SplitHostPort(httpAddr)
 	aliceURL, bobURL := "http://alice.example.test:"+port+"/", "http://bob.example.test:"+port+"/"
 	for _, u := range []string{aliceURL, bobURL} {
@@ -164,20 +164,20 @@ func TestEdgeAdminAndSIGTERM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string][]byte{"admin-token": []byte(adminToken)})
 	open := filepath.Join(dir, "open-token")
 	if err := os.WriteFile(open, []byte(adminToken), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(filepath.Join(bin, "edge"), "-agents", freePort(t), "-http", freePort(t), "-admin", freePort(t), "-admin-token-file", open).CombinedOutput()
+	out, err := exec.Command(filepath.Join(bin, "tunnelkit"), "edge", "-agents", freePort(t), "-http", freePort(t), "-admin", freePort(t), "-admin-token-file", open).CombinedOutput()
 	if code := exitCode(err); code != 2 || !strings.Contains(string(out), "chmod 600") {
 		t.Errorf("a token file others may read: exit %d, %q; want 2 and a word on chmod 600", code, out)
 	}
 
 	agents, httpAddr, adminAddr := freePort(t), freePort(t), freePort(t)
-	edge := startProc(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", httpAddr,
+	edge := startProc(t, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", httpAddr,
 		"-admin", adminAddr, "-admin-token-file", filepath.Join(dir, "admin-token"), "-drain-timeout", "20s")
 	waitListening(t, adminAddr)
 	health := func() int {
@@ -212,7 +212,7 @@ func TestEdgeAdminAndSIGTERM(t *testing.T) {
 		io.WriteString(w, "done")
 	}))
 	t.Cleanup(func() { appLn.Close() })
-	url := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-url", "http://slow.example.test", "-to", appLn.Addr().String()))
+	url := readURL(t, start(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-url", "http://slow.example.test", "-to", appLn.Addr().String()))
 	slow := make(chan int, 1)
 	go func() { slow <- statusVia(httpAddr, url+"/") }()
 	<-arrived
@@ -255,9 +255,9 @@ func TestSIGTERMDrainTimeout(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	agents, httpAddr := freePort(t), freePort(t)
-	edge := startProc(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", httpAddr, "-drain-timeout", "1s")
+	edge := startProc(t, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", httpAddr, "-drain-timeout", "1s")
 	waitListening(t, agents)
 	arrived, never := make(chan struct{}, 1), make(chan struct{})
 	t.Cleanup(func() { close(never) })
@@ -270,7 +270,7 @@ func TestSIGTERMDrainTimeout(t *testing.T) {
 		<-never
 	}))
 	t.Cleanup(func() { appLn.Close() })
-	url := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-url", "http://stuck.example.test", "-to", appLn.Addr().String()))
+	url := readURL(t, start(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-url", "http://stuck.example.test", "-to", appLn.Addr().String()))
 	go func() { // a client that waits for good
 		client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, network, httpAddr)
@@ -302,11 +302,11 @@ func TestDisconnectFreeRevokesStolenState(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string][]byte{"admin-token": []byte(adminToken + "\n")})
 	agents, httpAddr, adminAddr := freePort(t), freePort(t), freePort(t)
-	startProc(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", httpAddr, "-domain", "example.test",
+	startProc(t, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", httpAddr, "-domain", "example.test",
 		"-ticket-key", filepath.Join(dir, "ticket.key"), "-admin", adminAddr, "-admin-token-file", filepath.Join(dir, "admin-token"))
 	waitListening(t, adminAddr)
 	waitListening(t, agents)
@@ -326,7 +326,7 @@ func TestDisconnectFreeRevokesStolenState(t *testing.T) {
 		return v.Sessions
 	}
 	state, stolen := filepath.Join(dir, "first.json"), filepath.Join(dir, "stolen.json")
-	first := startCmd(t, nil, filepath.Join(bin, "agent"), "-edge", agents, "-state", state, "http", appPort)
+	first := startCmd(t, nil, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-state", state, "http", appPort)
 	url := first.line(t)
 	s := sessions()
 	if len(s) != 1 || !strings.HasPrefix(s[0].Identity, "anonymous-") {
@@ -357,7 +357,7 @@ func TestDisconnectFreeRevokesStolenState(t *testing.T) {
 		t.Fatalf("the first agent came back as %s, the identity disconnected with free=true", identity)
 	}
 
-	thief := startCmd(t, nil, filepath.Join(bin, "agent"), "-edge", agents, "-state", stolen, "http", appPort)
+	thief := startCmd(t, nil, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-state", stolen, "http", appPort)
 	if got := thief.line(t); got == url {
 		t.Fatalf("the agent of the stolen state file got the first agent's URL %s", url)
 	}

@@ -170,7 +170,7 @@ func TestAgentConfig(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	dir := t.TempDir()
 	agents, pub, tlsPub := freePort(t), freePort(t), freePort(t)
 	_, tcpPort, _ := net.SplitHostPort(freePort(t))
@@ -194,7 +194,7 @@ tokens:
   - token: ${TK_TEST_TOKEN}
     identity: team-a
 `, agents, pub, tlsPub, writeFile(t, dir, "edge.pem", string(certPEM)), writeFile(t, dir, "edge-key.pem", string(keyPEM)), tcpPort))
-	startCmd(t, env, filepath.Join(bin, "edge"), "-config", edgeConfig)
+	startCmd(t, env, filepath.Join(bin, "tunnelkit"), "edge", "-config", edgeConfig)
 	waitListening(t, agents)
 
 	// The apps: plain HTTP on a port, HTTPS with a certificate of a CA
@@ -227,7 +227,7 @@ endpoints:
   - url: tcp://:%s
     to: %s
 `, agents, plainPort, tlsLn.Addr(), caFile, tcpPort, echo))
-	a := startCmd(t, env, filepath.Join(bin, "agent"), "-config", agentConfig)
+	a := startCmd(t, env, filepath.Join(bin, "tunnelkit"), "agent", "-config", agentConfig)
 	urls := []string{a.line(t), a.line(t), a.line(t)}
 	want := []string{"http://plain.example.test:" + httpPort, "https://admin.example.test:" + httpsPort, "tcp://127.0.0.1:" + tcpPort}
 	for i := range want {
@@ -369,10 +369,10 @@ func TestAgentReload(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	dir := t.TempDir()
 	agents, pub := freePort(t), freePort(t)
-	startCmd(t, nil, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test")
+	startCmd(t, nil, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", pub, "-domain", "example.test")
 	waitListening(t, agents)
 
 	big := serveBigApp(t)
@@ -381,7 +381,7 @@ func TestAgentReload(t *testing.T) {
 	one := fmt.Sprintf("edge: %s\nstate: \"\"\nendpoints:\n  - url: http://big\n    to: %s\n", agents, big.addr)
 	two := one + fmt.Sprintf("  - url: http://small\n    to: %s\n", small)
 	config := writeFile(t, dir, "agent.yml", one)
-	a := startCmd(t, nil, filepath.Join(bin, "agent"), "-config", config)
+	a := startCmd(t, nil, filepath.Join(bin, "tunnelkit"), "agent", "-config", config)
 	bigURL := a.line(t)
 
 	// The download starts, and is under way.
@@ -425,17 +425,17 @@ func TestAgentShorthand(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	agents, pub := freePort(t), freePort(t)
 	_, tcpPort, _ := net.SplitHostPort(freePort(t))
 	_, httpPort, _ := net.SplitHostPort(pub)
 	tlsPub := freePort(t)
 	_, tlsPort, _ := net.SplitHostPort(tlsPub)
-	startCmd(t, nil, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-tls", tlsPub, "-domain", "example.test", "-tcp-ports", tcpPort)
+	startCmd(t, nil, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", pub, "-tls", tlsPub, "-domain", "example.test", "-tcp-ports", tcpPort)
 	waitListening(t, agents)
 	_, appPort, _ := net.SplitHostPort(localHTTPApp(t, "shorthand app"))
 
-	url := startCmd(t, nil, filepath.Join(bin, "agent"), "-edge", agents, "-state", "", "http", appPort).line(t)
+	url := startCmd(t, nil, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-state", "", "http", appPort).line(t)
 	if !strings.HasPrefix(url, "http://") || !strings.HasSuffix(url, ".example.test:"+httpPort) {
 		t.Fatalf("agent http %s printed %q", appPort, url)
 	}
@@ -443,7 +443,7 @@ func TestAgentShorthand(t *testing.T) {
 		t.Errorf("agent http %s: %d %q", appPort, status, body)
 	}
 	// The flags after the shorthand, too.
-	url = startCmd(t, nil, filepath.Join(bin, "agent"), "tcp", echoServer(t), "-edge", agents, "-state", "").line(t)
+	url = startCmd(t, nil, filepath.Join(bin, "tunnelkit"), "agent", "tcp", echoServer(t), "-edge", agents, "-state", "").line(t)
 	if url != "tcp://127.0.0.1:"+tcpPort {
 		t.Fatalf("agent tcp printed %q", url)
 	}
@@ -464,7 +464,7 @@ func TestAgentShorthand(t *testing.T) {
 	}
 	t.Cleanup(func() { tlsApp.Close() })
 	serveConns(tlsApp, func(c net.Conn) { io.WriteString(c, "tls app") })
-	url = startCmd(t, nil, filepath.Join(bin, "agent"), "-edge", agents, "-state", "", "tls", tlsApp.Addr().String()).line(t)
+	url = startCmd(t, nil, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-state", "", "tls", tlsApp.Addr().String()).line(t)
 	name, ok := strings.CutPrefix(url, "tls://")
 	name, ok2 := strings.CutSuffix(name, ".example.test:"+tlsPort)
 	if !ok || !ok2 || len(name) != 10 {
@@ -488,7 +488,7 @@ func TestAgentShorthand(t *testing.T) {
 		{[]string{"-to", "3000x"}, `-to "3000x": no port; want a port (3000), host:port,`},
 		{[]string{"http", "3000", "-url", "tcp://"}, "'agent http' and -url tcp://: the schemes differ"},
 	} {
-		out, err := exec.Command(filepath.Join(bin, "agent"), append([]string{"-edge", agents}, c.args...)...).CombinedOutput()
+		out, err := exec.Command(filepath.Join(bin, "tunnelkit"), append([]string{"agent", "-edge", agents}, c.args...)...).CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), c.want) {
 			t.Errorf("agent %q: %v, %q; want exit 2 saying %q", c.args, err, out, c.want)
 		}
@@ -505,21 +505,21 @@ func TestAgentStateAfterKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	agents, pub := freePort(t), freePort(t)
-	startCmd(t, nil, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test")
+	startCmd(t, nil, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", pub, "-domain", "example.test")
 	waitListening(t, agents)
 	_, appPort, _ := net.SplitHostPort(localHTTPApp(t, "stateful app"))
 	stateHome := t.TempDir()
 	env := []string{"XDG_STATE_HOME=" + stateHome}
 	args := []string{"-edge", agents, "http", appPort}
 
-	first := startCmd(t, env, filepath.Join(bin, "agent"), args...)
+	first := startCmd(t, env, filepath.Join(bin, "tunnelkit"), append([]string{"agent"}, args...)...)
 	url := first.line(t)
 	first.kill()
 
 	start := time.Now()
-	again := startCmd(t, env, filepath.Join(bin, "agent"), args...)
+	again := startCmd(t, env, filepath.Join(bin, "tunnelkit"), append([]string{"agent"}, args...)...)
 	if got := again.line(t); got != url {
 		t.Fatalf("after kill -9, the agent printed %s, want %s again", got, url)
 	}
@@ -549,7 +549,7 @@ func TestAgentStateAfterKill(t *testing.T) {
 	delete(st, "session")
 	b, _ = json.Marshal(st)
 	os.WriteFile(files[0], b, 0o600)
-	third := startCmd(t, env, filepath.Join(bin, "agent"), args...)
+	third := startCmd(t, env, filepath.Join(bin, "tunnelkit"), append([]string{"agent"}, args...)...)
 	if got := third.line(t); got != url {
 		t.Fatalf("without the session's ticket, the agent printed %s, want %s once free", got, url)
 	}
@@ -566,7 +566,7 @@ func TestCommandLineMistakes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	dir := t.TempDir()
 	run := func(name string, args ...string) (string, int) {
 		out, err := exec.Command(filepath.Join(bin, name), args...).CombinedOutput()

@@ -30,7 +30,7 @@ type clusterEdge struct {
 	stderr                   *strings.Builder
 }
 
-// startClusterEdge starts the edge binary sharing routes through etcd, a
+// startClusterEdge starts "tunnelkit edge" (bin is tunnelkit) sharing routes through etcd, a
 // client of it by the certificate in dir, with its public listeners on
 // host (127.0.0.1 or ::1; TCP endpoints listen there too), and a relay
 // certificate of ca naming it.
@@ -47,7 +47,7 @@ func startClusterEdge(t *testing.T, bin, name, host, etcd, tcpPort, dir string, 
 	e := &clusterEdge{name: name, agents: freePort(t), http: free(), tls: free(), relay: freePort(t), stderr: new(strings.Builder)}
 	certPEM, keyPEM := testpki.PEMFiles(t, ca.IssueEdge(t, []string{e.relay}, "127.0.0.1", "::1"))
 	writeFiles(t, dir, map[string][]byte{"relay-" + name + ".pem": certPEM, "relay-" + name + "-key.pem": keyPEM})
-	e.cmd = exec.Command(bin, "-domain", "example.test", "-agents", e.agents, "-http", e.http, "-tls", e.tls,
+	e.cmd = exec.Command(bin, "edge", "-domain", "example.test", "-agents", e.agents, "-http", e.http, "-tls", e.tls,
 		"-tcp-ports", tcpPort, "-ticket-key", filepath.Join(dir, "ticket.key"),
 		"-etcd", etcd, "-etcd-ttl", "3s",
 		"-etcd-cert", filepath.Join(dir, "etcd-client.pem"), "-etcd-key", filepath.Join(dir, "etcd-client-key.pem"), "-etcd-ca", filepath.Join(dir, "etcd-ca.pem"),
@@ -97,7 +97,7 @@ func TestClusterOnEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	dir := t.TempDir()
 	ca, etcdCA := testpki.New(t), testpki.New(t)
 	etcdCert, etcdKey := testpki.PEMFiles(t, etcdCA.Issue(t, "127.0.0.1"))
@@ -117,9 +117,9 @@ func TestClusterOnEtcd(t *testing.T) {
 	_, tcpPort, _ := net.SplitHostPort(freePort(t))
 	// A and C listen on 127.0.0.1, B on ::1: only one process can have a
 	// TCP endpoint's port on one address, so C gets it once A is gone.
-	a := startClusterEdge(t, filepath.Join(bin, "edge"), "A", "127.0.0.1", etcd.Endpoint, tcpPort, dir, ca)
-	b := startClusterEdge(t, filepath.Join(bin, "edge"), "B", "::1", etcd.Endpoint, tcpPort, dir, ca)
-	c := startClusterEdge(t, filepath.Join(bin, "edge"), "C", "127.0.0.1", etcd.Endpoint, tcpPort, dir, ca)
+	a := startClusterEdge(t, filepath.Join(bin, "tunnelkit"), "A", "127.0.0.1", etcd.Endpoint, tcpPort, dir, ca)
+	b := startClusterEdge(t, filepath.Join(bin, "tunnelkit"), "B", "::1", etcd.Endpoint, tcpPort, dir, ca)
+	c := startClusterEdge(t, filepath.Join(bin, "tunnelkit"), "C", "127.0.0.1", etcd.Endpoint, tcpPort, dir, ca)
 	edgeList := strings.Join([]string{a.agents, b.agents, c.agents}, ",")
 
 	// The apps, and agents that connect to A first.
@@ -144,7 +144,7 @@ func TestClusterOnEtcd(t *testing.T) {
 		})
 	}
 	agent := func(url, to string) {
-		readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", edgeList, "-url", url, "-to", to))
+		readURL(t, start(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", edgeList, "-url", url, "-to", to))
 	}
 	agent("http://app.example.test", httpLn.Addr().String())
 	agent("tls://pass.example.test", tl.Addr().String())
@@ -225,7 +225,7 @@ func TestClusterOnEtcd(t *testing.T) {
 	etcd.Restart(t)
 	// Afterwards the edges agree: a new endpoint bound on one (the agent
 	// connects to C first) is reached through the other.
-	readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", c.agents+","+b.agents, "-url", "http://late.example.test", "-to", httpLn.Addr().String()))
+	readURL(t, start(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", c.agents+","+b.agents, "-url", "http://late.example.test", "-to", httpLn.Addr().String()))
 	testwait.Until(t, 30*time.Second, "a new endpoint via B", func() error {
 		tr := &http.Transport{DialContext: func(ctx context.Context, n, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, n, b.http)
@@ -255,7 +255,7 @@ func TestClusterOnEtcd(t *testing.T) {
 // other edge would refuse it), and with etcd TLS flags that would not
 // apply (-etcd-cert without -etcd-key; TLS files for http:// endpoints).
 func TestClusterEdgeRefusesBadSetups(t *testing.T) {
-	bin := filepath.Join(build(t, "edge"), "edge")
+	bin := filepath.Join(build(t, "tunnelkit"), "tunnelkit")
 	dir := t.TempDir()
 	ca := testpki.New(t)
 	oldCert, oldKey := testpki.PEMFiles(t, ca.Issue(t, "127.0.0.1")) // no tunnelkit-edge:// URI
@@ -273,7 +273,7 @@ func TestClusterEdgeRefusesBadSetups(t *testing.T) {
 		{"-etcd-ca with an http:// endpoint", []string{"-etcd", "http://127.0.0.1:1", "-etcd-ca", filepath.Join(dir, "ca.pem")}, "every endpoint must be https://"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second) // a safety net: it exits at once
-		cmd := exec.CommandContext(ctx, bin, append(append([]string{}, base...), tc.args...)...)
+		cmd := exec.CommandContext(ctx, bin, append(append([]string{"edge"}, base...), tc.args...)...)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		err := cmd.Run()

@@ -26,7 +26,7 @@ import (
 )
 
 // examples are the binaries the tests run, built once by TestMain.
-var examples = []string{"demo", "edge", "agent", "hello", "sniproxy"}
+var examples = []string{"tunnelkit", "demo", "hello", "sniproxy"}
 
 // binDir holds the built examples.
 var binDir string
@@ -189,9 +189,9 @@ func TestEdgeAgentHello(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent", "hello")
+	bin := build(t, "tunnelkit", "hello")
 	agents, pub := freePort(t), freePort(t)
-	start(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test")
+	start(t, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", pub, "-domain", "example.test")
 	waitListening(t, agents)
 	waitListening(t, pub)
 	_, port, _ := net.SplitHostPort(pub)
@@ -207,7 +207,7 @@ func TestEdgeAgentHello(t *testing.T) {
 	go app.Serve(appLn)
 	t.Cleanup(func() { app.Close() })
 
-	url := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-url", "http://abc.example.test", "-to", appLn.Addr().String()))
+	url := readURL(t, start(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-url", "http://abc.example.test", "-to", appLn.Addr().String()))
 	if want := "http://abc.example.test:" + port; url != want {
 		t.Fatalf("agent printed %q, want %q", url, want)
 	}
@@ -229,7 +229,7 @@ func TestEdgeAgentHello(t *testing.T) {
 	if !strings.HasPrefix(local, "http://127.0.0.1:") {
 		t.Fatalf("hello -listen printed %q", local)
 	}
-	url = readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-url", "http://local.example.test", "-to", strings.TrimPrefix(local, "http://")))
+	url = readURL(t, start(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-url", "http://local.example.test", "-to", strings.TrimPrefix(local, "http://")))
 	if got := getVia(t, pub, url+"/y"); !strings.Contains(got, "You are 127.0.0.1, asking for local.example.test:"+port+"/y\n") || !strings.Contains(got, "X-Forwarded-For: 127.0.0.1\n") {
 		t.Fatalf("hello -listen behind the agent answered %q", got)
 	}
@@ -241,12 +241,12 @@ func TestL4Endpoints(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	agents, pub, tlsAddr := freePort(t), freePort(t), freePort(t)
 	_, tcpPort, _ := net.SplitHostPort(freePort(t))
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	os.WriteFile(tokens, []byte("# token identity\nalice-token alice\n\nbob-token bob\n"), 0o600)
-	start(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test",
+	start(t, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", pub, "-domain", "example.test",
 		"-tls", tlsAddr, "-tcp-ports", tcpPort, "-tokens", tokens)
 	waitListening(t, agents)
 	waitListening(t, tlsAddr)
@@ -260,7 +260,7 @@ func TestL4Endpoints(t *testing.T) {
 	defer tl.Close()
 	serveConns(tl, func(c net.Conn) { io.WriteString(c, "tls app") })
 	_, tlsPort, _ := net.SplitHostPort(tlsAddr)
-	url := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-token", "bob-token", "-url", "tls://app.example.test", "-to", tl.Addr().String()))
+	url := readURL(t, start(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-token", "bob-token", "-url", "tls://app.example.test", "-to", tl.Addr().String()))
 	if want := "tls://app.example.test:" + tlsPort; url != want {
 		t.Fatalf("agent printed %q, want %q", url, want)
 	}
@@ -286,7 +286,7 @@ func TestL4Endpoints(t *testing.T) {
 		io.WriteString(c, line)
 	})
 	for range 2 {
-		url = readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-token", "alice-token", "-url", "tcp://:"+tcpPort, "-pool", "-proxy-proto", "1", "-to", up.Addr().String()))
+		url = readURL(t, start(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-token", "alice-token", "-url", "tcp://:"+tcpPort, "-pool", "-proxy-proto", "1", "-to", up.Addr().String()))
 		if url != "tcp://127.0.0.1:"+tcpPort {
 			t.Fatalf("agent printed %q", url)
 		}
@@ -297,7 +297,7 @@ func TestL4Endpoints(t *testing.T) {
 		{"bob-token", "tcp://:" + tcpPort},
 		{"alice-token", "http://app.example.test"},
 	} {
-		out, err := exec.Command(filepath.Join(bin, "agent"), "-edge", agents, "-token", c.token, "-url", c.url, "-pool", "-to", up.Addr().String()).CombinedOutput()
+		out, err := exec.Command(filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-token", c.token, "-url", c.url, "-pool", "-to", up.Addr().String()).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "name taken") {
 			t.Errorf("agent of %s binding %s: %v %s", c.token, c.url, err, out)
 		}
@@ -343,7 +343,7 @@ func TestTokenAndTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	dir := t.TempDir()
 	ca := testpki.New(t)
 	certPEM, keyPEM := testpki.PEMFiles(t, ca.Issue(t, "127.0.0.1"))
@@ -353,7 +353,7 @@ func TestTokenAndTLS(t *testing.T) {
 	os.WriteFile(caFile, ca.PEM, 0o600)
 
 	agents, pub := freePort(t), freePort(t)
-	start(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test",
+	start(t, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", pub, "-domain", "example.test",
 		"-token", "s3cret", "-agent-cert", certFile, "-agent-key", keyFile)
 	waitListening(t, agents)
 	waitListening(t, pub)
@@ -365,7 +365,7 @@ func TestTokenAndTLS(t *testing.T) {
 	go app.Serve(appLn)
 	t.Cleanup(func() { app.Close() })
 
-	url := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-token", "s3cret", "-edge-ca", caFile,
+	url := readURL(t, start(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-token", "s3cret", "-edge-ca", caFile,
 		"-url", "http://secure", "-to", appLn.Addr().String()))
 	if got := getVia(t, pub, url+"/"); got != "behind TLS" {
 		t.Fatalf("through the TLS session: %q", got)
@@ -381,7 +381,7 @@ func TestTokenAndTLS(t *testing.T) {
 		{[]string{"-token", "s3cret", "-edge-ca", otherCA}, "certificate"},
 	} {
 		args, want := c.args, c.want
-		cmd := exec.Command(filepath.Join(bin, "agent"), append([]string{"-edge", agents, "-to", appLn.Addr().String()}, args...)...)
+		cmd := exec.Command(filepath.Join(bin, "tunnelkit"), append([]string{"agent", "-edge", agents, "-to", appLn.Addr().String()}, args...)...)
 		out, err := cmd.CombinedOutput()
 		if err == nil {
 			t.Fatalf("agent %v succeeded", args)
@@ -396,7 +396,7 @@ func TestBadFlags(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent", "hello")
+	bin := build(t, "tunnelkit", "hello")
 	dir := t.TempDir()
 	badTokens := filepath.Join(dir, "tokens")
 	os.WriteFile(badTokens, []byte("only-a-token\n"), 0o600)

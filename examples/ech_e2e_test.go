@@ -22,9 +22,9 @@ func TestECHWithTheBinaries(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	keyFile := filepath.Join(t.TempDir(), "ech.pem")
-	out, err := exec.Command(filepath.Join(bin, "edge"), "-ech-keygen", keyFile, "-public-name", "public.example.test").Output()
+	out, err := exec.Command(filepath.Join(bin, "tunnelkit"), "edge", "-ech-keygen", keyFile, "-public-name", "public.example.test").Output()
 	if err != nil {
 		t.Fatalf("-ech-keygen: %v", err)
 	}
@@ -42,7 +42,7 @@ func TestECHWithTheBinaries(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "cert.pem"), certPEM, 0o600)
 	os.WriteFile(filepath.Join(dir, "key.pem"), keyPEM, 0o600)
 	agents, pub, tlsAddr := freePort(t), freePort(t), freePort(t)
-	start(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-tls", tlsAddr, "-domain", "example.test",
+	start(t, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", pub, "-tls", tlsAddr, "-domain", "example.test",
 		"-cert", filepath.Join(dir, "cert.pem"), "-key", filepath.Join(dir, "key.pem"), "-ech-key", keyFile)
 	waitListening(t, agents)
 	waitListening(t, tlsAddr)
@@ -59,7 +59,7 @@ func TestECHWithTheBinaries(t *testing.T) {
 		n, _ := c.Read(buf)
 		io.WriteString(c, "secret: "+string(buf[:n]))
 	})
-	readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-url", "tls://secret.example.test", "-to", tl.Addr().String()))
+	readURL(t, start(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-url", "tls://secret.example.test", "-to", tl.Addr().String()))
 
 	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", tlsAddr, &tls.Config{
 		ServerName:                     "secret.example.test",

@@ -73,7 +73,7 @@ func TestHTTPSWithOperatorCertificate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	pki := testpki.New(t)
 	certPEM, keyPEM := testpki.PEMFiles(t, pki.Issue(t, "*.example.test"))
 	dir := t.TempDir()
@@ -81,13 +81,13 @@ func TestHTTPSWithOperatorCertificate(t *testing.T) {
 	os.WriteFile(certFile, certPEM, 0o600)
 	os.WriteFile(keyFile, keyPEM, 0o600)
 	agents, pub, tlsAddr := freePort(t), freePort(t), freePort(t)
-	start(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-tls", tlsAddr, "-domain", "example.test",
+	start(t, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", pub, "-tls", tlsAddr, "-domain", "example.test",
 		"-cert", certFile, "-key", keyFile, "-redirect-https")
 	waitListening(t, agents)
 	waitListening(t, tlsAddr)
 	_, tlsPort, _ := net.SplitHostPort(tlsAddr)
 
-	url := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-url", "https://abc.example.test", "-to", localApp(t)))
+	url := readURL(t, start(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-url", "https://abc.example.test", "-to", localApp(t)))
 	if want := "https://abc.example.test:" + tlsPort; url != want {
 		t.Fatalf("agent printed %q, want %q", url, want)
 	}
@@ -122,7 +122,7 @@ func TestHTTPSWithACME(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	agents, pub, tlsAddr := freePort(t), freePort(t), freePort(t)
 	_, httpPort, _ := net.SplitHostPort(pub)
 	_, tlsPort, _ := net.SplitHostPort(tlsAddr)
@@ -133,13 +133,13 @@ func TestHTTPSWithACME(t *testing.T) {
 	if err := os.WriteFile(caFile, pebble.CAPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	start(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-tls", tlsAddr, "-domain", "example.test",
+	start(t, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", pub, "-tls", tlsAddr, "-domain", "example.test",
 		"-acme-directory", pebble.DirectoryURL, "-acme-ca", caFile, "-acme-email", "ops@example.test", "-acme-cache", t.TempDir(),
 		"-acme-renew-before", "20s")
 	waitListening(t, agents)
 	waitListening(t, tlsAddr)
 
-	url := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-url", "https://acme.example.test", "-to", localApp(t)))
+	url := readURL(t, start(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-url", "https://acme.example.test", "-to", localApp(t)))
 	if want := "https://acme.example.test:" + tlsPort; url != want {
 		t.Fatalf("agent printed %q, want %q", url, want)
 	}
@@ -170,7 +170,7 @@ func TestHTTPSWithACMEBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	agents, pub, tlsAddr := freePort(t), freePort(t), freePort(t)
 	_, httpPort, _ := net.SplitHostPort(pub)
 	_, tlsPort, _ := net.SplitHostPort(tlsAddr)
@@ -185,7 +185,7 @@ func TestHTTPSWithACMEBudget(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte("alice-secret alice\nbob-secret bob\ncarol-secret carol\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	start(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-tls", tlsAddr, "-domain", "example.test",
+	start(t, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", pub, "-tls", tlsAddr, "-domain", "example.test",
 		"-tokens", tokens, "-acme-directory", pebble.DirectoryURL, "-acme-ca", caFile, "-acme-cache", t.TempDir(),
 		"-acme-orders-per-identity", "1", "-acme-orders-per-hour", "2")
 	waitListening(t, agents)
@@ -201,7 +201,7 @@ func TestHTTPSWithACMEBudget(t *testing.T) {
 		{"bob-secret", "b1", true},
 		{"carol-secret", "c1", false}, // the edge's
 	} {
-		url := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-token", c.token, "-url", "https://"+c.name+".example.test", "-to", app))
+		url := readURL(t, start(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-token", c.token, "-url", "https://"+c.name+".example.test", "-to", app))
 		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 60 * time.Second}, "tcp", tlsAddr, &tls.Config{ServerName: c.name + ".example.test", RootCAs: roots})
 		if err == nil {
 			conn.Close()

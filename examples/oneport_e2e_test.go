@@ -18,7 +18,7 @@ func TestOnePort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	pki := testpki.New(t)
 	// The edge's names, and its address for agents that dial it.
 	certPEM, keyPEM := testpki.PEMFiles(t, pki.Issue(t, "*.example.test", "example.test", "127.0.0.1"))
@@ -30,12 +30,12 @@ func TestOnePort(t *testing.T) {
 		}
 	}
 	pub, tlsAddr := freePort(t), freePort(t)
-	start(t, filepath.Join(bin, "edge"), "-agents", "", "-http", pub, "-tls", tlsAddr, "-domain", "example.test",
+	start(t, filepath.Join(bin, "tunnelkit"), "edge", "-agents", "", "-http", pub, "-tls", tlsAddr, "-domain", "example.test",
 		"-cert", certFile, "-key", keyFile)
 	waitListening(t, tlsAddr)
 	_, tlsPort, _ := net.SplitHostPort(tlsAddr)
 
-	url := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", tlsAddr, "-edge-ca", caFile, "-wait", "2m",
+	url := readURL(t, start(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", tlsAddr, "-edge-ca", caFile, "-wait", "2m",
 		"-url", "https://abc.example.test", "-to", localApp(t)))
 	if want := "https://abc.example.test:" + tlsPort; url != want {
 		t.Fatalf("agent printed %q, want %q", url, want)

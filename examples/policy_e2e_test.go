@@ -21,13 +21,13 @@ func TestOperatorPolicyWithTheBinaries(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	file := filepath.Join(t.TempDir(), "operator.json")
 	if err := os.WriteFile(file, []byte(`{"cidr_deny":["192.0.2.0/24"],"request_headers":{"add":["X-Operator: yes"]}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	agents, pub := freePort(t), freePort(t)
-	start(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test", "-policy", file, "-policy-kinds", "basic_auth,rate_limit")
+	start(t, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", pub, "-domain", "example.test", "-policy", file, "-policy-kinds", "basic_auth,rate_limit")
 	waitListening(t, agents)
 	waitListening(t, pub)
 
@@ -40,7 +40,7 @@ func TestOperatorPolicyWithTheBinaries(t *testing.T) {
 	}
 	go app.Serve(appLn)
 	t.Cleanup(func() { app.Close() })
-	url := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-url", "http://guarded.example.test", "-to", appLn.Addr().String(), "-basic-auth", "ann:s3cret"))
+	url := readURL(t, start(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-url", "http://guarded.example.test", "-to", appLn.Addr().String(), "-basic-auth", "ann:s3cret"))
 
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {

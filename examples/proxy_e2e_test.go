@@ -23,13 +23,13 @@ func TestAgentThroughProxy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	agents, pub := freePort(t), freePort(t)
 	_, agentPort, _ := net.SplitHostPort(agents)
 	port, _ := strconv.Atoi(agentPort)
 	p := testproxy.Tinyproxy(t, testproxy.TinyproxyConfig{User: "agent", Password: "pr0xy-pass", ConnectPorts: []int{port}})
 
-	start(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test")
+	start(t, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", pub, "-domain", "example.test")
 	waitListening(t, agents)
 	waitListening(t, pub)
 	app := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "app behind a proxy") })}
@@ -40,7 +40,7 @@ func TestAgentThroughProxy(t *testing.T) {
 	go app.Serve(appLn)
 	t.Cleanup(func() { app.Close() })
 
-	public := readURL(t, start(t, filepath.Join(bin, "agent"), "-edge", agents, "-proxy", p.URL.String(),
+	public := readURL(t, start(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-proxy", p.URL.String(),
 		"-url", "http://proxied.example.test", "-to", appLn.Addr().String()))
 	if got := getVia(t, pub, public+"/"); got != "app behind a proxy" {
 		t.Fatalf("through the agent: %q", got)
@@ -51,7 +51,7 @@ func TestAgentThroughProxy(t *testing.T) {
 
 	wrong := *p.URL
 	wrong.User = url.UserPassword("agent", "wr0ng-pass")
-	out, err := exec.Command(filepath.Join(bin, "agent"), "-edge", agents, "-proxy", wrong.String(), "-to", appLn.Addr().String()).CombinedOutput()
+	out, err := exec.Command(filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-proxy", wrong.String(), "-to", appLn.Addr().String()).CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
 		t.Fatalf("agent with a wrong proxy password: %v, want exit 2\n%s", err, out)
 	}

@@ -31,11 +31,11 @@ func TestAgentReloadInPlace(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	dir := t.TempDir()
 	agents, pub := freePort(t), freePort(t)
 	tokens := writeFile(t, dir, "tokens.txt", "alice-token alice\nmallory-token mallory\n")
-	startCmd(t, nil, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test", "-tokens", tokens)
+	startCmd(t, nil, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", pub, "-domain", "example.test", "-tokens", tokens)
 	waitListening(t, agents)
 
 	big := serveBigApp(t)
@@ -60,7 +60,7 @@ func TestAgentReloadInPlace(t *testing.T) {
 		return c
 	}
 	path := writeFile(t, dir, "agent.yml", config("", "first-password", oldApp, "first.internal"))
-	a := startCmd(t, nil, filepath.Join(bin, "agent"), "-config", path)
+	a := startCmd(t, nil, filepath.Join(bin, "tunnelkit"), "agent", "-config", path)
 	urls := []string{a.line(t), a.line(t), a.line(t), a.line(t)}
 	cfgURL, randomURL, movingURL, hostedURL := urls[0], urls[1], urls[2], urls[3]
 	if !strings.HasPrefix(cfgURL, "http://cfgapp.example.test:") || !strings.HasPrefix(movingURL, "http://moving.example.test:") {

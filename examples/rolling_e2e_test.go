@@ -59,11 +59,11 @@ func TestRollingRestartBehindHAProxy(t *testing.T) {
 		t.Skip("a minute long: set " + clusterTestEnv + "=1 to run it")
 	}
 	testtools.Need(t, "haproxy", "etcd")
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	if dir := os.Getenv(clusterBinEnv); dir != "" {
 		bin = dir
 	}
-	out, _ := exec.Command(filepath.Join(bin, "edge"), "-h").CombinedOutput()
+	out, _ := exec.Command(filepath.Join(bin, "tunnelkit"), "edge", "-h").CombinedOutput()
 	drains := strings.Contains(string(out), "-admin")
 	if !drains {
 		t.Logf("%s/edge has no -admin: HAProxy checks it over TCP, and SIGTERM shuts it down", bin)
@@ -139,7 +139,7 @@ func TestRollingRestartBehindHAProxy(t *testing.T) {
 	go app.Serve(appLn)
 	t.Cleanup(func() { app.Close() })
 	agentList := strings.Join([]string{edges[0].agents, edges[1].agents, edges[2].agents}, ",")
-	ag := startProc(t, filepath.Join(bin, "agent"), "-edge", agentList, "-url", "http://app.example.test", "-to", appLn.Addr().String())
+	ag := startProc(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agentList, "-url", "http://app.example.test", "-to", appLn.Addr().String())
 	testwait.Until(t, 30*time.Second, "the app answers through HAProxy", func() error {
 		if code, body := getThrough(front); code != 200 || body != "app" {
 			return fmt.Errorf("%d %q", code, body)
@@ -245,7 +245,7 @@ func TestRollingRestartBehindHAProxy(t *testing.T) {
 // port listens (its admin port too, when it has one).
 func (e *rollingEdge) start(t *testing.T, bin string) {
 	t.Helper()
-	e.p = startProc(t, filepath.Join(bin, "edge"), e.args...)
+	e.p = startProc(t, filepath.Join(bin, "tunnelkit"), append([]string{"edge"}, e.args...)...)
 	waitListening(t, e.agents)
 	waitListening(t, e.http)
 }

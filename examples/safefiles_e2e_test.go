@@ -80,9 +80,9 @@ func TestAgentStateLinksPlanted(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	agents, pub := freePort(t), freePort(t)
-	startCmd(t, nil, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test")
+	startCmd(t, nil, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", pub, "-domain", "example.test")
 	waitListening(t, agents)
 	_, appPort, _ := net.SplitHostPort(localHTTPApp(t, "app"))
 
@@ -90,7 +90,7 @@ func TestAgentStateLinksPlanted(t *testing.T) {
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state.json")
 	plant(t, target, state+".new")
-	a := startCmd(t, nil, filepath.Join(bin, "agent"), "-edge", agents, "-state", state, "http", appPort)
+	a := startCmd(t, nil, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-state", state, "http", appPort)
 	a.line(t)
 	a.stop(t)
 	untouched()
@@ -105,7 +105,7 @@ func TestAgentStateLinksPlanted(t *testing.T) {
 		missing := filepath.Join(t.TempDir(), "not-there")
 		link := filepath.Join(dir, name)
 		plant(t, missing, link)
-		out := refused(t, nil, filepath.Join(bin, "agent"), "-edge", agents, "-state", filepath.Join(dir, "state.json"), "http", appPort)
+		out := refused(t, nil, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-state", filepath.Join(dir, "state.json"), "http", appPort)
 		if !strings.Contains(out, "-state: "+link+" is a symbolic link") {
 			t.Errorf("a link at %s: %q, want the agent to name it as a link", name, out)
 		}
@@ -125,14 +125,14 @@ func TestEdgeStateLinksPlanted(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge")
-	edge := filepath.Join(bin, "edge")
+	bin := build(t, "tunnelkit")
+	tk := filepath.Join(bin, "tunnelkit")
 	target, untouched := testtools.LinkTarget(t)
 
 	dir := t.TempDir()
 	plant(t, target, filepath.Join(dir, "names.jsonl.tmp"))
 	agents := freePort(t)
-	e := startCmd(t, nil, edge, "-agents", agents, "-http", freePort(t), "-ticket-key", filepath.Join(dir, "ticket.key"))
+	e := startCmd(t, nil, tk, "edge", "-agents", agents, "-http", freePort(t), "-ticket-key", filepath.Join(dir, "ticket.key"))
 	waitListening(t, agents)
 	e.stop(t)
 	untouched()
@@ -156,7 +156,7 @@ func TestEdgeStateLinksPlanted(t *testing.T) {
 		if c.link == "ticket.key" {
 			args = append(args, "-ticket-key", link)
 		}
-		out := refused(t, nil, edge, args...)
+		out := refused(t, nil, tk, append([]string{"edge"}, args...)...)
 		if !strings.Contains(out, link+" is a symbolic link") {
 			t.Errorf("a link at %s to %s: %q, want the edge to name it as a link", c.link, c.to, out)
 		}
@@ -177,7 +177,7 @@ func TestSecretsOpenToOthers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	dir := t.TempDir()
 	open := func(name, content string) string {
 		t.Helper()
@@ -218,7 +218,7 @@ func TestSecretsOpenToOthers(t *testing.T) {
 	// The tokens from ${VAR}: the file holds none, and others may read it.
 	agents := freePort(t)
 	config := open("edge-env.yml", fmt.Sprintf("agents: %s\nhttp: %s\ndomain: example.test\ntokens:\n  - token: ${TK_TEST_TOKEN}\n    identity: alice\n", agents, freePort(t)))
-	startCmd(t, []string{"TK_TEST_TOKEN=alice-token"}, filepath.Join(bin, "edge"), "-config", config)
+	startCmd(t, []string{"TK_TEST_TOKEN=alice-token"}, filepath.Join(bin, "tunnelkit"), "edge", "-config", config)
 	waitListening(t, agents)
 }
 
@@ -231,7 +231,7 @@ func TestNamedPipesRefused(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	fifo := filepath.Join(t.TempDir(), "pipe")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Skip(err)
@@ -264,11 +264,11 @@ func TestAgentTokenVariableIsAString(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	dir := t.TempDir()
 	agents, pub := freePort(t), freePort(t)
 	tokens := writeFile(t, dir, "tokens", "~ tilde\nnull word-null\n")
-	startCmd(t, nil, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test", "-tokens", tokens)
+	startCmd(t, nil, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", pub, "-domain", "example.test", "-tokens", tokens)
 	waitListening(t, agents)
 	app := localHTTPApp(t, "app")
 	for i, tt := range []string{"~", "null"} {
@@ -276,7 +276,7 @@ func TestAgentTokenVariableIsAString(t *testing.T) {
 		if err := os.Chmod(config, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		a := startCmd(t, []string{"TT=" + tt}, filepath.Join(bin, "agent"), "-config", config)
+		a := startCmd(t, []string{"TT=" + tt}, filepath.Join(bin, "tunnelkit"), "agent", "-config", config)
 		if url := a.line(t); !strings.HasPrefix(url, fmt.Sprintf("http://name%d.example.test:", i)) {
 			t.Errorf("TT=%s: the agent printed %q", tt, url)
 		}

@@ -28,7 +28,7 @@ func TestEmptyTokensRefuseEveryAgent(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent", "hello")
+	bin := build(t, "tunnelkit", "hello")
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string][]byte{
 		"tokens.txt": []byte("# none yet\n"),
@@ -43,13 +43,13 @@ func TestEmptyTokensRefuseEveryAgent(t *testing.T) {
 		{"-config", filepath.Join(dir, "edge.yml")},
 	} {
 		agents, httpAddr := freePort(t), freePort(t)
-		edge := startProc(t, filepath.Join(bin, "edge"), append([]string{"-agents", agents, "-http", httpAddr}, setting...)...)
+		edge := startProc(t, filepath.Join(bin, "tunnelkit"), append([]string{"edge", "-agents", agents, "-http", httpAddr}, setting...)...)
 		waitListening(t, agents)
 		testwait.Within(t, 30*time.Second, fmt.Sprintf("%v: the edge's start says that it refuses every agent", setting), func() bool {
 			return strings.Contains(edge.output(), "no tokens: every agent is refused until the file names one")
 		})
 		for _, token := range []string{"", "new-token"} {
-			out, err := exec.Command(filepath.Join(bin, "agent"), "-edge", agents, "-token", token, "-url", "http://open.example.test", "-to", app).CombinedOutput()
+			out, err := exec.Command(filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-token", token, "-url", "http://open.example.test", "-to", app).CombinedOutput()
 			if err == nil || !strings.Contains(string(out), "unauthorized") {
 				t.Errorf("%v: an agent with token %q: %v\n%s", setting, token, err, out)
 			}
@@ -59,7 +59,7 @@ func TestEmptyTokensRefuseEveryAgent(t *testing.T) {
 	// A token added to the file, and SIGHUP: its agent binds.
 	agents, httpAddr := freePort(t), freePort(t)
 	tokens := filepath.Join(dir, "tokens.txt")
-	edge := startProc(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", httpAddr, "-tokens", tokens)
+	edge := startProc(t, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", httpAddr, "-tokens", tokens)
 	waitListening(t, agents)
 	if err := os.WriteFile(tokens, []byte("# one now\nnew-token alice\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func TestEmptyTokensRefuseEveryAgent(t *testing.T) {
 	testwait.Within(t, 30*time.Second, "the edge read its settings again", func() bool {
 		return strings.Contains(edge.output(), `msg="SIGHUP: the settings were read again" applied="tokens (1)"`)
 	})
-	startProc(t, filepath.Join(bin, "agent"), "-edge", agents, "-token", "new-token", "-url", "http://open.example.test", "-to", app)
+	startProc(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-token", "new-token", "-url", "http://open.example.test", "-to", app)
 	_, port, _ := net.SplitHostPort(httpAddr)
 	testwait.Until(t, 30*time.Second, "the agent of the token added serves", func() error {
 		if code := statusVia(httpAddr, "http://open.example.test:"+port+"/"); code != 200 {
@@ -78,13 +78,13 @@ func TestEmptyTokensRefuseEveryAgent(t *testing.T) {
 	})
 
 	// -anonymous says the opposite of a tokens setting.
-	out, err := exec.Command(filepath.Join(bin, "edge"), "-anonymous", "-tokens", tokens).CombinedOutput()
+	out, err := exec.Command(filepath.Join(bin, "tunnelkit"), "edge", "-anonymous", "-tokens", tokens).CombinedOutput()
 	if exitCode(err) != 2 || !strings.Contains(string(out), "-anonymous takes any agent without a token") {
 		t.Errorf("-anonymous with -tokens: %v\n%s", err, out)
 	}
 	// And without any tokens setting, the start says that any agent is
 	// taken.
-	open := startProc(t, filepath.Join(bin, "edge"), "-agents", freePort(t), "-http", freePort(t))
+	open := startProc(t, filepath.Join(bin, "tunnelkit"), "edge", "-agents", freePort(t), "-http", freePort(t))
 	testwait.Within(t, 30*time.Second, "the open edge's start line", func() bool {
 		return strings.Contains(open.output(), "the edge takes any agent without a token")
 	})
@@ -101,7 +101,7 @@ func TestConfigReloadedWhole(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent", "hello")
+	bin := build(t, "tunnelkit", "hello")
 	dir := t.TempDir()
 	agents, httpAddr, adminAddr := freePort(t), freePort(t), freePort(t)
 	config := func(domain, level, mallory string, maxPerIdentity int) []byte {
@@ -118,12 +118,12 @@ func TestConfigReloadedWhole(t *testing.T) {
 		"edge.yml":    config("example.test", "info", "mallory-token", 10),
 		"admin-token": []byte(adminToken + "\n"),
 	})
-	edge := startProc(t, filepath.Join(bin, "edge"), "-config", path)
+	edge := startProc(t, filepath.Join(bin, "tunnelkit"), "edge", "-config", path)
 	waitListening(t, adminAddr)
 	app := freePort(t)
 	startProc(t, filepath.Join(bin, "hello"), "-listen", app)
 	waitListening(t, app)
-	mallory := startProc(t, filepath.Join(bin, "agent"), "-edge", agents, "-token", "mallory-token", "-url", "http://mallory.example.test", "-to", app)
+	mallory := startProc(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-token", "mallory-token", "-url", "http://mallory.example.test", "-to", app)
 	_, port, _ := net.SplitHostPort(httpAddr)
 	malloryURL := "http://mallory.example.test:" + port + "/"
 	testwait.Until(t, 30*time.Second, malloryURL+" answers", func() error {
@@ -154,7 +154,7 @@ func TestConfigReloadedWhole(t *testing.T) {
 		t.Errorf("sessions after the withdrawal: %d %s", code, body)
 	}
 	// The bound of 1 endpoint per identity holds: alice binds one, not two.
-	startProc(t, filepath.Join(bin, "agent"), "-edge", agents, "-token", "alice-token", "-url", "http://alice.example.test", "-to", app)
+	startProc(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-token", "alice-token", "-url", "http://alice.example.test", "-to", app)
 	aliceURL := "http://alice.example.test:" + port + "/"
 	testwait.Until(t, 30*time.Second, aliceURL+" answers", func() error {
 		if code := statusVia(httpAddr, aliceURL); code != 200 {
@@ -162,7 +162,7 @@ func TestConfigReloadedWhole(t *testing.T) {
 		}
 		return nil
 	})
-	second := startProc(t, filepath.Join(bin, "agent"), "-edge", agents, "-token", "alice-token", "-url", "http://second.example.test", "-to", app)
+	second := startProc(t, filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-token", "alice-token", "-url", "http://second.example.test", "-to", app)
 	testwait.Within(t, 30*time.Second, "alice's second endpoint refused by the bound", func() bool {
 		return strings.Contains(second.output(), "at most 1")
 	})

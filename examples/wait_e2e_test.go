@@ -23,12 +23,12 @@ func TestAgentWaitsForItsEdge(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent")
+	bin := build(t, "tunnelkit")
 	agents, pub := freePort(t), freePort(t)
 	app := localHTTPApp(t, "app that waited")
 
 	start := time.Now()
-	cmd := exec.Command(filepath.Join(bin, "agent"), "-edge", agents, "-url", "http://waiting.example.test", "-to", app)
+	cmd := exec.Command(filepath.Join(bin, "tunnelkit"), "agent", "-edge", agents, "-url", "http://waiting.example.test", "-to", app)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +71,7 @@ func TestAgentWaitsForItsEdge(t *testing.T) {
 
 	// The scenario: the edge starts 3 s after the agent, on its -edge port.
 	time.Sleep(time.Until(start.Add(3 * time.Second)))
-	startBinary(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test")
+	startBinary(t, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", pub, "-domain", "example.test")
 
 	url := readURL(t, bufio.NewReader(stdout))
 	_, port, _ := net.SplitHostPort(pub)
@@ -89,10 +89,10 @@ func TestAgentWaitBound(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "agent")
+	bin := build(t, "tunnelkit")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, filepath.Join(bin, "agent"), "-edge", freePort(t), "-wait", "1s", "-to", "127.0.0.1:1").CombinedOutput()
+	out, err := exec.CommandContext(ctx, filepath.Join(bin, "tunnelkit"), "agent", "-edge", freePort(t), "-wait", "1s", "-to", "127.0.0.1:1").CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
 		t.Fatalf("agent -wait 1s without an edge: %v, want exit 2\n%s", err, out)
 	}
@@ -108,9 +108,9 @@ func TestHelloToken(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "hello")
+	bin := build(t, "tunnelkit", "hello")
 	agents, pub := freePort(t), freePort(t)
-	startBinary(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test", "-token", "s3cret")
+	startBinary(t, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", pub, "-domain", "example.test", "-token", "s3cret")
 	waitListening(t, agents)
 
 	out, err := exec.Command(filepath.Join(bin, "hello"), "-edge", agents).CombinedOutput()
@@ -133,9 +133,9 @@ func TestMessagesReadOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	bin := build(t, "edge", "agent", "hello")
+	bin := build(t, "tunnelkit", "hello")
 	agents, pub := freePort(t), freePort(t)
-	startBinary(t, filepath.Join(bin, "edge"), "-agents", agents, "-http", pub, "-domain", "example.test")
+	startBinary(t, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", pub, "-domain", "example.test")
 	waitListening(t, agents)
 	waitListening(t, pub)
 	app := localHTTPApp(t, "app")

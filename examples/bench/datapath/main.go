@@ -14,7 +14,7 @@
 // Every part runs in a process of its own, so that none shares a Go
 // runtime with another and each one's CPU profile and CPU time is its own:
 // the edge (the example edge's code, internal/edgecmd), the agent
-// (agent.Client and package forward, as examples/agent composes them), the
+// (agent.Client and package forward, as "tunnelkit agent" composes them), the
 // app, the baselines' hops (an httputil.ReverseProxy, two plain TCP
 // relays) and the Go load generators are this binary again, started in a
 // role (examples/bench/internal/benchproc); wrk and h2load generate the

@@ -3,7 +3,7 @@
 package main
 
 // The tunnel's processes: the edge, composed by the example edge's own
-// code (internal/edgecmd), and the agent, composed as examples/agent
+// code (internal/edgecmd), and the agent, composed as "tunnelkit agent"
 // composes it.
 
 import (
@@ -34,7 +34,7 @@ import (
 // grpc.example.test.
 const domain = "example.test"
 
-// runEdge runs the example edge command (the code of examples/edge less
+// runEdge runs the example edge command (the code of "tunnelkit edge" less
 // its etcd and Prometheus flags) on free loopback ports, with the run's
 // certificate for https endpoints and, with -link tls, for the agents'
 // port; its log goes to stderr.
@@ -92,7 +92,7 @@ func runEdge(ctx context.Context, ctl *benchproc.Control, args []string) error {
 }
 
 // runAgent exposes -to at -url through the edge at -edge, as
-// examples/agent does: an agent.Client, its listener, and a forward.HTTP
+// "tunnelkit agent" does: an agent.Client, its listener, and a forward.HTTP
 // that forwards request by request for http and https URLs
 // (-log-requests, the example's default), or a forward.Bytes that copies
 // bytes.
@@ -265,13 +265,13 @@ func childLogger(quiet bool) (*slog.Logger, *logbuf.Writer) {
 	if quiet {
 		opts.Level = slog.LevelWarn
 	}
-	// As examples/agent batches its lines.
+	// As "tunnelkit agent" batches its lines.
 	w := logbuf.New(os.Stderr, 50*time.Millisecond)
 	return slog.New(slog.NewTextHandler(w, opts)), w
 }
 
 // urlScheme returns the scheme of an endpoint URL, "http" for a bare name,
-// as examples/agent reads it.
+// as "tunnelkit agent" reads it.
 func urlScheme(u string) string {
 	scheme, _, ok := strings.Cut(u, "://")
 	if u == "" || !ok {

@@ -26,7 +26,7 @@ import (
 var roles = map[string]benchproc.Role{"edge": runEdge}
 
 // runEdge runs the example edge command (internal/edgecmd, the code of
-// examples/edge less its etcd and metrics flags) with args, its log and
+// "tunnelkit edge" less its etcd and metrics flags) with args, its log and
 // what it prints on stderr, until the parent ends it (SIGTERM); it is
 // ready once the edge listens on every address ("edge up").
 func runEdge(ctx context.Context, ctl *benchproc.Control, args []string) error {

@@ -4,7 +4,7 @@
 //
 //	cd examples && go run ./bench/hostilemix -duration 20s
 //
-// It runs the example edge (the code of ./examples/edge, less its etcd and
+// It runs the example edge (the code of "tunnelkit edge", package edgecmd, less its etcd and
 // metrics flags) as a child process, its own executable started again as
 // the edge, a fresh one for each of two phases, so that its memory is
 // measured alone: a quiet phase, where only the well-behaved client runs,

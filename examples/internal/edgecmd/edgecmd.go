@@ -1,5 +1,5 @@
-// Package edgecmd is the example edge command, without the flags that need
-// modules the core must not depend on: examples/edge adds those (routes
+// Package edgecmd is the tunnelkit command's edge, without the flags that
+// need modules the core must not depend on: examples/tunnelkit adds those (routes
 // shared through etcd, Prometheus metrics) as an Extension.
 package edgecmd
 
@@ -59,13 +59,13 @@ type Extension struct {
 // SIGINT (a shutdown: what is in flight gets 10 s) or SIGTERM (a drain,
 // within -drain-timeout), reading its settings again at each SIGHUP (see
 // reloader), and exits 2 on an error (0 after -h and -version).
-func Main(name string, ext *Extension) {
+func Main(name string, args []string, ext *Extension) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	sig := make(chan os.Signal, 4)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sig)
-	if err := run(ctx, name, os.Args[1:], os.Stdout, os.Stderr, ext, sig); err != nil {
+	if err := run(ctx, name, args, os.Stdout, os.Stderr, ext, sig); err != nil {
 		if errors.Is(err, cli.ErrExit) {
 			return // -h, -version: printed
 		}

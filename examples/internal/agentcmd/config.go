@@ -1,4 +1,4 @@
-package main
+package agentcmd
 
 import (
 	"crypto/tls"
@@ -292,4 +292,4 @@ func endpointNode(root *yaml.Node, i int) *yaml.Node {
 }
 
 // errNoEndpoint is a command line that names nothing to expose.
-var errNoEndpoint = errors.New("nothing to expose: give a port, as in 'agent http 3000', or -url and -to, or -config FILE")
+var errNoEndpoint = errors.New("nothing to expose: give a port, as in 'tunnelkit http 3000', or -url and -to, or -config FILE")

@@ -1,14 +1,15 @@
-// Command agent exposes local apps through a tunnel edge: one session to
-// the edge, any number of endpoints on it. It prints each endpoint's
-// public URL alone on a stdout line as the edge grants it, and logs to
-// stderr: for an http or https URL a line per request (method, path,
-// status, bytes, duration, client), for the others a line per connection.
+// Package agentcmd is the tunnelkit command's agent: it exposes local apps
+// through a tunnel edge, on one session to the edge, any number of
+// endpoints on it. It prints each endpoint's public URL alone on a stdout
+// line as the edge grants it, and logs to stderr: for an http or https URL
+// a line per request (method, path, status, bytes, duration, client), for
+// the others a line per connection.
 //
-//	agent http 3000                                   # http://localhost:3000 at a new random name
-//	agent -edge edge.example.com:443 -url https://app.example.com -to 3000
-//	agent -config agent.yml                           # many endpoints, one session
+//	tunnelkit http 3000                               # http://localhost:3000 at a new random name
+//	tunnelkit agent -edge edge.example.com:443 -url https://app.example.com -to 3000
+//	tunnelkit agent -config agent.yml                 # many endpoints, one session
 //
-// The shorthand "agent PROTO TO" (http, https, tcp or tls) binds a new
+// The shorthand "tunnelkit PROTO TO" (http, https, tcp or tls) binds a new
 // random name (a free port for tcp), or -url, forwarding to TO. -to takes a port (on
 // 127.0.0.1), host:port, http://host:port, https://host:port (an app that
 // speaks TLS, whose certificate is checked against the system's roots or
@@ -19,7 +20,8 @@
 // YAML, read strictly (an unknown key is an error at its line); ${VAR}
 // takes its value from the environment. Flags win over the file. SIGHUP
 // reads the file again: endpoints added are bound, endpoints removed
-// unbound, and the connections of the others go on untouched.
+// unbound, endpoints whose url stays changed in place, and the connections
+// of the others go on untouched.
 //
 //	edge: edge.example.com:443
 //	token: ${TUNNELKIT_TOKEN}
@@ -54,7 +56,7 @@
 // -rate-limit, -verify-webhook, ...) declare rules the edge enforces before
 // a connection or request reaches the app; list flags repeat. See package
 // policy.
-package main
+package agentcmd
 
 import (
 	"context"
@@ -87,12 +89,16 @@ import (
 	"github.com/tunnelkit/tunnelkit/metrics"
 )
 
-func main() {
+// Main runs the agent with args (those after "tunnelkit agent", or the
+// shorthand's: "http", "3000") until SIGINT or SIGTERM, reading its -config
+// file again at each SIGHUP, and exits 2 on an error (0 after -h and
+// -version).
+func Main(args []string) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, hup); err != nil {
+	if err := run(ctx, args, os.Stdout, os.Stderr, hup); err != nil {
 		if errors.Is(err, cli.ErrExit) {
 			os.Exit(0) // -h, -version: printed
 		}
@@ -101,16 +107,22 @@ func main() {
 	}
 }
 
+// Run runs the agent with args until ctx is done, printing its URLs to
+// stdout and logging to stderr; SIGHUP is not read.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return run(ctx, args, stdout, stderr, nil)
+}
+
 // command is the agent's help.
 var command = cli.Command{
-	Name:     "agent",
+	Name:     "tunnelkit agent",
 	Synopsis: "expose local apps through a tunnel edge",
 	Examples: []string{
-		"agent http 3000  http://localhost:3000 at a new random name on the edge at 127.0.0.1:7000",
-		"agent -edge edge.example.com:443 -url https://app.example.com -to 3000  https://app.example.com (TLS ends at the edge) to the app at 127.0.0.1:3000",
-		"agent -config agent.yml  many endpoints on one session, as the file lists them",
+		"tunnelkit http 3000  http://localhost:3000 at a new random name on the edge at 127.0.0.1:7000",
+		"tunnelkit agent -edge edge.example.com:443 -url https://app.example.com -to 3000  https://app.example.com (TLS ends at the edge) to the app at 127.0.0.1:3000",
+		"tunnelkit agent -config agent.yml  many endpoints on one session, as the file lists them",
 	},
-	More: `The shorthand 'agent PROTO TO' (PROTO: http, https, tcp or tls) binds a new random
+	More: `The shorthand 'tunnelkit PROTO TO' (PROTO: http, https, tcp or tls) binds a new random
 name (or -url) and forwards to TO, which takes what -to takes: a port (on 127.0.0.1),
 host:port, http://host:port, https://host:port (an app that speaks TLS) or unix:/path.
 
@@ -144,7 +156,7 @@ func message(err error) string {
 	return msg
 }
 
-// shorthands are the first words of "agent PROTO TO".
+// shorthands are the first words of "tunnelkit PROTO TO".
 var shorthands = map[string]bool{"http": true, "https": true, "tcp": true, "tls": true}
 
 // cmdline is what the command line says.
@@ -191,7 +203,7 @@ func parseArgs(args []string, stdout, stderr io.Writer) (*cmdline, error) {
 	fs.StringVar(&cl.g.state, "state", "", "the file where the agent keeps its session's and endpoints' tickets, so that it gets the same URLs back at once when it starts again, even after kill -9 (default: $XDG_STATE_HOME/tunnelkit/agent-HASH.json, or ~/.local/state/tunnelkit/..., one for each -config file or command line; -state '' keeps none)")
 	cl.pf.register(fs)
 
-	// "agent http 3000 -flags": the shorthand first.
+	// "tunnelkit http 3000 -flags": the shorthand first.
 	var pos []string
 	if len(args) >= 1 && shorthands[args[0]] {
 		n := min(2, len(args))
@@ -201,11 +213,11 @@ func parseArgs(args []string, stdout, stderr io.Writer) (*cmdline, error) {
 		return nil, err
 	}
 	if pos == nil && fs.NArg() > 0 {
-		// "agent -flags http 3000 -more-flags": the shorthand after some.
+		// "tunnelkit agent -flags http 3000 -more-flags": the shorthand after some.
 		rest := fs.Args()
 		n := 1
-		if shorthands[rest[0]] {
-			n = min(2, len(rest))
+		if shorthands[rest[0]] || len(rest) >= 2 && !strings.HasPrefix(rest[1], "-") {
+			n = min(2, len(rest)) // "http 3000", or a protocol mistyped: "htpp 3000"
 		}
 		pos = rest[:n]
 		if err := command.Parse(fs, rest[n:], stdout, stderr); err != nil {
@@ -227,20 +239,27 @@ func parseArgs(args []string, stdout, stderr io.Writer) (*cmdline, error) {
 // shorthand reads "PROTO TO" into the endpoint.
 func (cl *cmdline) shorthand(pos []string) error {
 	if !shorthands[pos[0]] {
-		if cl.endpoint.To == "" && len(pos) == 1 {
-			return usageError("unexpected argument %q: to expose a port, write 'agent http %s' or -to %s", pos[0], pos[0], pos[0])
+		if len(pos) == 2 {
+			msg := fmt.Sprintf("unknown protocol %q: want http, https, tcp or tls", pos[0])
+			if near := cli.Closest(pos[0], []string{"http", "https", "tcp", "tls"}); near != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", near)
+			}
+			return usageError("%s", msg)
 		}
-		return usageError("unexpected argument %q: the shorthand is 'agent PROTO TO', PROTO one of http, https, tcp, tls", pos[0])
+		if cl.endpoint.To == "" && len(pos) == 1 {
+			return usageError("unexpected argument %q: to expose a port, write 'tunnelkit http %s' or -to %s", pos[0], pos[0], pos[0])
+		}
+		return usageError("unexpected argument %q: the shorthand is 'tunnelkit PROTO TO', PROTO one of http, https, tcp, tls", pos[0])
 	}
 	proto := pos[0]
 	if len(pos) != 2 {
-		return usageError("'agent %s' needs what to forward to: 'agent %s 3000'", proto, proto)
+		return usageError("'tunnelkit %s' needs what to forward to: 'tunnelkit %s 3000'", proto, proto)
 	}
 	if cli.FlagGiven(cl.fs, "to") {
-		return usageError("'agent %s %s' names the app already: leave out -to", proto, pos[1])
+		return usageError("'tunnelkit %s %s' names the app already: leave out -to", proto, pos[1])
 	}
 	if cl.config != "" {
-		return usageError("'agent %s %s' and -config: list the endpoint in the file, or leave out -config", proto, pos[1])
+		return usageError("'tunnelkit %s %s' and -config: list the endpoint in the file, or leave out -config", proto, pos[1])
 	}
 	cl.endpoint.To = pos[1]
 	u := cl.endpoint.URL
@@ -250,13 +269,13 @@ func (cl *cmdline) shorthand(pos []string) error {
 	case !strings.Contains(u, "://"):
 		cl.endpoint.URL = proto + "://" + u
 	case !strings.EqualFold(cl.endpoint.scheme(), proto):
-		return usageError("'agent %s' and -url %s: the schemes differ", proto, u)
+		return usageError("'tunnelkit %s' and -url %s: the schemes differ", proto, u)
 	}
 	return nil
 }
 
 func usageError(format string, args ...any) error {
-	return &cli.UsageError{Msg: fmt.Sprintf(format, args...) + "\nRun 'agent -h' for every flag."}
+	return &cli.UsageError{Msg: fmt.Sprintf(format, args...) + "\nRun 'tunnelkit agent -h' for every flag."}
 }
 
 // load returns the settings and endpoints the command line and its

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package main
+package agentcmd
 
 // lockFile takes no lock where there is no flock: two agents given one
 // state file take turns at its session.

@@ -1,15 +1,20 @@
-// Command edge runs a tunnel edge: agents connect on -agents; public HTTP
-// requests on -http reach them by name under -domain; public TLS on -tls
+package main
+
+import "github.com/tunnelkit/tunnelkit/examples/internal/edgecmd"
+
+// The edge subcommand, "tunnelkit edge", runs a tunnel edge: agents
+// connect on -agents; public HTTP requests on -http reach them by name
+// under -domain; public TLS on -tls
 // goes by server name to tls endpoints (passed through, never terminated)
 // and https endpoints (terminated here, with -cert/-key or certificates
 // from an ACME CA); TCP endpoints are opened on ports of -tcp-ports.
 //
-//	edge -agents 127.0.0.1:7000 -http 127.0.0.1:8080 -domain example.test \
+//	tunnelkit edge -agents 127.0.0.1:7000 -http 127.0.0.1:8080 -domain example.test \
 //	     -tls 127.0.0.1:8443 -cert wildcard.pem -key wildcard-key.pem \
 //	     -tcp-ports 20000-20100 -tokens tokens.txt -ticket-key ticket.key \
 //	     -agent-cert edge.pem -agent-key edge-key.pem
 //
-//	edge -domain tunnel.example.com -http :80 -tls :443 \
+//	tunnelkit edge -domain tunnel.example.com -http :80 -tls :443 \
 //	     -acme-directory https://acme-v02.api.letsencrypt.org/directory \
 //	     -acme-email ops@example.com -acme-cache /var/lib/edge/acme
 //
@@ -17,7 +22,7 @@
 // see PROTOCOL.md), and an empty -agents leaves out the agent port: one port
 // for everything (-tls-agents=false turns agents on -tls off).
 //
-//	edge -domain example.com -http :80 -tls :443 -cert example.pem -key example-key.pem -agents ''
+//	tunnelkit edge -domain example.com -http :80 -tls :443 -cert example.pem -key example-key.pem -agents ''
 //
 // A tokens file holds one "token identity" pair per line; blank lines and
 // lines starting with # are skipped. Each identity owns the names its
@@ -34,7 +39,7 @@
 // client certificates (-etcd-cert, -etcd-key, -etcd-ca) from a CA of the
 // edges' own.
 //
-//	edge -etcd https://10.0.0.9:2379 -etcd-cert e1-etcd.pem -etcd-key e1-etcd-key.pem \
+//	tunnelkit edge -etcd https://10.0.0.9:2379 -etcd-cert e1-etcd.pem -etcd-key e1-etcd-key.pem \
 //	     -etcd-ca etcd-ca.pem -relay 10.0.0.1:7443 -relay-cert e1.pem \
 //	     -relay-key e1-key.pem -relay-ca edges-ca.pem -domain example.test ...
 //
@@ -76,11 +81,15 @@
 // -policy-kinds limits the kinds agents may declare, and -oidc lets them
 // declare OpenID Connect logins (package policy/oidc):
 //
-//	edge -domain example.test -tls :443 -cert wildcard.pem -key wildcard-key.pem \
+//	tunnelkit edge -domain example.test -tls :443 -cert wildcard.pem -key wildcard-key.pem \
 //	     -ticket-key ticket.key -policy operator-policy.json -oidc \
 //	     -oidc-issuer-allowed https://accounts.google.com
-package main
+//
+// edgeMain runs "tunnelkit edge" with args: package edgecmd, with routes
+// shared through etcd, Prometheus metrics and OpenID Connect logins.
+func edgeMain(args []string) { edgecmd.Main("tunnelkit edge", args, edgeExtension()) }
 
-import "github.com/tunnelkit/tunnelkit/examples/internal/edgecmd"
-
-func main() { edgecmd.Main("edge", both(new(cluster).extension(), new(logins).extension())) }
+// edgeExtension is what tunnelkit adds to package edgecmd.
+func edgeExtension() *edgecmd.Extension {
+	return both(new(cluster).extension(), new(logins).extension())
+}
