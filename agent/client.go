@@ -167,6 +167,7 @@ type Client struct {
 	listeners  map[*Listener]struct{}
 	byTunnel   map[string]*Listener
 	leaving    map[*wire.Session][]string // sessions asked to move off, until they end: their tunnels that moved
+	farewells  map[*wire.Session]string   // why the edge said it ends a session (its GoAway), until it ends
 	closed     bool
 	ctx        context.Context // cancelled by Close
 	cancel     context.CancelFunc

@@ -27,6 +27,10 @@ var (
 	// ErrRefused: the edge refused the request for another reason (a bad
 	// name, an unsupported version); trying again will not help.
 	ErrRefused = errors.New("agent: edge refused the request")
+	// ErrEnded: the edge ended the session, and said why (its operator
+	// disconnected the identity, say): a Disconnected event's Err wraps
+	// it, with the edge's words.
+	ErrEnded = errors.New("agent: the edge ended the session")
 	// ErrUnsupported: the edge speaks an older protocol, which has not
 	// what the request needs (Listener.Update: version 5).
 	ErrUnsupported = errors.New("agent: the edge does not support this")

@@ -253,6 +253,8 @@ func (c *Client) sessionEnded(mux *wire.Session) {
 		delete(c.byTunnel, id)
 	}
 	delete(c.leaving, mux)
+	farewell, said := c.farewells[mux]
+	delete(c.farewells, mux)
 	if c.mux != mux {
 		stranded := false
 		for l := range c.listeners {
@@ -284,7 +286,13 @@ func (c *Client) sessionEnded(mux *wire.Session) {
 	}
 	if !closed {
 		// Disconnected comes before any event of the reconnection.
-		c.log().Warn("session to edge ended", "edge", edge, "err", localErr)
+		if said {
+			// The edge said why: its words, not the closed connection's.
+			localErr = fmt.Errorf("%w: %s", ErrEnded, farewell)
+			c.log().Warn("the edge ended the session", "edge", edge, "reason", farewell)
+		} else {
+			c.log().Warn("session to edge ended", "edge", edge, "err", localErr)
+		}
 		c.emit(Event{Kind: Disconnected, Err: localErr, Addr: edge})
 	}
 	if redial {

@@ -35,6 +35,12 @@ func (c *Client) handleStream(st *wire.Stream, mux *wire.Session, addr string, a
 			c.startMove(mux, addr)
 		case err == nil:
 			c.log().Info("edge is going away; will reconnect when the session ends", "edge", addr, "reason", wire.Printable(g.Message, 200))
+			c.mu.Lock()
+			if c.farewells == nil {
+				c.farewells = map[*wire.Session]string{}
+			}
+			c.farewells[mux] = wire.Printable(g.Message, 200)
+			c.mu.Unlock()
 		}
 	case wire.StreamProxy:
 		h, err := wire.ReadProxyHeader(st)

@@ -496,6 +496,23 @@ func (ss *session) goAway(reason string, move bool) {
 	wire.WriteMessage(st, []byte{byte(wire.StreamGoAway)}, wire.GoAway{Message: reason, Move: move})
 }
 
+// farewell tells the agent why its session ends now, and waits, a second
+// at most, until it has read it (it closes the stream then), so that the
+// close that follows does not overtake the words.
+func (ss *session) farewell(reason string) {
+	st, err := ss.mux.OpenStream()
+	if err != nil {
+		return
+	}
+	defer st.Close()
+	st.SetDeadline(time.Now().Add(time.Second))
+	if wire.WriteMessage(st, []byte{byte(wire.StreamGoAway)}, wire.GoAway{Message: reason}) != nil {
+		return
+	}
+	st.CloseWrite()
+	io.Copy(io.Discard, st)
+}
+
 // LogAttrs are the attributes of each line the session logs: its ID and
 // the agent's address (see slogattrs).
 func (ss *session) LogAttrs() []slog.Attr {

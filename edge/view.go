@@ -3,6 +3,7 @@ package edge
 import (
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/tunnelkit/tunnelkit/edge/internal/book"
 	"github.com/tunnelkit/tunnelkit/edge/view"
@@ -60,15 +61,26 @@ func (s *Server) Disconnect(identity string, free bool) int {
 			s.revoke(identity)
 		}
 	}
+	why := "disconnected by the edge's operator; its names are kept for it a while"
+	if free {
+		why = "disconnected by the edge's operator; its names are free"
+	}
+	var closing sync.WaitGroup
 	for _, ss := range s.sessionList() {
 		ss.mu.Lock()
 		mine := ss.hello == helloAccepted && !ss.closed && ss.identity == identity
 		ss.mu.Unlock()
 		if mine {
-			ss.close(reserve)
+			// The agent hears why before its session ends (a second at
+			// most), rather than see its connection closed.
+			closing.Go(func() {
+				ss.farewell(why)
+				ss.close(reserve)
+			})
 			n++
 		}
 	}
+	closing.Wait()
 	return n
 }
 
