@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tunnelkit/tunnelkit/internal/suggest"
+	"maps"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -155,9 +158,9 @@ func checkMembers(data []byte, kind string, known map[string]bool) error {
 		name, _ := tok.(string)
 		switch {
 		case !known[name] && kind == "":
-			return fmt.Errorf("%w %s", ErrUnknownKind, quote(name))
+			return fmt.Errorf("%w %s%s", ErrUnknownKind, quote(name), didYouMean(name, known))
 		case !known[name]:
-			return fmt.Errorf("%w: %s: unknown field %s", ErrInvalid, kind, quote(name))
+			return fmt.Errorf("%w: %s: unknown field %s%s", ErrInvalid, kind, quote(name), didYouMean(name, known))
 		case seen[name]:
 			return fmt.Errorf("%w: %s: %s given twice", ErrInvalid, where(kind, ""), name)
 		}
@@ -168,6 +171,15 @@ func checkMembers(data []byte, kind string, known map[string]bool) error {
 		}
 	}
 	return nil
+}
+
+// didYouMean names the one of known that name was likely meant to be:
+// ": did you mean \"cidr_allow\"?", or "".
+func didYouMean(name string, known map[string]bool) string {
+	if near := suggest.Closest(name, slices.Collect(maps.Keys(known))); near != "" {
+		return fmt.Sprintf(": did you mean %q?", near)
+	}
+	return ""
 }
 
 // quote quotes a name a peer sent, cut to 64 bytes, for an error message.

@@ -7,10 +7,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/tunnelkit/tunnelkit/internal/suggest"
 	"io"
 	"runtime"
 	"runtime/debug"
-	"sort"
 	"strings"
 )
 
@@ -135,47 +135,7 @@ func flagNames(fs *flag.FlagSet) []string {
 // enough to be what was meant (a typo, a missing or doubled letter, a
 // dash for an underscore, a prefix); "" otherwise.
 func Closest(s string, names []string) string {
-	s = strings.ToLower(strings.ReplaceAll(s, "_", "-"))
-	sort.Strings(names)
-	best, bestD := "", 1<<30
-	for _, n := range names {
-		d := distance(s, n)
-		if strings.HasPrefix(n, s) && len(s) >= 3 {
-			d = min(d, 1)
-		}
-		if d < bestD {
-			best, bestD = n, d
-		}
-	}
-	allowed := max(1, len(s)/3) // "x" is no typo of "to"
-	if len(s) >= 4 {
-		allowed = max(2, allowed)
-	}
-	if bestD <= allowed {
-		return best
-	}
-	return ""
-}
-
-// distance is the Levenshtein distance between a and b.
-func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return suggest.Closest(strings.ToLower(strings.ReplaceAll(s, "_", "-")), names)
 }
 
 // Version is the version of the running binary: its module's version when

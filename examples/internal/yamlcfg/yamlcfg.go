@@ -18,7 +18,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tunnelkit/tunnelkit/internal/suggest"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"reflect"
@@ -297,8 +299,87 @@ func (f *File) checkKeys(n *yaml.Node, where string, t reflect.Type) error {
 		}
 	case n.Kind == yaml.ScalarNode:
 		f.settle(n, t)
+		return f.checkScalar(n, where, t)
+	case takes(t) != "" && !unmarshals(t):
+		return f.At(n, "%s takes %s, not a %s", keyOf(where), takes(t), kindName(n))
 	}
 	return nil
+}
+
+// yamlUnmarshaler is a type that reads its own YAML (such as Strings).
+var yamlUnmarshaler = reflect.TypeFor[yaml.Unmarshaler]()
+
+// unmarshals reports whether t reads its own YAML.
+func unmarshals(t reflect.Type) bool {
+	return t.Implements(yamlUnmarshaler) || reflect.PointerTo(t).Implements(yamlUnmarshaler)
+}
+
+// takes says what a scalar of type t is, for an error: "" for a type that
+// is no scalar.
+func takes(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a value"
+	}
+	return ""
+}
+
+// kindName names what the node n is, for an error.
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		return "list"
+	case yaml.MappingNode:
+		return "mapping"
+	}
+	return "value"
+}
+
+// keyOf returns the key that where, a path, ends with: "pool" of
+// "endpoints[1].pool".
+func keyOf(where string) string {
+	if i := strings.LastIndexByte(where, '.'); i >= 0 {
+		return where[i+1:]
+	}
+	return where
+}
+
+// checkScalar returns an error, in words, for the scalar n that the type t
+// at where does not take: "pool takes true or false, not \"yes please\"".
+// Null is every type's zero. A type that reads its own YAML is left to it.
+func (f *File) checkScalar(n *yaml.Node, where string, t reflect.Type) error {
+	if unmarshals(t) || t.Kind() == reflect.String || t.Kind() == reflect.Interface {
+		return nil
+	}
+	if n.ShortTag() == "!!null" {
+		return nil
+	}
+	what := takes(t)
+	switch {
+	case what == "":
+		return f.At(n, "%s takes a %s, not %q", keyOf(where), structural(t), n.Value)
+	case n.Decode(reflect.New(t).Interface()) != nil: // as yaml reads it: yes and off are bools too
+		return f.At(n, "%s takes %s, not %q", keyOf(where), what, n.Value)
+	}
+	return nil
+}
+
+// structural names what a list or struct type t takes, for an error.
+func structural(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Slice, reflect.Array:
+		return "list"
+	case reflect.Map, reflect.Struct:
+		return "mapping (key: value)"
+	}
+	return "value of another kind"
 }
 
 func join(where, key string) string {
@@ -402,10 +483,12 @@ func (f *File) policyValues(n *yaml.Node, t reflect.Type, where string) error {
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
-			if ft, ok := fields[k.Value]; ok {
-				if err := f.policyValues(v, ft, join(where, k.Value)); err != nil {
-					return err
-				}
+			ft, ok := fields[k.Value]
+			if !ok {
+				return f.unknownPolicyKey(k, where, fields)
+			}
+			if err := f.policyValues(v, ft, join(where, k.Value)); err != nil {
+				return err
 			}
 		}
 	case n.Kind == yaml.SequenceNode && where == policy.KindBasicAuth:
@@ -424,6 +507,20 @@ func (f *File) policyValues(n *yaml.Node, t reflect.Type, where string) error {
 		}
 	}
 	return nil
+}
+
+// unknownPolicyKey is the error of a key k of the policy, at where, that
+// is none of fields: a kind, at the top, or a member of one.
+func (f *File) unknownPolicyKey(k *yaml.Node, where string, fields map[string]reflect.Type) error {
+	names := slices.Sorted(maps.Keys(fields))
+	msg, in := fmt.Sprintf("policy: unknown kind %q", k.Value), "the kinds"
+	if where != "" {
+		msg, in = fmt.Sprintf("policy.%s: unknown key %q", where, k.Value), "its keys"
+	}
+	if near := suggest.Closest(k.Value, names); near != "" {
+		msg += fmt.Sprintf(": did you mean %q?", near)
+	}
+	return f.At(k, "%s (%s: %s)", msg, in, strings.Join(names, ", "))
 }
 
 // Strings is a value that is one string or a list of them: "edge: a:7000"

@@ -79,7 +79,7 @@ func TestStrict(t *testing.T) {
 	for _, tc := range []struct{ src, want string }{
 		{"edge: a:1\ntokne: x\n", `agent.yml:2: unknown key "tokne": did you mean "token"? (the keys: edge, endpoints, token)`},
 		{"endpoints:\n  - url: http://\n    to: 1\n  - url: http://\n    too: 2\n", `agent.yml:5: unknown key "too" in endpoints[1]: did you mean "to"?`},
-		{"endpoints:\n  - url: http://\n    pool: maybe\n", "agent.yml:3: cannot unmarshal !!str `maybe` into bool"},
+		{"endpoints:\n  - url: http://\n    pool: maybe\n", `agent.yml:3: pool takes true or false, not "maybe"`},
 		{"token: a\ntoken: b\n", `agent.yml:2: "token" given twice (first at line 1)`},
 		{"token: ${NOPE}\n", "agent.yml:1: ${NOPE}: the environment does not set NOPE"},
 		{"token: ${1X}\n", "agent.yml:1: ${1X}: a variable's name is"},
@@ -88,7 +88,13 @@ func TestStrict(t *testing.T) {
 		{"token: [\n", "agent.yml:"},
 		{"a: &x 1\ntoken: *x\n", "agent.yml:2: aliases"},
 		{"endpoints:\n  - policy:\n      ip_reputation: {}\n", "agent.yml:3: policy: unknown kind"},
-		{"endpoints:\n  - policy:\n      basic_auth: {credentials: [a:b], extra: 1}\n", `agent.yml:3: policy: invalid spec: basic_auth: unknown field "extra"`},
+		{"endpoints:\n  - policy:\n      basic_auth: {credentials: [a:b], extra: 1}\n", `agent.yml:3: policy.basic_auth: unknown key "extra"`},
+		{"endpoints:\n  - policy:\n      cidr_alow: [10.0.0.0/8]\n", `agent.yml:3: policy: unknown kind "cidr_alow": did you mean "cidr_allow"?`},
+		{"endpoints:\n  - policy:\n      rate_limit:\n        requets: 10\n", `agent.yml:4: policy.rate_limit: unknown key "requets": did you mean "requests"?`},
+		{"endpoints:\n  - url: a\n    pool: yes please\n", `agent.yml:3: pool takes true or false, not "yes please"`},
+		{"endpoints:\n  - url: a\n    proxy_proto: two\n", `agent.yml:3: proxy_proto takes a whole number, not "two"`},
+		{"endpoints:\n  - url: a\n    to: [3000]\n", `agent.yml:3: to takes a value, not a list`},
+		{"endpoints: http://a\n", `agent.yml:1: endpoints takes a list, not "http://a"`},
 	} {
 		c, f, err := load(t, tc.src, nil)
 		if err == nil && c != nil && len(c.Endpoints) > 0 {
