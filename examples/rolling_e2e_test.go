@@ -29,8 +29,8 @@ import (
 // runs it once, on its own.
 const clusterTestEnv = "TUNNELKIT_CLUSTER_TEST"
 
-// clusterBinEnv, when set, names a directory of edge and agent binaries to
-// run instead of those built from this tree: the test measures an older
+// clusterBinEnv, when set, names a directory holding a tunnelkit binary to
+// run instead of the one built from this tree: the test measures an older
 // tree's edges so. Binaries without -admin are checked by HAProxy over
 // TCP, and SIGTERM shuts them down.
 const clusterBinEnv = "TUNNELKIT_CLUSTER_BIN"
@@ -87,7 +87,10 @@ func TestRollingRestartBehindHAProxy(t *testing.T) {
 		"--initial-cluster", "e=http://"+etcdPeer, "--unsafe-no-fsync")
 	waitListening(t, etcdClient)
 
-	// The three edges.
+	// The three edges, which write HAProxy's port into their URLs.
+	front, stats := freePort(t), freePort(t)
+	_, frontPort, _ := net.SplitHostPort(front)
+	advertises := strings.Contains(string(out), "-public-http-port")
 	edges := make([]*rollingEdge, 3)
 	for i := range edges {
 		e := &rollingEdge{name: fmt.Sprint("e", i+1), agents: freePort(t), http: freePort(t), relay: freePort(t), admin: freePort(t)}
@@ -96,6 +99,9 @@ func TestRollingRestartBehindHAProxy(t *testing.T) {
 		e.args = []string{"-domain", "example.test", "-agents", e.agents, "-http", e.http, "-access-log=false",
 			"-ticket-key", filepath.Join(dir, "ticket.key"), "-etcd", "http://" + etcdClient, "-etcd-ttl", "3s",
 			"-relay", e.relay, "-relay-cert", filepath.Join(dir, "relay-"+e.name+".pem"), "-relay-key", filepath.Join(dir, "relay-"+e.name+"-key.pem"), "-relay-ca", filepath.Join(dir, "ca.pem")}
+		if advertises {
+			e.args = append(e.args, "-public-http-port", frontPort)
+		}
 		if drains {
 			e.args = append(e.args, "-admin", e.admin, "-admin-token-file", filepath.Join(dir, "admin-token"), "-drain-timeout", "30s", "-drain-notice", "1s")
 		}
@@ -104,7 +110,6 @@ func TestRollingRestartBehindHAProxy(t *testing.T) {
 	}
 
 	// HAProxy in front of them, with its stats as CSV.
-	front, stats := freePort(t), freePort(t)
 	cfg := haproxyConfig(front, stats, edges, drains)
 	cfgPath := filepath.Join(dir, "haproxy.cfg")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
@@ -146,6 +151,9 @@ func TestRollingRestartBehindHAProxy(t *testing.T) {
 		}
 		return nil
 	})
+	if url := "http://app.example.test:" + frontPort; advertises && !strings.Contains(ag.output(), url+"\n") {
+		t.Errorf("the agent did not print %s, HAProxy's port (-public-http-port):\n%s", url, ag.output())
+	}
 
 	// The load: 8 clients, each with its keep-alive connections.
 	const clients = 8

@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -131,6 +132,8 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	acmePerIdentity := fs.Int("acme-orders-per-identity", 0, "ACME orders for first certificates the names of one identity (or of every anonymous agent together) may cause per hour (0: 5, negative: no bound)")
 	acmeShare := fs.Float64("acme-identity-share", 0, "part of -acme-orders-per-week the names of one identity may spend (0: 1/5, negative: no bound)")
 	acmeGrace := fs.Duration("acme-grace", 0, "keep and renew the certificate of a name no agent binds any more this long, then drop it from memory and the cache (0: 7 days, negative: none)")
+	publicHTTP := fs.String("public-http-port", "", "the port the edge writes into the http:// URLs it gives agents: where the public reaches -http, behind a load balancer, NAT or docker -p (80: none written; empty: -http's own port)")
+	publicTLS := fs.String("public-tls-port", "", "the port the edge writes into the https:// and tls:// URLs it gives agents: where the public reaches -tls (443: none written; empty: -tls's own port)")
 	redirectHTTPS := fs.Bool("redirect-https", false, "answer plain-HTTP requests for names bound over https only with 308 to https (default: 404 https_only)")
 	accessLog := fs.Bool("access-log", true, "log one line per public HTTP request")
 	relayAddr := fs.String("relay", "", "address other edges of the cluster reach this one on, relaying connections to the agents it holds (empty: no relay; a lone edge)")
@@ -227,7 +230,17 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	if *agents == "" && !agentsOnTLS {
 		return errors.New("-agents is empty: agents then connect on -tls, which takes them with -cert or -acme-directory, and without -tls-agents=false")
 	}
+	for _, p := range []struct{ flag, port string }{{"-public-http-port", *publicHTTP}, {"-public-tls-port", *publicTLS}} {
+		if n, err := strconv.Atoi(p.port); p.port != "" && (err != nil || n < 1 || n > 65535) {
+			return fmt.Errorf("%s %q: want a port, 1 to 65535", p.flag, p.port)
+		}
+	}
+	if *publicTLS != "" && *tlsAddr == "" {
+		return errors.New("-public-tls-port is the public port of -tls: give -tls too")
+	}
 	srv := &edge.Server{
+		HTTPPort:          *publicHTTP,
+		TLSPort:           *publicTLS,
 		ID:                *id,
 		NoAgentsOnTLS:     !*tlsAgents,
 		ECHKeys:           echKeys,
