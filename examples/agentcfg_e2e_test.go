@@ -483,10 +483,10 @@ func TestAgentShorthand(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"http"}, "'agent http' needs what to forward to: 'agent http 3000'"},
-		{[]string{"3000"}, "to expose a port, write 'agent http 3000' or -to 3000"},
+		{[]string{"http"}, "'tunnelkit http' needs what to forward to: 'tunnelkit http 3000'"},
+		{[]string{"3000"}, "to expose a port, write 'tunnelkit http 3000' or -to 3000"},
 		{[]string{"-to", "3000x"}, `-to "3000x": no port; want a port (3000), host:port,`},
-		{[]string{"http", "3000", "-url", "tcp://"}, "'agent http' and -url tcp://: the schemes differ"},
+		{[]string{"http", "3000", "-url", "tcp://"}, "'tunnelkit http' and -url tcp://: the schemes differ"},
 	} {
 		out, err := exec.Command(filepath.Join(bin, "tunnelkit"), append([]string{"agent", "-edge", agents}, c.args...)...).CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), c.want) {
@@ -569,7 +569,7 @@ func TestCommandLineMistakes(t *testing.T) {
 	bin := build(t, "tunnelkit")
 	dir := t.TempDir()
 	run := func(name string, args ...string) (string, int) {
-		out, err := exec.Command(filepath.Join(bin, name), args...).CombinedOutput()
+		out, err := exec.Command(filepath.Join(bin, "tunnelkit"), append([]string{name}, args...)...).CombinedOutput()
 		code := 0
 		if ee, ok := err.(*exec.ExitError); ok {
 			code = ee.ExitCode()
@@ -586,15 +586,15 @@ func TestCommandLineMistakes(t *testing.T) {
 	} {
 		out, code := run(c.name, c.flag, "x")
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		if code != 2 || len(lines) > 5 || !strings.HasPrefix(out, c.name+": unknown flag "+c.flag+": did you mean "+c.closest+"?") || !strings.Contains(out, "Run '"+c.name+" -h' for every flag.") {
+		if code != 2 || len(lines) > 5 || !strings.HasPrefix(out, "tunnelkit "+c.name+": unknown flag "+c.flag+": did you mean "+c.closest+"?") || !strings.Contains(out, "Run 'tunnelkit "+c.name+" -h' for every flag.") {
 			t.Errorf("%s %s: exit %d, %d lines:\n%s", c.name, c.flag, code, len(lines), out)
 		}
 	}
 	for _, name := range []string{"agent", "edge"} {
-		if out, code := run(name, "-version"); code != 0 || !strings.HasPrefix(out, name+" version ") {
+		if out, code := run(name, "-version"); code != 0 || !strings.HasPrefix(out, "tunnelkit "+name+" version ") {
 			t.Errorf("%s -version: exit %d, %q", name, code, out)
 		}
-		if out, _ := run(name, "-h"); !strings.HasPrefix(out, "Usage of "+name+": ") || strings.Count(strings.Split(out, "Flags:")[0], "\n  "+name+" ") != 3 {
+		if out, _ := run(name, "-h"); !strings.HasPrefix(out, "Usage of tunnelkit "+name+": ") || strings.Count(strings.Split(out, "Flags:")[0], "\n  tunnelkit ") != 3 {
 			t.Errorf("%s -h does not open with a synopsis and three examples:\n%s", name, out)
 		}
 	}
@@ -603,14 +603,14 @@ func TestCommandLineMistakes(t *testing.T) {
 	}{
 		{"agent", "edge: a:1\nendpoints:\n  - url: http://x\n    too: 3000\n", `:4: unknown key "too" in endpoints[0]: did you mean "to"?`},
 		{"agent", "edge: a:1\ntoken: ${TK_TEST_UNSET}\n", ":2: ${TK_TEST_UNSET}: the environment does not set TK_TEST_UNSET"},
-		{"agent", "endpoints:\n  - url: http://x\n    to: 3000\n    pool: sometimes\n", ":4: cannot unmarshal !!str `sometimes` into bool"},
+		{"agent", "endpoints:\n  - url: http://x\n    to: 3000\n    pool: sometimes\n", `:4: pool takes true or false, not "sometimes"`},
 		{"agent", "endpoints:\n  - url: tcp://\n    to: 22\n    policy:\n      basic_auth: [a:b]\n", ":2: endpoint 1: traffic policy for a tcp URL"},
 		{"edge", "domain: example.test\nacme_emial: ops@example.test\n", `:2: unknown key "acme_emial": did you mean "acme_email"?`},
 		{"edge", "max_pending: lots\n", `:1: max_pending "lots": want a whole number`},
 	} {
 		file := writeFile(t, dir, c.name+".yml", c.src)
 		out, code := run(c.name, "-config", file)
-		if code != 2 || !strings.HasPrefix(out, c.name+": "+file+c.want) {
+		if code != 2 || !strings.HasPrefix(out, "tunnelkit "+c.name+": "+file+c.want) {
 			t.Errorf("%s -config with\n%s: exit %d, %q\nwant exit 2 and %s%s", c.name, c.src, code, out, file, c.want)
 		}
 	}

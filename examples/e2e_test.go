@@ -432,7 +432,11 @@ func TestBadFlags(t *testing.T) {
 		{"edge", "-oidc-issuer-allowed", "http://id.example.com"},
 		{"edge", "-oidc-ca", "ca.pem"}, // without -oidc
 	} {
-		out, err := exec.Command(filepath.Join(bin, c[0]), c[1:]...).CombinedOutput()
+		name, args := c[0], c[1:]
+		if name == "agent" || name == "edge" {
+			name, args = "tunnelkit", c // a subcommand
+		}
+		out, err := exec.Command(filepath.Join(bin, name), args...).CombinedOutput()
 		if err == nil {
 			t.Errorf("%v succeeded", c)
 			continue

@@ -97,7 +97,7 @@ func TestAgentWaitBound(t *testing.T) {
 		t.Fatalf("agent -wait 1s without an edge: %v, want exit 2\n%s", err, out)
 	}
 	last := lastLine(out)
-	if want := "agent: gave up waiting for the edge after "; !strings.HasPrefix(last, want) || !strings.Contains(last, " attempts (-wait 1s passed): the last failed: dial edge: ") || !strings.HasSuffix(last, "connection refused") {
+	if want := "tunnelkit agent: gave up waiting for the edge after "; !strings.HasPrefix(last, want) || !strings.Contains(last, " attempts (-wait 1s passed): the last failed: dial edge: ") || !strings.HasSuffix(last, "connection refused") {
 		t.Errorf("agent -wait 1s without an edge said %q; want %s... (-wait 1s passed): the last failed: dial edge: ...connection refused", last, want)
 	}
 }
@@ -150,7 +150,11 @@ func TestMessagesReadOnce(t *testing.T) {
 		{[]string{"hello", "-edge", agents, "-url", "http:/x"}, `hello: endpoint "http:/x": a scheme takes "://" after it: http://x`},
 		{[]string{"edge", "-tcp-ports", "20-10"}, `edge: bad port range "20-10"`},
 	} {
-		out, _ := exec.Command(filepath.Join(bin, c.args[0]), c.args[1:]...).CombinedOutput()
+		name, args := c.args[0], c.args[1:]
+		if name == "agent" || name == "edge" {
+			name, args = "tunnelkit", c.args // a subcommand
+		}
+		out, _ := exec.Command(filepath.Join(bin, name), args...).CombinedOutput()
 		if last := lastLine(out); !strings.Contains(last, c.want) {
 			t.Errorf("%v said %q, want %q", c.args, last, c.want)
 		}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -276,9 +278,38 @@ func (g *globals) fromFile(f *yamlcfg.File) ([]endpointSpec, error) {
 		if fe.LogRequests != nil {
 			spec.LogRequests = *fe.LogRequests
 		}
+		if j := slices.IndexFunc(specs, func(o endpointSpec) bool { return sameURL(o.URL, spec.URL) }); j >= 0 {
+			return nil, fmt.Errorf("%s: url %s is endpoint %d's already (line %d): each url once", spec.where, spec.URL, j+1, endpointNode(f.Root, j).Line)
+		}
 		specs = append(specs, spec)
 	}
 	return specs, nil
+}
+
+// sameURL reports whether two endpoints' URLs, as written, ask for the
+// same name (or port): "app", "http://app" and "HTTP://App." are one;
+// URLs that ask for a random name or any port ("", "http://", "tcp://")
+// are none's.
+func sameURL(a, b string) bool {
+	norm := func(u string) string {
+		scheme, rest, ok := strings.Cut(u, "://")
+		if !ok {
+			scheme, rest = "http", u
+		}
+		rest = strings.TrimSuffix(strings.ToLower(strings.TrimSuffix(rest, "/")), ".")
+		if rest == "" {
+			return "" // a random name, or any port
+		}
+		scheme = strings.ToLower(scheme)
+		if scheme != "tcp" {
+			if h, _, err := net.SplitHostPort(rest); err == nil {
+				rest = h // the edge's ports apply
+			}
+		}
+		return scheme + "://" + rest
+	}
+	na := norm(a)
+	return na != "" && na == norm(b)
 }
 
 // endpointNode returns the node of the endpoint i of the file's root.

@@ -133,14 +133,11 @@ policy, in the form the edge's -policy takes). ${VAR} takes its value from the e
 win over the file. SIGHUP reads the file again.`,
 }
 
-// message is err as the agent prints it: once prefixed "agent: " (the
-// agent package's errors have it already), with the flag to change when
-// the error says which.
+// message is err as the agent prints it: prefixed "tunnelkit agent: ",
+// in the place of the "agent: " of the agent package's errors, with the
+// flag to change when the error says which.
 func message(err error) string {
-	msg := err.Error()
-	if !strings.HasPrefix(msg, "agent: ") {
-		msg = "agent: " + msg
-	}
+	msg := "tunnelkit agent: " + strings.TrimPrefix(err.Error(), "agent: ")
 	switch {
 	case errors.Is(err, agent.ErrNoToken):
 		msg += " (give the edge's token with -token)"
@@ -206,7 +203,10 @@ func parseArgs(args []string, stdout, stderr io.Writer) (*cmdline, error) {
 	// "tunnelkit http 3000 -flags": the shorthand first.
 	var pos []string
 	if len(args) >= 1 && shorthands[args[0]] {
-		n := min(2, len(args))
+		n := 1
+		if len(args) >= 2 && !strings.HasPrefix(args[1], "-") {
+			n = 2 // "http 3000"; "http -h" is a flag
+		}
 		pos, args = args[:n], args[n:]
 	}
 	if err := command.Parse(fs, args, stdout, stderr); err != nil {
@@ -442,7 +442,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	defer c.Close()
 	// The session ticket changes at each session, and when renewed: kept at once.
 	saved := make(chan struct{}, 1)
+	var m *metrics.Agent
+	hint := &reachHint{log: log}
 	c.OnEvent = func(e agent.Event) {
+		if m != nil {
+			m.Event(e)
+		}
+		hint.see(e)
 		if e.Kind == agent.Connected || e.Kind == agent.TicketRenewed {
 			select {
 			case saved <- struct{}{}:
@@ -451,7 +457,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 		}
 	}
 	if g.metrics != "" {
-		m := metrics.NewAgent()
+		m = metrics.NewAgent()
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		ln, err := net.Listen("tcp", g.metrics)
@@ -464,15 +470,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 		go hs.Serve(ln)
 		defer hs.Close()
 		c.Observer = m
-		c.OnEvent = func(e agent.Event) {
-			m.Event(e)
-			if e.Kind == agent.Connected || e.Kind == agent.TicketRenewed {
-				select {
-				case saved <- struct{}{}:
-				default:
-				}
-			}
-		}
 		log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 	}
 

@@ -59,6 +59,7 @@ func (r *runner) start(ctx context.Context, s endpointSpec) error {
 	// agent at once, and its next run must have it.
 	r.keep(s, l, time.Now())
 	fmt.Fprintln(r.stdout, l.URL())
+	go r.probe(s, l.URL())
 	run := &running{spec: s, l: l, done: make(chan struct{}), cur: newHandoff(l)}
 	r.mu.Lock()
 	if r.running == nil {
@@ -70,6 +71,22 @@ func (r *runner) start(ctx context.Context, s endpointSpec) error {
 	r.serve(run, run.cur, s)
 	go r.pump(run)
 	return nil
+}
+
+// probeTimeout bounds the connection probe makes to an endpoint's app.
+const probeTimeout = 3 * time.Second
+
+// probe connects once to the app of s, served at url, and warns when
+// nothing answers there: the endpoint is up all the same, and its
+// connections are answered (502 app_unreachable for HTTP) until the app
+// listens.
+func (r *runner) probe(s endpointSpec, url string) {
+	c, err := net.DialTimeout(s.target.network, s.target.addr, probeTimeout)
+	if err != nil {
+		r.log.Warn("nothing answers at the app's address yet: the endpoint is up, and its requests fail until the app listens there", "url", url, "to", s.target.String(), "err", err)
+		return
+	}
+	c.Close()
 }
 
 // keep writes the endpoint s, bound at l, to the state file, granted at
