@@ -14,12 +14,16 @@ import (
 // client's address as the edge saw it; CloseWrite closes the write half.
 //
 // The edge learns that the connection reached the app with the conn's
-// first Write, CloseWrite or Close, in the same frame; Reject tells it
-// instead that the app could not take it (the edge then answers an HTTP
-// client 502 app_unreachable).
+// first Write, CloseWrite or Close, in the same frame, and, for an endpoint
+// that asked for a pool (Pooled), already with its first Read: an edge
+// holds a request's body, or a connection's bytes, until it knows, so that
+// it can send them to another member of the pool instead. Reject tells it
+// that the app could not take the connection (the edge then tries another
+// member of a pool, or answers an HTTP client 502 app_unreachable).
 type Conn struct {
 	st     *wire.Stream
 	header wire.ProxyHeader
+	pooled bool // its endpoint asked for a pool: the first Read accepts it
 
 	replied atomic.Bool // the reply went out
 	mu      sync.Mutex  // serialises the reply with the first write
@@ -86,8 +90,19 @@ func (c *Conn) Reject(why error) error {
 	return c.refuse(wire.ReplyAppUnreachable, msg)
 }
 
+// Pooled reports whether the conn's endpoint is one of a pool's members
+// whose edge takes the conn's first Read as the app having taken it (see
+// Conn): a forwarder whose app cannot be reached should Reject the conn
+// before it reads it, and the edge tries another member.
+func (c *Conn) Pooled() bool { return c.pooled }
+
 // Read reads the client's bytes.
 func (c *Conn) Read(b []byte) (int, error) {
+	if c.pooled && !c.replied.Load() {
+		if err := c.accept(); err != nil {
+			return 0, err
+		}
+	}
 	n, err := c.st.Read(b)
 	if c.obs != nil {
 		c.in.Add(int64(n))

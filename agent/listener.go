@@ -157,6 +157,16 @@ func (l *Listener) rebindRequest() wire.Bind {
 	return l.bind
 }
 
+// pooledOn reports whether the endpoint asked for a pool when it was bound
+// on mux: its conns tell the edge with their first Read that the app
+// took them (an edge of before wire.AdmitVersion reads that reply as it
+// would have read it with the first byte).
+func (l *Listener) pooledOn(mux *wire.Session) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.bind.Pool && l.boundOn == mux
+}
+
 // bound returns the tunnel ID of the endpoint when it is bound on mux.
 func (l *Listener) bound(mux *wire.Session) (string, bool) {
 	l.mu.Lock()

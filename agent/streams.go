@@ -69,6 +69,7 @@ func (c *Client) handleStream(st *wire.Stream, mux *wire.Session, addr string, a
 			conn.refuse(wire.ReplyNoEndpoint, "no listener for this endpoint")
 			return
 		}
+		conn.pooled = l.pooledOn(mux)
 		l.deliver(conn, dead)
 	default:
 		c.log().Warn("unexpected stream type from edge", "type", t[0])

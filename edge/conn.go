@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"slices"
+	"time"
 
 	"github.com/tunnelkit/tunnelkit/internal/pipe"
 	"github.com/tunnelkit/tunnelkit/router"
@@ -68,12 +70,14 @@ func (s *Server) proxyRoutesWrapped(c net.Conn, proto, name, host string, routes
 		return
 	}
 	defer release()
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg().handshake)
-	up, _, err := s.dialRoutes(ctx, routes, info)
-	cancel()
+	up, err := s.dialL4(routes, info)
 	if err != nil {
+		reason := ReasonAgentOffline
+		if errors.Is(err, ErrAppUnreachable) || errors.Is(err, ErrNoEndpoint) {
+			reason = ReasonAppUnreachable
+		}
 		s.log().Info("agent unreachable", "proto", proto, "name", name, "client", info.Client.String(), "err", err)
-		s.obs().Refused(ReasonAgentOffline)
+		s.obs().Refused(reason)
 		return
 	}
 	if !s.trackConn(up, true) {
@@ -92,4 +96,41 @@ func (s *Server) proxyRoutesWrapped(c net.Conn, proto, name, host string, routes
 		level = slog.LevelInfo
 	}
 	s.log().Log(context.Background(), level, "conn", "proto", proto, "name", name, "client", info.Client.String(), "bytes_in", in, "bytes_out", out, "err", err)
+}
+
+// dialL4 dials a stream for a public TLS or TCP conn to the first of
+// routes that takes it: a route whose agent says when its app took a conn
+// (router.Route.Admits) is waited for, before any of the client's bytes
+// are read, and when its agent refuses the conn (its app cannot be
+// reached) the pool's next member is tried, each once, so that the
+// client's first bytes reach a member whose app took them.
+func (s *Server) dialL4(routes []router.Route, info ConnInfo) (net.Conn, error) {
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg().handshake)
+		up, r, err := s.dialRoutes(ctx, routes, info)
+		cancel()
+		if err != nil || !r.Admits {
+			return up, err
+		}
+		rep, ok := up.(replier)
+		if !ok {
+			return up, nil
+		}
+		up.SetReadDeadline(time.Now().Add(s.cfg().handshake))
+		err = rep.ReadReply()
+		up.SetReadDeadline(time.Time{})
+		if err == nil {
+			s.reached(r)
+			return up, nil
+		}
+		up.Close()
+		if !errors.Is(err, ErrAppUnreachable) && !errors.Is(err, ErrNoEndpoint) {
+			return nil, err
+		}
+		s.unreached(r)
+		routes = slices.DeleteFunc(slices.Clone(routes), func(o router.Route) bool { return o.Key() == r.Key() })
+		if len(routes) == 0 {
+			return nil, err
+		}
+	}
 }

@@ -362,6 +362,7 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) (resp wire.Respo
 	if b.Proto == wire.ProtoTCP {
 		r.Pool = r.Pool && chosen // "any port" never joins a pool
 	}
+	r.Admits = ss.admits(r.Pool)
 	pol, combined, e := s.bindPolicy(ctx, &r, b.Policy)
 	if e != nil {
 		return wire.Response{Error: e}, false
@@ -490,6 +491,15 @@ func (ss *session) owner() limits.Owner {
 		o.Source = limits.SourceOf(ss.src)
 	}
 	return o
+}
+
+// admits reports whether the agent tells a route's streams' verdict as
+// soon as its app took them (router.Route.Admits): for a pool's member, on
+// a session of wire.AdmitVersion or later.
+func (ss *session) admits(pool bool) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return pool && ss.version >= wire.AdmitVersion
 }
 
 // bindOwner is whom the session's refused binds count against: its

@@ -50,22 +50,22 @@ func (s *Server) dial(ctx context.Context, r router.Route, c ConnInfo, raw bool)
 }
 
 // dialRoutes dials the first reachable route of routes, reporting failures
-// to the router so later lookups try those routes last.
+// to the router so later lookups try those routes last. A route whose
+// agent says when its app took a conn (router.Route.Admits) is reported
+// reached only then, by the caller (see reached): an agent that answers
+// for an app that does not is no success.
 func (s *Server) dialRoutes(ctx context.Context, routes []router.Route, c ConnInfo) (net.Conn, router.Route, error) {
 	var errs errorList
-	hr, _ := s.router().(router.HealthReporter)
 	for _, r := range routes {
 		conn, err := s.dialer().DialRoute(ctx, r, c)
 		if err == nil {
-			if hr != nil {
-				hr.Succeed(r)
+			if !r.Admits {
+				s.reached(r)
 			}
 			return conn, r, nil
 		}
 		errs.add(err)
-		if hr != nil {
-			hr.Fail(r)
-		}
+		s.unreached(r)
 		if ctx.Err() != nil {
 			break
 		}
@@ -77,6 +77,21 @@ func (s *Server) dialRoutes(ctx context.Context, routes []router.Route, c ConnIn
 }
 
 var errNoRoute = errors.New("edge: no route")
+
+// reached tells the Router, if it wants to hear it (router.HealthReporter),
+// that r's agent took a conn; unreached that r's agent, or its app, could
+// not be reached, so that later lookups try r after the others.
+func (s *Server) reached(r router.Route) {
+	if hr, ok := s.router().(router.HealthReporter); ok {
+		hr.Succeed(r)
+	}
+}
+
+func (s *Server) unreached(r router.Route) {
+	if hr, ok := s.router().(router.HealthReporter); ok {
+		hr.Fail(r)
+	}
+}
 
 // openProxy opens a proxy stream carrying h first.
 func (ss *session) openProxy(ctx context.Context, h wire.ProxyHeader, raw bool) (net.Conn, error) {
@@ -140,6 +155,27 @@ func (p *proxyStream) Read(b []byte) (int, error) {
 	p.ep.Received(n)
 	return n, err
 }
+
+// Replied returns a channel closed once the agent's reply was read (by a
+// Read, or by ReadReply).
+func (p *proxyStream) Replied() <-chan struct{} { return p.verdict.Ready() }
+
+// ReadReply reads the agent's reply, if no Read did, and returns what it
+// said: nil when its app took the connection.
+func (p *proxyStream) ReadReply() error {
+	return p.verdict.Read(p.Stream, ErrNoEndpoint, ErrAppUnreachable)
+}
+
+// replier is a conn to an agent, local or relayed, whose reply may be
+// waited for: whether the agent's app took the connection.
+type replier interface {
+	Replied() <-chan struct{}
+	ReadReply() error
+}
+
+var (
+	_ replier = (*proxyStream)(nil)
+)
 
 func (p *proxyStream) Write(b []byte) (int, error) {
 	n, err := p.Stream.Write(b)

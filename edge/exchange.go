@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,8 +61,9 @@ type exchange struct {
 	pol    *policy.Policy // the endpoint's traffic policy; nil: none
 
 	up     *upstream.Upstream
-	reused bool        // up carried a request of pc before
-	body   *bodyReader // nil without a body
+	reused bool              // up carried a request of pc before
+	tried  []router.RouteKey // the routes whose agent refused the request's conn
+	body   *bodyReader       // nil without a body
 
 	ctx    context.Context // the request to the app's; cancel cuts it
 	cancel context.CancelFunc
@@ -96,6 +98,11 @@ func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, routes []
 	defer cancel()
 	x := &exchange{srv: s, in: r, routes: routes, info: info, pc: upstream.ConnOf(r), aw: aw, rc: http.NewResponseController(w), pol: pol, ctx: ctx, cancel: cancel, start: time.Now()}
 	up, reused, err := s.ups.Get(ctx, routes, info.Host, x.pc, s.dialFor(routes, info))
+	for err != nil && x.failed(err) {
+		// The agent refused the conn before the request went out: its app
+		// cannot be reached. The pool's next member, if any.
+		up, err = s.ups.Dial(ctx, info.Host, x.pc, s.dialFor(x.left(), info))
+	}
 	if err != nil {
 		reason, msg := ReasonAgentOffline, "the agent of this tunnel cannot be reached"
 		switch {
@@ -156,6 +163,56 @@ func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, routes []
 	x.rp.ServeHTTP(&clientWriter{ResponseWriter: w, x: x}, out)
 }
 
+// gatedBody is the request's body for one attempt (see exchange.gate):
+// its reads wait for the agent's word that its app took the conn, when rep
+// is set, and fail with the agent's refusal; Close leaves the body to the
+// exchange, which may send it on another attempt.
+type gatedBody struct {
+	b       *bodyReader
+	rep     replier       // nil: no wait
+	timeout time.Duration // how long to wait for the agent's word; zero: no bound
+	stopped chan struct{} // closed when the attempt is over
+	read    atomic.Bool   // a read got past the gate
+}
+
+func (g *gatedBody) Read(p []byte) (int, error) {
+	if rep := g.rep; rep != nil {
+		var expired <-chan time.Time
+		if g.timeout > 0 {
+			t := time.NewTimer(g.timeout)
+			defer t.Stop()
+			expired = t.C
+		}
+		select {
+		case <-rep.Replied():
+		case <-g.stopped:
+			return 0, errAttemptOver
+		case <-expired:
+			return 0, errNoVerdict
+		}
+		if err := rep.ReadReply(); err != nil {
+			return 0, err
+		}
+		g.rep = nil
+	}
+	g.read.Store(true)
+	return g.b.Read(p)
+}
+
+// Close does nothing: the exchange ends the body (bodyReader.end).
+func (g *gatedBody) Close() error { return nil }
+
+// stop ends the attempt: a read waiting at the gate returns.
+func (g *gatedBody) stop() { close(g.stopped) }
+
+// began reports whether the attempt read any of the body.
+func (g *gatedBody) began() bool { return g.read.Load() }
+
+var (
+	errAttemptOver = errors.New("edge: the request went to another member of the pool")
+	errNoVerdict   = errors.New("edge: the agent did not say in time whether its app took the connection")
+)
+
 // completed reports whether the exchange ended cleanly for its upstream:
 // the request sent whole and the response read whole, so that the
 // upstream may carry the connection's next request.
@@ -166,8 +223,86 @@ func (x *exchange) completed() bool {
 func (x *exchange) touch() { x.activity.store(time.Now()) }
 
 // RoundTrip sends the request on the exchange's upstream: the proxy's
-// Transport.
+// Transport. When the agent rejects the upstream's conn (its app cannot be
+// reached) before any of the request's body was sent, the request goes to
+// the pool's next member, each once at most: a member that says when its
+// app took a conn (router.Route.Admits) gets the body only then, so that
+// it is never lost to one that could not take it.
 func (x *exchange) RoundTrip(req *http.Request) (*http.Response, error) {
+	for {
+		attempt := *req
+		var body *gatedBody
+		if x.body != nil {
+			body = x.gate()
+			attempt.Body = body
+		}
+		resp, err := x.roundTrip(&attempt)
+		if body != nil {
+			body.stop()
+		}
+		if err == nil {
+			if x.up.Route().Admits && !x.reused {
+				x.srv.reached(x.up.Route())
+			}
+			return resp, nil
+		}
+		if body != nil && body.began() || x.ctx.Err() != nil || !x.failed(x.up.Refusal()) {
+			return nil, err
+		}
+		up, derr := x.srv.ups.Dial(x.ctx, x.info.Host, x.pc, x.srv.dialFor(x.left(), x.info))
+		if derr != nil {
+			return nil, err // the answer is the first refusal's
+		}
+		x.srv.ups.Done(x.up, true)
+		x.up, x.reused = up, false
+	}
+}
+
+// failed reports whether err is an agent's refusal of a conn (its app
+// cannot be reached, or it no longer serves the endpoint) that another
+// member of the pool may take instead: it notes the route as failing, and
+// keeps it out of left.
+func (x *exchange) failed(err error) bool {
+	if err == nil || len(x.routes) < 2 || !errors.Is(err, ErrAppUnreachable) && !errors.Is(err, ErrNoEndpoint) {
+		return false
+	}
+	var r router.Route
+	if x.up != nil {
+		r = x.up.Route()
+	} else if failed := upstream.RouteOf(err); failed != nil {
+		r = *failed
+	} else {
+		return false
+	}
+	x.srv.unreached(r)
+	x.tried = append(x.tried, r.Key())
+	return len(x.left()) > 0
+}
+
+// left returns the routes not tried yet.
+func (x *exchange) left() []router.Route {
+	var left []router.Route
+	for _, r := range x.routes {
+		if !slices.Contains(x.tried, r.Key()) {
+			left = append(left, r)
+		}
+	}
+	return left
+}
+
+// gate returns the request's body for one attempt: read only once the
+// upstream's agent said that its app took the conn, for a new upstream of
+// a route that says so (router.Route.Admits), at once otherwise.
+func (x *exchange) gate() *gatedBody {
+	g := &gatedBody{b: x.body, stopped: make(chan struct{})}
+	if rep, ok := x.up.Conn().(replier); ok && !x.reused && x.up.Route().Admits {
+		g.rep, g.timeout = rep, x.srv.cfg().handshake
+	}
+	return g
+}
+
+// roundTrip sends the request on the exchange's upstream.
+func (x *exchange) roundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := x.up.RoundTrip(req)
 	if err != nil && x.reused && x.body == nil && idempotent(req.Method) && x.ctx.Err() == nil && x.up.Refusal() == nil {
 		// The agent closed the connection's idle stream as the request

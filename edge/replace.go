@@ -49,7 +49,8 @@ func (ss *session) serveReplace(ctx context.Context, b *wire.Bind) wire.Response
 		return fail(wire.CodeBadRequest, "a replace keeps the name: the endpoint is %s", old.URL)
 	}
 	r := old.Route
-	r.TunnelID, r.Pool, r.AppProtocol, r.Policy = newID(), b.Pool, "", ""
+	r.TunnelID, r.Pool, r.AppProtocol, r.Policy, r.VerboseErrors = newID(), b.Pool, "", "", false // as b says
+	r.Admits = ss.admits(r.Pool)
 	if err := s.endpointOptions(&r, b.Options, b.Policy); err != nil {
 		return fail(wire.CodeBadRequest, "%s", err)
 	}

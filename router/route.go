@@ -41,6 +41,12 @@ type Route struct {
 	// development; false: the pages say what happened in words, the
 	// detail in the edge's log only.
 	VerboseErrors bool
+	// Admits says that the agent tells, on each stream of the route, that
+	// its app took the connection as soon as it did (a pooled endpoint of
+	// a session of protocol version 5, wire.AdmitVersion): an edge holds a
+	// request's body, or a connection's bytes, until then, and sends them
+	// to another route of the pool when the agent rejects the stream.
+	Admits bool
 }
 
 // LogValue makes a Route log (with log/slog) as its fields, but for its

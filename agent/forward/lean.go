@@ -40,6 +40,14 @@ import (
 // from the same watchers (see unreachable.go), and ends: the edge's next
 // conn tries the app again.
 
+// pooled is a conn of a pool's member (an *agent.Conn of an endpoint that
+// asked for a pool): one whose app cannot be reached is rejected before
+// it is read, and its edge sends it to another member.
+type pooled interface {
+	Pooled() bool
+	Reject(error) error
+}
+
 // errAppClosed is the detail of an app_error: the app closed a new
 // connection without answering its first request.
 var errAppClosed = errors.New("forward: the app closed the connection before it answered")
@@ -56,6 +64,13 @@ type origin struct {
 func (p *httpProxy) forwardConn(c net.Conn, o origin) {
 	up, err := p.dial()
 	if err != nil {
+		if r, ok := c.(pooled); ok && r.Pooled() {
+			// A pool's member: the edge sends the request to another
+			// member, rather than this one answering for its app.
+			p.logger.Warn("http: the app cannot be reached; the edge tries the pool's other members", "client", o.client, "to", p.to, "err", err)
+			r.Reject(err)
+			return
+		}
 		if p.h2c {
 			p.unreachableH2C(c, o, err)
 		} else {

@@ -494,3 +494,13 @@ func (c *relayStream) Read(b []byte) (int, error) {
 	}
 	return c.Stream.Read(b)
 }
+
+// Replied returns a channel closed once the agent's reply was read (by a
+// Read, or by ReadReply).
+func (c *relayStream) Replied() <-chan struct{} { return c.verdict.Ready() }
+
+// ReadReply reads the agent's reply, if no Read did, and returns what it
+// said: nil when its app took the connection.
+func (c *relayStream) ReadReply() error {
+	return c.verdict.Read(c.Stream, edge.ErrNoEndpoint, edge.ErrAppUnreachable)
+}

@@ -39,6 +39,14 @@ const ReplaceVersion = 5
 // outlives the ticket's lifetime still has a ticket to reconnect with.
 const SessionTicketVersion = 5
 
+// AdmitVersion is the first version whose agents accept each proxy stream
+// of a pooled endpoint (Bind.Pool) as soon as their app took the
+// connection, with the stream's first read, before the app's first byte:
+// an edge may hold a request's body, or a connection's bytes, until the
+// reply comes, and send them to another member of the pool when the agent
+// rejects the stream.
+const AdmitVersion = 5
+
 // MinVersion is the oldest version an edge accepts. Version 2 added the
 // reply at the start of every proxy stream, tickets and the renew request.
 const MinVersion = 2
@@ -416,9 +424,32 @@ func AppendReply(b []byte, r Reply) []byte {
 // Verdict is the agent's reply at the start of a proxy stream, read once
 // by the first Read of the stream's reader (see Read).
 type Verdict struct {
-	mu   sync.Mutex
-	done bool
-	err  error // why the agent did not hand the conn to its app
+	mu    sync.Mutex
+	done  bool
+	err   error         // why the agent did not hand the conn to its app
+	ready chan struct{} // made by Ready; closed once done
+}
+
+// Ready returns a channel closed once the reply was read; Err then says
+// what it was.
+func (v *Verdict) Ready() <-chan struct{} {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.ready == nil {
+		v.ready = make(chan struct{})
+		if v.done {
+			close(v.ready)
+		}
+	}
+	return v.ready
+}
+
+// Err returns the verdict read: nil for an app that took the conn (or
+// none read yet), or why it did not.
+func (v *Verdict) Err() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.err
 }
 
 // Read reads the reply from r the first time, and returns nil when the
@@ -443,6 +474,9 @@ func (v *Verdict) Read(r io.Reader, noEndpoint, unreachable error) error {
 		v.err = fmt.Errorf("%w: %s", noEndpoint, Printable(rep.Message, 200))
 	default:
 		v.err = fmt.Errorf("%w: %s", unreachable, Printable(rep.Message, 200))
+	}
+	if v.ready != nil {
+		close(v.ready)
 	}
 	return v.err
 }

@@ -120,6 +120,7 @@ type record struct {
 	AppProtocol   string `json:"app_protocol,omitempty"`
 	Policy        string `json:"policy,omitempty"` // the JSON of a policy.Spec, as a string; secrets included
 	VerboseErrors bool   `json:"verbose_errors,omitempty"`
+	Admits        bool   `json:"admits,omitempty"`
 }
 
 func encode(rt router.Route) string {

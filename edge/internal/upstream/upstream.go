@@ -222,7 +222,7 @@ func (u *Pool) newUpstream(conn net.Conn, route router.Route, host string, pc *C
 		// on a conn with no request yet.
 		reset(up.conn)
 		if refused := up.conn.refusal(); refused != nil {
-			return nil, refused
+			return nil, &RouteError{Route: route, Err: refused}
 		}
 		return nil, fmt.Errorf("%w: %w", ErrBroke, err)
 	}
@@ -232,6 +232,26 @@ func (u *Pool) newUpstream(conn net.Conn, route router.Route, host string, pc *C
 		u.adopt(pc, up)
 	}
 	return up, nil
+}
+
+// RouteError is an error of a conn to an agent, for the route it was
+// dialled to: the agent's refusal of the conn, which came before the
+// request went out.
+type RouteError struct {
+	Route router.Route
+	Err   error
+}
+
+func (e *RouteError) Error() string { return e.Err.Error() }
+func (e *RouteError) Unwrap() error { return e.Err }
+
+// RouteOf returns the route of a RouteError in err's chain, or nil.
+func RouteOf(err error) *router.Route {
+	var re *RouteError
+	if errors.As(err, &re) {
+		return &re.Route
+	}
+	return nil
 }
 
 // adopt makes up one of pc's upstreams, when pc is open and has room.
