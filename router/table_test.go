@@ -138,6 +138,37 @@ func TestFailoverAndCooldown(t *testing.T) {
 	}
 }
 
+// TestCooldownDoubles: a backend that fails again each time its cooldown
+// ends is skipped twice as long each time, up to MaxCooldownFactor times
+// the Cooldown; a Succeed starts over.
+func TestCooldownDoubles(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tb := Table[string]{Cooldown: time.Second, now: func() time.Time { return now }}
+	must(t, tb.Add("x.test", "a"))
+	must(t, tb.Add("x.test", "b"))
+	skipped := func() time.Duration { // how long a is skipped for, to the second
+		start := now
+		// Two lookups in a row start at each member in turn, unless a
+		// is skipped: then both start at b.
+		for collect(&tb, "x.test")[0] == "b" && collect(&tb, "x.test")[0] == "b" {
+			now = now.Add(time.Second)
+		}
+		d := now.Sub(start)
+		return d
+	}
+	for i, want := range []time.Duration{1, 2, 4, 8, 16, 32, 32} {
+		tb.Fail("a")
+		if got := skipped(); got != want*time.Second {
+			t.Fatalf("after %d failures in a row, a was skipped %v, want %v", i+1, got, want*time.Second)
+		}
+	}
+	tb.Succeed("a")
+	tb.Fail("a")
+	if got := skipped(); got != time.Second {
+		t.Fatalf("after a Succeed, a failure skips a %v, want 1s", got)
+	}
+}
+
 func TestCooldownDisabled(t *testing.T) {
 	tb := Table[string]{Cooldown: -1}
 	must(t, tb.Add("x.test", "a"))
