@@ -20,6 +20,17 @@ type Route struct {
 	SessionID string // the agent session that bound it
 	Identity  string // who owns Name: the agent's authenticated identity
 	Edge      string // the edge holding the session; empty: this one
+	// Path is the path prefix of an http or https route under Name
+	// ("/api", as NormalisePath returns it): the route takes the requests
+	// for Name whose cleaned path (CleanPath) is Path or under it, on
+	// segment boundaries, unless a route with a longer Path of the name
+	// takes them. Empty: the whole name, the fallback. Pools and
+	// reservations are per Proto, Name and Path; ownership is per name.
+	Path string
+	// StripPrefix asks the edge to send the app the request's path
+	// without Path (always starting with "/"), with X-Forwarded-Prefix
+	// set to Path. A pool's routes agree on it (rule 3).
+	StripPrefix bool
 	// Pool asks Bind to add r beside the routes the same identity already
 	// has for Name, rather than fail with ErrNameTaken.
 	Pool bool
@@ -61,6 +72,9 @@ func (r Route) LogValue() slog.Value {
 		slog.String("edge", r.Edge),
 		slog.Bool("pool", r.Pool),
 		slog.String("app_protocol", r.AppProtocol),
+	}
+	if r.Path != "" {
+		attrs = append(attrs, slog.String("path", r.Path), slog.Bool("strip_prefix", r.StripPrefix))
 	}
 	if r.Policy != "" {
 		attrs = append(attrs, slog.Int("policy_bytes", len(r.Policy)))
@@ -112,13 +126,16 @@ func (r Route) Key() RouteKey { return RouteKey{r.Edge, r.SessionID, r.TunnelID}
 //     "x.example.test". Within its own trees an identity binds freely. For
 //     tcp, only the same port conflicts.
 //  3. Pools by consent. When r's identity already has routes for the same
-//     Proto and Name, Bind adds r beside them only when those routes and r
-//     all have Pool set, and the same Policy (a pool's agents declare one
-//     traffic policy, which every edge enforces on the pool as a whole);
-//     otherwise it fails with ErrNameTaken, with a message saying which
-//     side did not ask to share, or that the policies differ.
+//     Proto, Name and Path, Bind adds r beside them only when those routes
+//     and r all have Pool set, and the same Policy (a pool's agents declare
+//     one traffic policy, which every edge enforces on the pool as a whole)
+//     and StripPrefix; otherwise it fails with ErrNameTaken, with a message
+//     saying which side did not ask to share, or what differs. Routes of
+//     one Name with different Paths are not a pool: each Path is a pool of
+//     its own, held by the name's owner (rule 2 counts names, whatever
+//     their paths).
 //  4. Reservations. Unbind(r, reserve) with reserve > 0, of the last route
-//     of r.Proto and r.Name, leaves that name reserved for r.Identity for
+//     of r.Proto, r.Name and r.Path, leaves that name reserved for r.Identity for
 //     reserve: it counts as held by r.Identity under rule 2, has no routes
 //     (Lookup finds nothing), and r.Identity binds it again with or without
 //     Pool, which ends the reservation. A lapsed reservation is gone.
@@ -136,7 +153,10 @@ func (r Route) Key() RouteKey { return RouteKey{r.Edge, r.SessionID, r.TunnelID}
 // Lookup(proto, host) finds the routes of the most specific pattern of proto
 // matching host (an exact name before any wildcard, a longer wildcard before
 // a shorter one), in the order to try them: round robin over a pool, with
-// routes reported as failing last.
+// routes reported as failing last. Of a pattern with Paths, it returns the
+// routes of every Path: those without one first, then each Path's in turn.
+// A Router that routes by path (PathRouter) chooses among them for a
+// request: the edge asks it for a request's routes with LookupPath.
 //
 // The edge, not the Router, decides which names are valid and may be asked
 // for at all (under its domain; catch-all wildcards only when allowed), and
@@ -152,13 +172,14 @@ func (r Route) Key() RouteKey { return RouteKey{r.Edge, r.SessionID, r.TunnelID}
 // of its own, so that it outlives the edge that made it.
 type Router interface {
 	// Bind adds r, or fails with an error wrapping ErrNameTaken under the
-	// ownership rules above. A route is known by its Proto, Name, Edge,
-	// SessionID and TunnelID: binding one that is bound already does
-	// nothing.
+	// ownership rules above. A route is known by its Proto, Name, Path,
+	// Edge, SessionID and TunnelID: binding one that is bound already does
+	// nothing. A Router that does not implement PathRouter need not
+	// take a route with a Path (an edge binds none there).
 	Bind(ctx context.Context, r Route) error
-	// Unbind removes the route with r's Proto, Name, Edge, SessionID and
-	// TunnelID; removing an absent route is not an error. When it was the
-	// last route of its Proto and Name and reserve is positive, the name
+	// Unbind removes the route with r's Proto, Name, Path, Edge, SessionID
+	// and TunnelID; removing an absent route is not an error. When it was the
+	// last route of its Proto, Name and Path and reserve is positive, the name
 	// stays reserved for r.Identity for that long (rule 4).
 	Unbind(ctx context.Context, r Route, reserve time.Duration) error
 	// Lookup returns the routes for proto and host, in the order to try
@@ -253,7 +274,7 @@ type MemberChecker interface {
 // then binds its own, and a lookup in between finds nothing.
 type Mover interface {
 	// Move binds r as Bind does, in the place of the routes of r.Identity
-	// for r.Proto and r.Name that the session from holds (whichever edge
+	// for r.Proto, r.Name and r.Path that the session from holds (whichever edge
 	// holds it): it adds r, then removes those routes, in one step, so
 	// that Lookup finds them, then r (and, from a Router whose lookups
 	// see the two changes apart, both at once), never neither. Those
