@@ -35,10 +35,11 @@ var binDir string
 // (prepareREADME), before any test starts, so that no test's deadline
 // includes compiling them (a cold build cache takes minutes on a small
 // machine), then runs the tests. The examples the tests run are those the
-// README's install block installed, which go install builds as go build
-// does; they are built apart only when that block did not install them
-// all (TestREADMEShell says why), since linking them again costs seconds
-// of CPU for the same binaries.
+// README's install block installed (tunnelkit), which go install builds
+// as go build does, and the others, which the documents run with go run,
+// built by prepareREADME beside them; they are all built apart only when
+// that failed (TestREADMEShell says why), since linking them again costs
+// seconds of CPU for the same binaries.
 func TestMain(m *testing.M) {
 	isolatedChild() // returns, but in the test binary run by isolatedCommand
 	cleanup := prepareREADME()

@@ -1,14 +1,16 @@
 package examples_test
 
-// The README, run as a newcomer runs it: TestREADMEShell runs its shell
-// blocks, TestREADMEGo builds its Go code and runs its programs, and
-// TestREADMEFlags holds the flags of its command lines against the
-// binaries'. What compiles (the README's `go install ./examples/NAME...`,
-// its Go code, the demo's `go run`) is built by TestMain, before any
-// test's deadline starts, into a directory of the user's cache kept from
-// run to run (keptDir), where a run with nothing changed links nothing.
+// The documents, run as a newcomer runs them: README.md and every file of
+// docs/. TestREADMEShell runs their shell blocks, TestREADMEGo builds their
+// Go code and runs their programs, and TestREADMEFlags holds the flags of
+// their command lines against the binaries'. What compiles (the README's
+// `go install ./examples/tunnelkit`, the examples the documents run with
+// go run or go build, their Go code, the demo's `go run`) is built by
+// TestMain, before any test's deadline starts, into a directory of the
+// user's cache kept from run to run (keptDir), where a run with nothing
+// changed links nothing.
 //
-// How the README's blocks are read:
+// How a document's blocks are read:
 //   - an indented block, or a ```sh or ```bash fence, is shell: pasted into
 //     bash in a fresh clone, it must work. The test runs it with bash -e
 //     from the repository's root, the installed binaries on PATH and
@@ -30,8 +32,9 @@ package examples_test
 //
 // The README's first block is the demo and the test command, which runs
 // this test: the demo runs until it printed its curl lines, which run; the
-// test command is checked to include this package. The blocks must leave
-// no file in the repository.
+// test command is checked to include this package. Its install block is
+// run by TestMain, and must install tunnelkit and nothing else. The blocks
+// must leave no file in the repository.
 
 import (
 	"bufio"
@@ -59,18 +62,22 @@ import (
 	"github.com/tunnelkit/tunnelkit/internal/testtools"
 )
 
-// blockGuard bounds how long one README block or program may run: a guard
+// blockGuard bounds how long one block or program may run: a guard
 // against a block that hangs, far above what any takes, not a check of
 // speed.
 const blockGuard = 3 * time.Minute
 
-// readmeBlock is one code block of the README.
+// readmeBlock is one code block of a document.
 type readmeBlock struct {
-	line int    // of its first line in README.md, from 1
+	doc  string // the document, from the repository's root: README.md, docs/agent.md
+	line int    // of its first line in doc, from 1
 	lang string // "sh" for shell, "go", or another fence's label ("text")
 	text string // its lines, without indentation or fences
 	skip string // the reason of a readme-test skip marker before it
 }
+
+// where is the block's place, for messages: docs/agent.md:40.
+func (b readmeBlock) where() string { return fmt.Sprintf("%s:%d", b.doc, b.line) }
 
 func (b readmeBlock) program() bool {
 	return b.lang == "go" && strings.HasPrefix(strings.TrimSpace(stripComments(b.text)), "package main")
@@ -94,12 +101,29 @@ var (
 	skipMarker   = regexp.MustCompile(`^skip \((.+)\)$`)
 )
 
-// parseREADME returns the code blocks of a Markdown file.
-func parseREADME(src string) ([]readmeBlock, error) {
+// documents returns the documents whose blocks the tests run, from the
+// repository's root: README.md, then the files of docs/.
+func documents(root string) ([]string, error) {
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		return nil, err
+	}
+	out := []string{"README.md"}
+	for _, d := range docs {
+		out = append(out, "docs/"+filepath.Base(d))
+	}
+	sort.Strings(out[1:])
+	return out, nil
+}
+
+// parseDoc returns the code blocks of the Markdown document doc, whose
+// text is src.
+func parseDoc(doc, src string) ([]readmeBlock, error) {
 	lines := strings.Split(src, "\n")
 	var blocks []readmeBlock
 	skip, skipLine := "", 0 // a marker waiting for its block
 	add := func(b readmeBlock) {
+		b.doc = doc
 		b.skip, skip = skip, ""
 		blocks = append(blocks, b)
 	}
@@ -116,7 +140,7 @@ func parseREADME(src string) ([]readmeBlock, error) {
 				body = append(body, lines[i])
 			}
 			if i == len(lines) {
-				return nil, fmt.Errorf("README.md:%d: a fence that never closes", b.line-1)
+				return nil, fmt.Errorf("%s:%d: a fence that never closes", doc, b.line-1)
 			}
 			b.text = strings.Join(body, "\n") + "\n"
 			add(b)
@@ -138,57 +162,58 @@ func parseREADME(src string) ([]readmeBlock, error) {
 		case readmeMarker.MatchString(l):
 			m := skipMarker.FindStringSubmatch(readmeMarker.FindStringSubmatch(l)[1])
 			if m == nil {
-				return nil, fmt.Errorf("README.md:%d: a readme-test marker other than \"skip (REASON)\": %s", i+1, l)
+				return nil, fmt.Errorf("%s:%d: a readme-test marker other than \"skip (REASON)\": %s", doc, i+1, l)
 			}
 			skip, skipLine = m[1], i+1
 		case strings.TrimSpace(l) == "":
 		default:
 			if skip != "" {
-				return nil, fmt.Errorf("README.md:%d: the skip marker is not right before a block", skipLine)
+				return nil, fmt.Errorf("%s:%d: the skip marker is not right before a block", doc, skipLine)
 			}
 		}
 	}
 	if skip != "" {
-		return nil, fmt.Errorf("README.md:%d: the skip marker is not right before a block", skipLine)
+		return nil, fmt.Errorf("%s:%d: the skip marker is not right before a block", doc, skipLine)
 	}
 	return blocks, nil
 }
 
-// readmePrepared is what TestMain did with the README for the tests.
+// readmePrepared is what TestMain did with the documents for the tests.
 type readmePrepared struct {
-	root   string // the repository's root, absolute
+	root   string   // the repository's root, absolute
+	docs   []string // the documents, from root: README.md, docs/...
 	blocks []readmeBlock
-	err    error // reading or parsing the README
+	err    error // reading or parsing a document
 
-	install    *readmeBlock // the block with `go install ./examples/NAME...`
+	install    *readmeBlock // the README's block with `go install ./examples/NAME...`
 	installErr error        // running it, with its output
 	bin        string       // where it installed the binaries
 
+	examples    string // the examples the tests run: links to those installed, the others built
+	examplesErr error  // building the others
+
 	demoErr error // `go run ./examples/demo -h`, which builds what the demo block runs
 
-	programs map[int]string // README line of each program: its binary
-	goErrs   map[int]error  // README line of a program, or 0 for the fragments: why it did not build
+	programs map[string]string // place (where) of each program: its binary
+	goErrs   map[string]error  // place of a program, or "" for the fragments: why it did not build
 }
 
 var readmePrep readmePrepared
 
-// installed returns the directory where the README's install block put
-// the binaries names, and whether it put every one of them there.
+// installed returns a directory holding the example binaries names,
+// and whether it holds every one: those the README's install block
+// installed, as links, and the others (which the documents run with go
+// run) built by prepareREADME, as go run builds them.
 func (p *readmePrepared) installed(names []string) (string, bool) {
-	if p.install == nil || p.installErr != nil || p.bin == "" {
+	if p.install == nil || p.installErr != nil || p.examplesErr != nil || p.examples == "" {
 		return "", false
 	}
 	for _, n := range names {
-		// The directory is kept from run to run (keptDir): a binary of
-		// a name the block no longer installs may still be there.
-		if !p.installs(n) {
-			return "", false
-		}
-		if fi, err := os.Stat(filepath.Join(p.bin, n)); err != nil || !fi.Mode().IsRegular() {
+		if fi, err := os.Stat(filepath.Join(p.examples, n)); err != nil || !fi.Mode().IsRegular() {
 			return "", false
 		}
 	}
-	return p.bin, true
+	return p.examples, true
 }
 
 // installs reports whether the README's install block installs the
@@ -197,7 +222,7 @@ func (p *readmePrepared) installs(name string) bool {
 	return slices.Contains(strings.Fields(p.install.text), "./examples/"+name)
 }
 
-// prepareREADME builds, before the tests run, everything the README's
+// prepareREADME builds, before the tests run, everything the documents'
 // blocks compile, and returns a func that removes what it made. What fails
 // is kept in readmePrep for the tests to report.
 func prepareREADME() (cleanup func()) {
@@ -206,13 +231,21 @@ func prepareREADME() (cleanup func()) {
 	if p.err != nil {
 		return func() {}
 	}
-	src, err := os.ReadFile(filepath.Join(p.root, "README.md"))
-	if err != nil {
-		p.err = err
+	if p.docs, p.err = documents(p.root); p.err != nil {
 		return func() {}
 	}
-	if p.blocks, p.err = parseREADME(string(src)); p.err != nil {
-		return func() {}
+	for _, doc := range p.docs {
+		src, err := os.ReadFile(filepath.Join(p.root, doc))
+		if err != nil {
+			p.err = err
+			return func() {}
+		}
+		blocks, err := parseDoc(doc, string(src))
+		if err != nil {
+			p.err = err
+			return func() {}
+		}
+		p.blocks = append(p.blocks, blocks...)
 	}
 	dir, err := os.MkdirTemp("", "tunnelkit-readme-")
 	if err != nil {
@@ -226,7 +259,7 @@ func prepareREADME() (cleanup func()) {
 	// The install block, as written, into a GOPATH of its own (the module
 	// cache stays where it is: nothing is downloaded).
 	for i, b := range p.blocks {
-		if b.lang == "sh" && strings.Contains(b.text, "go install ./examples/") {
+		if b.doc == "README.md" && b.lang == "sh" && strings.Contains(b.text, "go install ./examples/") {
 			p.install = &p.blocks[i]
 			break
 		}
@@ -252,6 +285,8 @@ func prepareREADME() (cleanup func()) {
 				p.installErr = fmt.Errorf("%v\n%s", err, out)
 			}
 			p.bin = filepath.Join(gopath, "bin")
+			p.examples = filepath.Join(kept, "examples")
+			p.examplesErr = p.buildExamples(p.examples)
 		}
 	}
 
@@ -263,10 +298,44 @@ func prepareREADME() (cleanup func()) {
 	}
 
 	p.buildGo(filepath.Join(kept, "go"))
+	prepareDockerfile(p.root, filepath.Join(kept, "docker"))
 	return cleanup
 }
 
-// keptDir returns the directory where what the README's blocks build is
+// buildExamples makes dir hold every example the tests run: a link to
+// each the install block installed, and the others built there (a build
+// with nothing changed links nothing).
+func (p *readmePrepared) buildExamples(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var build []string
+	for _, name := range examples {
+		path := filepath.Join(dir, name)
+		if !p.installs(name) {
+			build = append(build, "./examples/"+name)
+			if fi, err := os.Lstat(path); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+				os.Remove(path)
+			}
+			continue
+		}
+		os.Remove(path)
+		if err := os.Symlink(filepath.Join(p.bin, name), path); err != nil {
+			return err
+		}
+	}
+	if len(build) == 0 {
+		return nil
+	}
+	cmd := exec.Command("go", append([]string{"build", "-o", dir + string(os.PathSeparator)}, build...)...)
+	cmd.Dir = p.root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", strings.Join(build, " "), err, out)
+	}
+	return nil
+}
+
+// keptDir returns the directory where what the documents' blocks build is
 // kept from one run of the tests to the next, locked until unlock is
 // called: one of the user's cache (os.UserCacheDir) for the checkout at
 // root, so that a run with nothing changed links nothing (the go command
@@ -294,11 +363,19 @@ func keptDir(root, tmp string) (dir string, unlock func()) {
 	return dir, func() { lock.Close() }
 }
 
-// buildGo builds the README's programs, and its fragments inside
+// programPackage names the package of the program at b: doc and line,
+// in letters a package path takes (docs_library_md_120).
+func programPackage(b readmeBlock) string {
+	return regexp.MustCompile(`[^a-zA-Z0-9]+`).ReplaceAllString(b.doc, "_") + fmt.Sprintf("_%d", b.line)
+}
+
+// buildGo builds the documents' programs, and their fragments inside
 // functions, in a module of a workspace with the repository's, in dir.
 func (p *readmePrepared) buildGo(dir string) {
-	p.programs, p.goErrs = map[int]string{}, map[int]error{}
-	fail := func(err error) { p.goErrs[0] = err }
+	p.programs, p.goErrs = map[string]string{}, map[string]error{}
+	fail := func(err error) { p.goErrs[""] = err }
+	// What an earlier run wrote goes: programs of blocks that moved.
+	os.RemoveAll(filepath.Join(dir, "src"))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		fail(err)
 		return
@@ -322,13 +399,13 @@ func (p *readmePrepared) buildGo(dir string) {
 	for _, b := range p.blocks {
 		switch {
 		case b.program():
-			files[fmt.Sprintf("line%d/main.go", b.line)] = fmt.Sprintf("//line README.md:%d\n%s", b.line, b.text)
+			files["src/"+programPackage(b)+"/main.go"] = fmt.Sprintf("//line %s:%d\n%s", b.doc, b.line, b.text)
 		case b.lang == "go":
 			fragments = append(fragments, b)
 		}
 	}
 	if len(fragments) > 0 {
-		files["fragments/main.go"] = fragmentHarness(fragments)
+		files["src/fragments/main.go"] = fragmentHarness(fragments)
 	}
 	for name, text := range files {
 		path := filepath.Join(dir, name)
@@ -342,7 +419,7 @@ func (p *readmePrepared) buildGo(dir string) {
 		}
 	}
 	build := func(pkg string) error {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "bin", pkg), "./"+pkg)
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "bin", pkg), "./src/"+pkg)
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "GOWORK="+filepath.Join(dir, "go.work"))
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -359,16 +436,16 @@ func (p *readmePrepared) buildGo(dir string) {
 		if !b.program() {
 			continue
 		}
-		pkg := fmt.Sprintf("line%d", b.line)
+		pkg := programPackage(b)
 		if err := build(pkg); err != nil {
-			p.goErrs[b.line] = err
+			p.goErrs[b.where()] = err
 			continue
 		}
-		p.programs[b.line] = filepath.Join(dir, "bin", pkg)
+		p.programs[b.where()] = filepath.Join(dir, "bin", pkg)
 	}
 }
 
-// fragmentEnv declares the names the README's fragments use without
+// fragmentEnv declares the names the documents' fragments use without
 // defining them.
 const fragmentEnv = `
 var (
@@ -385,49 +462,54 @@ var (
 	srv           *edge.Server
 	client        *agent.Client
 	wildcard      tls.Certificate
+	etcdTLS       *tls.Config
+	relayTLS      *tls.Config
 )
 `
 
 // fragmentImports are the packages fragments may name, by name; those of
 // fragmentEnv are always imported.
 var fragmentImports = map[string]string{
-	"agent":     "github.com/tunnelkit/tunnelkit/agent",
-	"autocert":  "golang.org/x/crypto/acme/autocert",
-	"context":   "context",
-	"edge":      "github.com/tunnelkit/tunnelkit/edge",
-	"errors":    "errors",
-	"fmt":       "fmt",
-	"forward":   "github.com/tunnelkit/tunnelkit/agent/forward",
-	"forwarded": "github.com/tunnelkit/tunnelkit/forwarded",
-	"http":      "net/http",
-	"inspect":   "github.com/tunnelkit/tunnelkit/agent/inspect",
-	"io":        "io",
-	"log":       "log",
-	"net":       "net",
-	"netip":     "net/netip",
-	"oidc":      "github.com/tunnelkit/tunnelkit/policy/oidc",
-	"os":        "os",
-	"policy":    "github.com/tunnelkit/tunnelkit/policy",
-	"router":    "github.com/tunnelkit/tunnelkit/router",
-	"slog":      "log/slog",
-	"sni":       "github.com/tunnelkit/tunnelkit/sni",
-	"time":      "time",
-	"tls":       "crypto/tls",
-	"view":      "github.com/tunnelkit/tunnelkit/edge/view",
-	"x509":      "crypto/x509",
+	"agent":      "github.com/tunnelkit/tunnelkit/agent",
+	"autocert":   "golang.org/x/crypto/acme/autocert",
+	"clientv3":   "go.etcd.io/etcd/client/v3",
+	"etcdrouter": "github.com/tunnelkit/tunnelkit/router/etcdrouter",
+	"context":    "context",
+	"edge":       "github.com/tunnelkit/tunnelkit/edge",
+	"errors":     "errors",
+	"fmt":        "fmt",
+	"forward":    "github.com/tunnelkit/tunnelkit/agent/forward",
+	"forwarded":  "github.com/tunnelkit/tunnelkit/forwarded",
+	"http":       "net/http",
+	"inspect":    "github.com/tunnelkit/tunnelkit/agent/inspect",
+	"io":         "io",
+	"log":        "log",
+	"net":        "net",
+	"netip":      "net/netip",
+	"oidc":       "github.com/tunnelkit/tunnelkit/policy/oidc",
+	"os":         "os",
+	"policy":     "github.com/tunnelkit/tunnelkit/policy",
+	"relay":      "github.com/tunnelkit/tunnelkit/edge/relay",
+	"router":     "github.com/tunnelkit/tunnelkit/router",
+	"slog":       "log/slog",
+	"sni":        "github.com/tunnelkit/tunnelkit/sni",
+	"time":       "time",
+	"tls":        "crypto/tls",
+	"view":       "github.com/tunnelkit/tunnelkit/edge/view",
+	"x509":       "crypto/x509",
 }
 
 // fragmentHarness returns a program with each fragment, verbatim, as the
 // body of a function returning an error, its compile errors pointing at
-// the README's lines. The names a fragment defines are used after it, as
-// the code that would follow it in an app would.
+// the documents' lines. The names a fragment defines are used after it,
+// as the code that would follow it in an app would.
 func fragmentHarness(fragments []readmeBlock) string {
 	imports := map[string]bool{"agent": true, "context": true, "edge": true, "http": true, "net": true, "router": true, "tls": true}
 	var funcs strings.Builder
 	for i, f := range fragments {
 		var defined []string
 		// A fragment that does not parse gets no uses: the compiler
-		// reports its error at the README's line.
+		// reports its error at the document's line.
 		file, err := parser.ParseFile(token.NewFileSet(), "", "package p\nfunc _() error {\n"+f.text+"}\n", 0)
 		if err == nil {
 			body := file.Decls[0].(*ast.FuncDecl).Body
@@ -449,14 +531,14 @@ func fragmentHarness(fragments []readmeBlock) string {
 				return true
 			})
 		}
-		fmt.Fprintf(&funcs, "\nfunc fragment%d() error {\n//line README.md:%d\n%s", i, f.line, f.text)
+		fmt.Fprintf(&funcs, "\nfunc fragment%d() error {\n//line %s:%d\n%s", i, f.doc, f.line, f.text)
 		for _, name := range defined {
 			fmt.Fprintf(&funcs, "\t_ = %s\n", name)
 		}
 		funcs.WriteString("\treturn nil\n}\n")
 	}
 	var b strings.Builder
-	b.WriteString("// The README's Go fragments, each in a function of its own.\npackage main\n\nimport (\n")
+	b.WriteString("// The documents' Go fragments, each in a function of its own.\npackage main\n\nimport (\n")
 	names := make([]string, 0, len(imports))
 	for name := range imports {
 		names = append(names, name)
@@ -472,12 +554,12 @@ func fragmentHarness(fragments []readmeBlock) string {
 	return b.String()
 }
 
-// readme returns what TestMain prepared, failing the test if the README
+// readme returns what TestMain prepared, failing the test if a document
 // could not be read.
 func readme(t *testing.T) *readmePrepared {
 	t.Helper()
 	if readmePrep.err != nil {
-		t.Fatalf("README: %v", readmePrep.err)
+		t.Fatalf("documents: %v", readmePrep.err)
 	}
 	return &readmePrep
 }
@@ -494,7 +576,7 @@ func needIsolation(t *testing.T) {
 		}
 	}
 	if err != nil {
-		testtools.Missing(t, "network and PID namespaces of their own for the README's blocks: "+err.Error())
+		testtools.Missing(t, "network and PID namespaces of their own for the documents' blocks: "+err.Error())
 	}
 }
 
@@ -518,10 +600,11 @@ func runIsolated(t *testing.T, cmd *exec.Cmd, what string) error {
 	}
 }
 
-// runShell runs script with bash -e as TestREADMEShell says, and returns
-// its output (stdout and stderr together); it fails the test if the
-// script fails, with its output and the logs it wrote.
-func runShell(t *testing.T, line int, script string) string {
+// runShell runs script, the block at where, with bash -e as
+// TestREADMEShell says, and returns its output (stdout and stderr
+// together); it fails the test if the script fails, with its output and
+// the logs it wrote.
+func runShell(t *testing.T, where, script string) string {
 	t.Helper()
 	p := readme(t)
 	tmp := t.TempDir()
@@ -535,10 +618,10 @@ func runShell(t *testing.T, line int, script string) string {
 	cmd.Env = append(cmd.Env, "PATH="+p.bin+string(os.PathListSeparator)+os.Getenv("PATH"), "TMPDIR="+tmp, "XDG_STATE_HOME="+filepath.Join(tmp, "state"))
 	var out testtools.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := runIsolated(t, cmd, fmt.Sprintf("README.md:%d", line)); err != nil {
-		t.Fatalf("README.md:%d: the block failed: %v\n--- its output:\n%s%s", line, err, out.String(), logsUnder(tmp))
+	if err := runIsolated(t, cmd, where); err != nil {
+		t.Fatalf("%s: the block failed: %v\n--- its output:\n%s%s", where, err, out.String(), logsUnder(tmp))
 	}
-	t.Logf("README.md:%d: the block's output:\n%s", line, out.String())
+	t.Logf("%s: the block's output:\n%s", where, out.String())
 	return out.String()
 }
 
@@ -565,12 +648,14 @@ func untracked(root string) (files []string, ok bool) {
 	return strings.Fields(string(out)), true
 }
 
-// TestREADMEShell runs the README's shell blocks, each in namespaces of its
-// own, as the comment at the top of this file says.
+// TestREADMEShell runs the shell blocks of every document, each in
+// namespaces of its own, as the comment at the top of this file says: one
+// subtest for each document, one for each of its blocks
+// (TestREADMEShell/agent.md/line40).
 func TestREADMEShell(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
-		t.Skip("runs the README's blocks: edges, agents, etcd, haproxy")
+		t.Skip("runs the documents' blocks: edges, agents, etcd, haproxy")
 	}
 	p := readme(t)
 	testtools.Need(t, "bash", "curl", "openssl", "etcd", "haproxy")
@@ -580,54 +665,65 @@ func TestREADMEShell(t *testing.T) {
 	}
 	before, gitOK := untracked(p.root)
 	first := true
-	for _, b := range p.blocks {
-		if b.lang != "sh" {
-			continue
-		}
-		top := first
-		first = false
-		t.Run(fmt.Sprintf("line%d", b.line), func(t *testing.T) {
-			switch {
-			case b.skip != "":
-				t.Skipf("README.md:%d: %s", b.line, b.skip)
-			case top:
-				runTopBlock(t, b)
-			case p.install.line == b.line:
-				if p.installErr != nil {
-					t.Fatalf("README.md:%d: the install block failed (run by TestMain): %v", b.line, p.installErr)
+	for _, doc := range p.docs {
+		t.Run(filepath.Base(doc), func(t *testing.T) {
+			for _, b := range p.blocks {
+				if b.doc != doc || b.lang != "sh" {
+					continue
 				}
-				for _, name := range examples {
-					if _, err := os.Stat(filepath.Join(p.bin, name)); err != nil {
-						t.Errorf("README.md:%d: the install block did not install %s: %v", b.line, name, err)
+				top := first
+				first = false
+				t.Run(fmt.Sprintf("line%d", b.line), func(t *testing.T) {
+					switch {
+					case b.skip != "":
+						t.Skipf("%s: %s", b.where(), b.skip)
+					case top:
+						runTopBlock(t, b)
+					case p.install.where() == b.where():
+						checkInstall(t, b)
+					default:
+						for _, cl := range commandLines(b) {
+							if curlWithoutFail(cl.text) {
+								t.Errorf("%s:%d: curl without -f (--fail): an error page would pass for an answer", b.doc, cl.line)
+							}
+						}
+						runShell(t, b.where(), b.text)
 					}
-				}
-				// Nothing else: the benchmark programs run with go run,
-				// and a user's PATH gets no binary named datapath.
-				installed, err := os.ReadDir(p.bin)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, f := range installed {
-					if !slices.Contains(examples, f.Name()) {
-						t.Errorf("README.md:%d: the install block installs %s, which is not one of the example binaries %q", b.line, f.Name(), examples)
-					}
-				}
-			default:
-				for _, cl := range commandLines(b) {
-					if curlWithoutFail(cl.text) {
-						t.Errorf("README.md:%d: curl without -f (--fail): an error page would pass for an answer", cl.line)
-					}
-				}
-				runShell(t, b.line, b.text)
+				})
 			}
 		})
 	}
 	if after, ok := untracked(p.root); ok && gitOK {
 		for _, f := range after {
 			if !slices.Contains(before, f) {
-				t.Errorf("README: a block left %s in the repository: blocks write into a directory of mktemp -d", f)
+				t.Errorf("documents: a block left %s in the repository: blocks write into a directory of mktemp -d", f)
 			}
 		}
+	}
+}
+
+// checkInstall checks what the README's install block, which TestMain
+// ran, installed: tunnelkit, and nothing else. The small examples run
+// with go run, the benchmark programs too, and a user's PATH gets no
+// binary named hello, demo or datapath.
+func checkInstall(t *testing.T, b readmeBlock) {
+	p := readme(t)
+	if p.installErr != nil {
+		t.Fatalf("%s: the install block failed (run by TestMain): %v", b.where(), p.installErr)
+	}
+	if p.examplesErr != nil {
+		t.Errorf("the examples the documents run with go run did not build beside it (run by TestMain): %v", p.examplesErr)
+	}
+	installed, err := os.ReadDir(p.bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range installed {
+		names = append(names, f.Name())
+	}
+	if !slices.Equal(names, []string{"tunnelkit"}) {
+		t.Errorf("%s: the install block installs %q; want tunnelkit alone", b.where(), names)
 	}
 }
 
@@ -637,14 +733,15 @@ func TestREADMEShell(t *testing.T) {
 func runTopBlock(t *testing.T, b readmeBlock) {
 	p := readme(t)
 	for i, line := range strings.Split(strings.TrimSpace(b.text), "\n") {
+		where := fmt.Sprintf("%s:%d", b.doc, b.line+i)
 		switch {
 		case strings.HasPrefix(line, "go test "):
 			if !slices.Contains(strings.Fields(line), "./examples/...") {
-				t.Errorf("README.md:%d: the test command %q does not run ./examples/..., where this test is", b.line+i, line)
+				t.Errorf("%s: the test command %q does not run ./examples/..., where this test is", where, line)
 			}
 		case line == "go run ./examples/demo":
 			if p.demoErr != nil {
-				t.Fatalf("README.md:%d: %v", b.line+i, p.demoErr)
+				t.Fatalf("%s: %v", where, p.demoErr)
 			}
 			// The demo runs in the background, its stdout read line by
 			// line: each curl line it prints runs, until it says it runs
@@ -660,23 +757,23 @@ done
 echo "the demo ended without saying Ctrl-C to stop."
 exit 1
 `
-			out := runShell(t, b.line+i, script)
+			out := runShell(t, where, script)
 			curls := strings.Count(out, "\n  curl ")
 			if got := strings.Count(out, "Hello from behind the tunnel!"); curls == 0 || got != curls {
-				t.Errorf("README.md:%d: the demo printed %d curl lines, and %d answers came back:\n%s", b.line+i, curls, got, out)
+				t.Errorf("%s: the demo printed %d curl lines, and %d answers came back:\n%s", where, curls, got, out)
 			}
 		default:
-			t.Errorf("README.md:%d: the first block's line %q: the test runs the demo and checks the test command, nothing else", b.line+i, line)
+			t.Errorf("%s: the first block's line %q: the test runs the demo and checks the test command, nothing else", where, line)
 		}
 	}
 }
 
-// TestREADMEGo checks that the README's Go fragments compile, and runs its
-// programs: each prints what the text block after it shows.
+// TestREADMEGo checks that the documents' Go fragments compile, and runs
+// their programs: each prints what the text block after it shows.
 func TestREADMEGo(t *testing.T) {
 	p := readme(t)
-	if err := p.goErrs[0]; err != nil {
-		t.Errorf("README: the Go fragments do not compile: %v", err)
+	if err := p.goErrs[""]; err != nil {
+		t.Errorf("documents: the Go fragments do not compile: %v", err)
 	}
 	var programs int
 	for i, b := range p.blocks {
@@ -684,79 +781,179 @@ func TestREADMEGo(t *testing.T) {
 			continue
 		}
 		programs++
-		t.Run(fmt.Sprintf("line%d", b.line), func(t *testing.T) {
-			if err := p.goErrs[b.line]; err != nil {
-				t.Fatalf("README.md:%d: the program does not build: %v", b.line, err)
+		t.Run(fmt.Sprintf("%s/line%d", filepath.Base(b.doc), b.line), func(t *testing.T) {
+			if err := p.goErrs[b.where()]; err != nil {
+				t.Fatalf("%s: the program does not build: %v", b.where(), err)
 			}
-			if i+1 == len(p.blocks) || p.blocks[i+1].lang != "text" {
-				t.Fatalf("README.md:%d: a program is followed by a ```text block of what it prints", b.line)
+			if i+1 == len(p.blocks) || p.blocks[i+1].doc != b.doc || p.blocks[i+1].lang != "text" {
+				t.Fatalf("%s: a program is followed by a ```text block of what it prints", b.where())
 			}
 			want := p.blocks[i+1]
 			if testing.Short() {
 				t.Skip("runs an edge")
 			}
 			needIsolation(t)
-			cmd, err := isolatedCommand(p.programs[b.line])
+			cmd, err := isolatedCommand(p.programs[b.where()])
 			if err != nil {
 				t.Fatal(err)
 			}
 			cmd.Env = append(cmd.Env, "TMPDIR="+t.TempDir())
 			var stdout, stderr testtools.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			if err := runIsolated(t, cmd, fmt.Sprintf("README.md:%d", b.line)); err != nil {
-				t.Fatalf("README.md:%d: the program failed: %v\n--- stdout:\n%s--- stderr:\n%s", b.line, err, stdout.String(), stderr.String())
+			if err := runIsolated(t, cmd, b.where()); err != nil {
+				t.Fatalf("%s: the program failed: %v\n--- stdout:\n%s--- stderr:\n%s", b.where(), err, stdout.String(), stderr.String())
 			}
 			if got := strings.TrimSpace(stdout.String()); got != strings.TrimSpace(want.text) {
-				t.Errorf("README.md:%d: the program printed\n%s\nand README.md:%d says it prints\n%s", b.line, got, want.line, strings.TrimSpace(want.text))
+				t.Errorf("%s: the program printed\n%s\nand %s says it prints\n%s", b.where(), got, want.where(), strings.TrimSpace(want.text))
 			}
 		})
 	}
 	if programs == 0 {
-		t.Error("README: no complete Go program (a ```go block starting with package main) to run")
+		t.Error("documents: no complete Go program (a ```go block starting with package main) to run")
 	}
 }
 
-// TestREADMEFlags checks the command lines of the README's blocks against
-// the binaries: each flag a line gives its binary is one of its flags, and
-// each flag of a binary is given on some line (the README's list of the
-// example binaries has them all).
+// flagDocs are the commands whose flags the documents give, each with the
+// document whose command lines give every one of its flags (its list of
+// every flag).
+var flagDocs = []struct{ command, doc string }{
+	{"tunnelkit edge", "docs/edge.md"},
+	{"tunnelkit agent", "docs/agent.md"},
+	{"demo", "docs/library.md"},
+	{"hello", "docs/library.md"},
+	{"sniproxy", "docs/library.md"},
+}
+
+// otherFlags are the flags of other programs that the documents' prose
+// names in code spans (`-race`), which TestREADMEFlags lets pass.
+var otherFlags = map[string]string{
+	"race":      "go test",
+	"run":       "go test",
+	"count":     "go test",
+	"short":     "go test",
+	"bench":     "go test",
+	"benchtime": "go test",
+	"trimpath":  "go build",
+	"ldflags":   "go build",
+	"duration":  "examples/bench/datapath",
+	"runs":      "examples/bench/datapath",
+	"rows":      "examples/bench/datapath",
+}
+
+// TestREADMEFlags checks the command lines of the documents' blocks
+// against the binaries: each flag a line gives its command (tunnelkit
+// edge, tunnelkit agent or its shorthands, go run ./examples/hello...) is
+// one of the command's flags, and each subcommand a line names is one of
+// tunnelkit's; each flag of a command is given on some line of its
+// document (flagDocs: the list of every flag there has them all); and
+// each flag the documents' prose names in a code span (`-to`) is a flag
+// of one of the commands, or of otherFlags.
 func TestREADMEFlags(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
 	p := readme(t)
 	bin := build(t, examples...)
-	given := map[string]map[string][]int{} // binary, flag: README lines
+	subcommands := helpSubcommands(t, filepath.Join(bin, "tunnelkit"))
+	have := map[string]map[string]bool{} // command: its flags
+	for _, c := range flagDocs {
+		words := strings.Fields(c.command)
+		have[c.command] = helpFlags(t, filepath.Join(bin, words[0]), words[1:]...)
+	}
+	given := map[string]map[string][]string{} // command, flag: the places of the lines, doc:line
 	for _, b := range p.blocks {
 		if b.lang == "go" {
 			continue
 		}
 		for _, cl := range commandLines(b) {
-			name, flags := commandFlags(cl.text)
-			if name == "" {
+			for _, c := range commandsOf(cl.text) {
+				where := fmt.Sprintf("%s:%d", b.doc, cl.line)
+				if c.name == "tunnelkit" {
+					if c.sub != "" && !slices.Contains(subcommands, c.sub) {
+						t.Errorf("%s: tunnelkit has no subcommand %q (tunnelkit -h lists %q)", where, c.sub, subcommands)
+					}
+					continue
+				}
+				if given[c.name] == nil {
+					given[c.name] = map[string][]string{}
+				}
+				for _, f := range c.flags {
+					if !have[c.name][f] {
+						t.Errorf("%s: %s has no flag -%s", where, c.name, f)
+					}
+					given[c.name][f] = append(given[c.name][f], where)
+				}
+			}
+		}
+	}
+	for _, c := range flagDocs {
+		for f := range have[c.command] {
+			if !slices.ContainsFunc(given[c.command][f], func(where string) bool { return strings.HasPrefix(where, c.doc+":") }) {
+				t.Errorf("%s: no command line gives %s's flag -%s (its list of every flag names them all)", c.doc, c.command, f)
+			}
+		}
+	}
+	// The prose.
+	for _, doc := range p.docs {
+		src, err := os.ReadFile(filepath.Join(p.root, doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, span := range proseCodeSpans(string(src)) {
+			m := proseFlag.FindStringSubmatch(span.text)
+			if m == nil || otherFlags[m[1]] != "" {
 				continue
 			}
-			if given[name] == nil {
-				given[name] = map[string][]int{}
-			}
-			for _, f := range flags {
-				given[name][f] = append(given[name][f], cl.line)
+			if !slices.ContainsFunc(flagDocs, func(c struct{ command, doc string }) bool { return have[c.command][m[1]] }) {
+				t.Errorf("%s:%d: `%s` names no flag of tunnelkit edge, tunnelkit agent, demo, hello or sniproxy", doc, span.line, span.text)
 			}
 		}
 	}
-	for _, name := range examples {
-		have := helpFlags(t, filepath.Join(bin, name))
-		for f, lines := range given[name] {
-			if !have[f] {
-				t.Errorf("README.md:%d: %s has no flag -%s", lines[0], name, f)
-			}
-		}
-		for f := range have {
-			if given[name][f] == nil {
-				t.Errorf("README: no command line gives %s's flag -%s (the list under \"The example binaries\" names every flag)", name, f)
-			}
+}
+
+// proseFlag is a code span of prose that starts with a flag: `-to`,
+// `-log-requests=false`, `-http-idle 1h`, but not `-1s` or `--fail`.
+var proseFlag = regexp.MustCompile(`^-([a-z][a-z0-9-]*[a-z0-9])(?:[= ]|$)`)
+
+// proseSpan is an inline code span of a document's prose.
+type proseSpan struct {
+	line int
+	text string
+}
+
+// proseCodeSpans returns the inline code spans of a Markdown document's
+// prose: outside its code blocks, as parseDoc finds them.
+func proseCodeSpans(src string) []proseSpan {
+	var spans []proseSpan
+	span := regexp.MustCompile("(`+)([^`]|[^`].*?[^`])`+")
+	for i, l := range proseLines(src) {
+		for _, m := range span.FindAllStringSubmatch(l, -1) {
+			spans = append(spans, proseSpan{line: i + 1, text: strings.TrimSpace(m[2])})
 		}
 	}
+	return spans
+}
+
+// proseLines returns the lines of a Markdown document with those of its
+// code blocks (fenced, or indented after a blank line) made empty, so
+// that the others keep their numbers.
+func proseLines(src string) []string {
+	lines := strings.Split(src, "\n")
+	out := make([]string, len(lines))
+	for i := 0; i < len(lines); i++ {
+		l := lines[i]
+		switch {
+		case strings.HasPrefix(l, "```"):
+			for i++; i < len(lines) && !strings.HasPrefix(lines[i], "```"); i++ {
+			}
+		case strings.HasPrefix(l, "    ") && (i == 0 || strings.TrimSpace(lines[i-1]) == ""):
+			for ; i+1 < len(lines) && (strings.HasPrefix(lines[i+1], "    ") || strings.TrimSpace(lines[i+1]) == ""); i++ {
+			}
+		default:
+			out[i] = l
+		}
+	}
+	return out
 }
 
 // commandLine is a line of a block with its continuation lines (ending
@@ -784,30 +981,78 @@ func commandLines(b readmeBlock) []commandLine {
 	return out
 }
 
-// commandFlags returns the example binary a command line runs (after
-// environment assignments; "go run ./examples/NAME" runs NAME) and the
-// flags it gives it, up to a comment, a redirection or the next command.
-func commandFlags(line string) (name string, flags []string) {
-	words := strings.Fields(line)
-	for len(words) > 0 && regexp.MustCompile(`^[A-Z_]+=`).MatchString(words[0]) {
-		words = words[1:]
-	}
-	if len(words) >= 3 && words[0] == "go" && words[1] == "run" && strings.HasPrefix(words[2], "./examples/") {
-		words = append([]string{strings.TrimPrefix(words[2], "./examples/")}, words[3:]...)
-	}
-	if len(words) == 0 || !slices.Contains(examples, words[0]) {
-		return "", nil
-	}
-	flag := regexp.MustCompile(`^\[*-([a-z][a-z0-9-]*)`)
-	for _, w := range words[1:] {
-		if w == "&" || w == "&&" || w == ";" || strings.HasPrefix(w, "#") || strings.HasPrefix(w, ">") || strings.HasPrefix(w, "2>") {
+// command is one of the examples' commands on a command line.
+type command struct {
+	name  string   // tunnelkit edge, tunnelkit agent, hello...; tunnelkit for its other subcommands
+	sub   string   // for tunnelkit, the word after it ("version"; "-h"), if any
+	flags []string // the flags given, without their dash
+}
+
+// separators are the words after which a new command starts.
+var separators = []string{"&", "&&", "||", ";", "|", "(", "{", "!", "do", "then", "else", "if", "while", "until"}
+
+// commandsOf returns the commands of the examples a command line runs:
+// tunnelkit (its agent shorthands http, https, tcp and tls as "tunnelkit
+// agent"), an example run with "go run ./examples/NAME", or one built
+// into the block's directory ("./hello"); each after environment
+// assignments, at the start of the line or after a separator, with the
+// flags given to it up to a comment, a redirection or the next command.
+func commandsOf(line string) []command {
+	words := strings.Fields(strings.NewReplacer(";", " ; ", "(", " ( ", ")", " ) ").Replace(line))
+	var out []command
+	start := true
+	for i := 0; i < len(words); i++ {
+		w := words[i]
+		if strings.HasPrefix(w, "#") {
 			break
 		}
-		if m := flag.FindStringSubmatch(w); m != nil {
-			flags = append(flags, m[1])
+		if slices.Contains(separators, w) {
+			start = true
+			continue
 		}
+		if !start {
+			continue
+		}
+		if regexp.MustCompile(`^[A-Z_]+=`).MatchString(w) {
+			continue // an assignment: the command comes after it
+		}
+		start = false
+		var c command
+		rest := words[i+1:]
+		switch {
+		case w == "tunnelkit" && len(rest) > 0 && strings.HasSuffix(rest[0], ":"):
+			continue // a message: "tunnelkit agent: unauthorized: ..."
+		case w == "tunnelkit" && len(rest) > 0:
+			c.name, c.sub = "tunnelkit", rest[0]
+			switch rest[0] {
+			case "edge":
+				c.name, rest = "tunnelkit edge", rest[1:]
+			case "agent", "http", "https", "tcp", "tls":
+				c.name, rest = "tunnelkit agent", rest[1:]
+			}
+		case w == "tunnelkit":
+			c.name = "tunnelkit"
+		case w == "go" && len(rest) >= 2 && rest[0] == "run" && strings.HasPrefix(rest[1], "./examples/"):
+			c.name, rest = strings.TrimPrefix(rest[1], "./examples/"), rest[2:]
+		case strings.HasPrefix(w, "./") && slices.Contains(examples, strings.TrimPrefix(w, "./")):
+			c.name = strings.TrimPrefix(w, "./")
+		default:
+			continue
+		}
+		flag := regexp.MustCompile(`^\[*-([a-z][a-z0-9-]*)`)
+		depth := 0 // of usage lines' brackets, where | is "or", not a pipe
+		for _, a := range rest {
+			if (slices.Contains(separators, a) && (a != "|" || depth == 0)) || a == ")" || strings.HasPrefix(a, "#") || strings.HasPrefix(a, ">") || strings.HasPrefix(a, "2>") {
+				break
+			}
+			depth += strings.Count(a, "[") - strings.Count(a, "]")
+			if m := flag.FindStringSubmatch(a); m != nil && c.name != "tunnelkit" {
+				c.flags = append(c.flags, m[1])
+			}
+		}
+		out = append(out, c)
 	}
-	return words[0], flags
+	return out
 }
 
 // curlWithoutFail reports whether a command line runs curl without -f
@@ -832,12 +1077,12 @@ func curlWithoutFail(line string) bool {
 	return false
 }
 
-// helpFlags returns the flags bin -h lists.
-func helpFlags(t *testing.T, bin string) map[string]bool {
+// helpOutput returns what bin args... -h prints on stderr.
+func helpOutput(t *testing.T, bin string, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "-h")
+	cmd := exec.CommandContext(ctx, bin, append(args, "-h")...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
@@ -846,8 +1091,15 @@ func helpFlags(t *testing.T, bin string) map[string]bool {
 			t.Fatal(err)
 		}
 	}
+	return stderr.String()
+}
+
+// helpFlags returns the flags bin args... -h lists.
+func helpFlags(t *testing.T, bin string, args ...string) map[string]bool {
+	t.Helper()
+	help := helpOutput(t, bin, args...)
 	flags := map[string]bool{}
-	sc := bufio.NewScanner(&stderr)
+	sc := bufio.NewScanner(strings.NewReader(help))
 	usage := regexp.MustCompile(`^  -([a-z][a-z0-9-]*)`)
 	for sc.Scan() {
 		if m := usage.FindStringSubmatch(sc.Text()); m != nil {
@@ -855,25 +1107,44 @@ func helpFlags(t *testing.T, bin string) map[string]bool {
 		}
 	}
 	if len(flags) == 0 {
-		t.Fatalf("%s -h lists no flags:\n%s", filepath.Base(bin), stderr.String())
+		t.Fatalf("%s -h lists no flags:\n%s", strings.Join(append([]string{filepath.Base(bin)}, args...), " "), help)
 	}
 	return flags
 }
 
+// helpSubcommands returns the subcommands tunnelkit -h lists, and -h.
+func helpSubcommands(t *testing.T, bin string) []string {
+	t.Helper()
+	help := helpOutput(t, bin)
+	_, list, ok := strings.Cut(help, "\nSubcommands:\n")
+	if !ok {
+		t.Fatalf("tunnelkit -h lists no subcommands:\n%s", help)
+	}
+	subs := []string{"-h"}
+	for _, l := range strings.Split(list, "\n") {
+		m := regexp.MustCompile(`^  ([a-z]+)\s`).FindStringSubmatch(l)
+		if m == nil {
+			break
+		}
+		subs = append(subs, m[1])
+	}
+	return subs
+}
+
 // TestParseREADME checks the reading of blocks and markers on a small
-// README.
+// document, and of commands on command lines.
 func TestParseREADME(t *testing.T) {
 	src := "# t\n\n    go run ./x\n    go test ./...\n\ntext\n\n<!-- readme-test: skip (needs a public DNS name) -->\n\n    edge -tls :443\n\nmid\n\n    a\n\n    b\n\n```go\npackage main\n```\n\n```text\nout\n```\n"
-	blocks, err := parseREADME(src)
+	blocks, err := parseDoc("docs/x.md", src)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []readmeBlock{
-		{line: 3, lang: "sh", text: "go run ./x\ngo test ./...\n"},
-		{line: 10, lang: "sh", text: "edge -tls :443\n", skip: "needs a public DNS name"},
-		{line: 14, lang: "sh", text: "a\n\nb\n"},
-		{line: 19, lang: "go", text: "package main\n"},
-		{line: 23, lang: "text", text: "out\n"},
+		{doc: "docs/x.md", line: 3, lang: "sh", text: "go run ./x\ngo test ./...\n"},
+		{doc: "docs/x.md", line: 10, lang: "sh", text: "edge -tls :443\n", skip: "needs a public DNS name"},
+		{doc: "docs/x.md", line: 14, lang: "sh", text: "a\n\nb\n"},
+		{doc: "docs/x.md", line: 19, lang: "go", text: "package main\n"},
+		{doc: "docs/x.md", line: 23, lang: "text", text: "out\n"},
 	}
 	if !slices.Equal(blocks, want) {
 		t.Fatalf("parsed\n%+v\nwant\n%+v", blocks, want)
@@ -881,18 +1152,39 @@ func TestParseREADME(t *testing.T) {
 	if !blocks[3].program() || blocks[2].program() {
 		t.Error("program(): only a go block starting with package main is a program")
 	}
+	if got := proseLines(src); got[5] != "text" || got[2] != "" || got[18] != "" || got[11] != "mid" {
+		t.Errorf("proseLines: %q", got)
+	}
 	for _, bad := range []string{
 		"<!-- readme-test: skip (x) -->\ntext\n\n    a\n",
 		"<!-- readme-test: run -->\n\n    a\n",
 		"```go\nx\n",
 		"<!-- readme-test: skip (x) -->\n",
 	} {
-		if _, err := parseREADME(bad); err == nil {
-			t.Errorf("parseREADME(%q) took it", bad)
+		if _, err := parseDoc("README.md", bad); err == nil {
+			t.Errorf("parseDoc(%q) took it", bad)
 		}
 	}
-	if name, flags := commandFlags(`HTTPS_PROXY=x agent -edge e:7000 [-token T] -access-log=false -to a & # -not`); name != "agent" || !slices.Equal(flags, []string{"edge", "token", "access-log", "to"}) {
-		t.Errorf("commandFlags: %q %q", name, flags)
+	for line, want := range map[string][]command{
+		`HTTPS_PROXY=x tunnelkit agent -edge e:7000 [-token T] -access-log=false -to a & # -not`: {{name: "tunnelkit agent", sub: "agent", flags: []string{"edge", "token", "access-log", "to"}}},
+		`tunnelkit http 3000 -url http://x > app.url &`:                                          {{name: "tunnelkit agent", sub: "http", flags: []string{"url"}}},
+		`tunnelkit edge -domain localhost & ./hello -listen 127.0.0.1:3000 &`:                    {{name: "tunnelkit edge", sub: "edge", flags: []string{"domain"}}, {name: "hello", flags: []string{"listen"}}},
+		`(umask 077; tunnelkit edge -ech-keygen k.pem)`:                                          {{name: "tunnelkit edge", sub: "edge", flags: []string{"ech-keygen"}}},
+		`tunnelkit version`:                             {{name: "tunnelkit", sub: "version"}},
+		`tunnelkit edge [-tokens FILE | -anonymous] -x`: {{name: "tunnelkit edge", sub: "edge", flags: []string{"tokens", "anonymous", "x"}}},
+		`tunnelkit agent: unauthorized: no token`:       nil,
+		`go run ./examples/demo -v`:                     {{name: "demo", flags: []string{"v"}}},
+		`curl -fsS x | grep -v tunnelkit`:               nil,
+		`openssl req -x509 -newkey ec -nodes`:           nil,
+		`echo tunnelkit edge -domain x`:                 nil,
+		`until tunnelkit edge -bogus; do :; done`:       {{name: "tunnelkit edge", sub: "edge", flags: []string{"bogus"}}},
+	} {
+		got := commandsOf(line)
+		if len(got) != len(want) || !slices.EqualFunc(got, want, func(a, b command) bool {
+			return a.name == b.name && a.sub == b.sub && slices.Equal(a.flags, b.flags)
+		}) {
+			t.Errorf("commandsOf(%q) = %+v, want %+v", line, got, want)
+		}
 	}
 	for line, want := range map[string]bool{
 		`curl -fsS http://x/`:                         false,
@@ -905,7 +1197,13 @@ func TestParseREADME(t *testing.T) {
 			t.Errorf("curlWithoutFail(%q) = %v", line, !want)
 		}
 	}
-	if name, _ := commandFlags("go run ./examples/demo -v"); name != "demo" {
-		t.Errorf("commandFlags(go run ./examples/demo): %q", name)
+	for span, want := range map[string]string{"-to": "to", "-log-requests=false": "log-requests", "-http-idle 1h": "http-idle", "-1s": "", "--fail": "", "-max-*": ""} {
+		var got string
+		if m := proseFlag.FindStringSubmatch(span); m != nil {
+			got = m[1]
+		}
+		if got != want {
+			t.Errorf("proseFlag(%q) = %q, want %q", span, got, want)
+		}
 	}
 }
