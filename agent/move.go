@@ -8,7 +8,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 )
 
-// Moving to another edge when the edge drains (PROTOCOL.md: the goaway
+// Moving to another edge when the edge drains (docs/PROTOCOL.md: the goaway
 // stream's move): make before break.
 
 // startMove moves the client off the session mux to the edge at addr, in

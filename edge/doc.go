@@ -39,5 +39,5 @@
 // for.
 //
 // The protocol between agent and edge, and between the edges of a
-// cluster, is described in PROTOCOL.md at the root of the module.
+// cluster, is described in docs/PROTOCOL.md.
 package edge

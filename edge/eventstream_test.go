@@ -372,7 +372,7 @@ func TestEventStreamClientsThatGoOverHTTP1(t *testing.T) {
 // Chromium speaks it) in headless Chromium reads three events with an
 // EventSource and closes it: the app's request is cancelled. And what
 // Timeouts.HTTPIdle does to a stream that stays silent while its page
-// keeps it open, as the README says: the edge ends it, and the
+// keeps it open, as docs/edge.md says: the edge ends it, and the
 // EventSource connects again, resuming after the last event it got.
 func TestEventSourceCloseCancelsTheApp(t *testing.T) {
 	testtools.Need(t, "chromium")

@@ -237,7 +237,7 @@ type Server struct {
 	// agent can bind over tls (Domain itself, a name outside it, a public
 	// name of ECHKeys) or an IP address: an agent that dials a name under
 	// Domain reaches whoever binds that name over tls, who would see its
-	// token if it had a certificate for the name. PROTOCOL.md has the
+	// token if it had a certificate for the name. docs/PROTOCOL.md has the
 	// rule.
 	NoAgentsOnTLS bool
 
@@ -690,7 +690,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // rolling restart: it stops taking agents (ServeAgents' listeners close;
 // hellos and binds are refused), reports itself draining (Draining) and,
 // in a cluster (ID set), asks its agents to move to another edge, which
-// takes their names over in one step (PROTOCOL.md, Draining; a
+// takes their names over in one step (docs/PROTOCOL.md, Draining; a
 // router.Mover), waiting for them Timeouts.Move at most. Then, once
 // Timeouts.DrainNotice has passed, it stops as Shutdown does. It returns
 // ctx's error when in-flight requests were cut short, ErrServerClosed

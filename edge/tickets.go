@@ -12,7 +12,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
-// Session tickets (PROTOCOL.md, Tickets): how long one is good for, its
+// Session tickets (docs/PROTOCOL.md, Tickets): how long one is good for, its
 // renewal by a connected agent, and the revocation of an anonymous
 // identity, whose agents prove it with their session tickets alone.
 

@@ -13,7 +13,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/sni"
 )
 
-// Agent sessions on the public TLS port (PROTOCOL.md, "Transport"), so
+// Agent sessions on the public TLS port (docs/PROTOCOL.md, "Transport"), so
 // that an agent whose network lets out port 443 alone reaches the edge
 // there. An agent offers the ALPN protocol wire.ALPN in its ClientHello;
 // handleSNI decides by the hello, as for any client: a hello whose name

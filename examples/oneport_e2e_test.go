@@ -11,7 +11,7 @@ import (
 
 // TestOnePort runs the edge with -tls, -cert and -key and no agent port
 // (-agents ""), and the agent with -edge on that TLS port and -edge-ca,
-// as README's one-port setup does: the agent connects on the public TLS
+// as docs/edge.md's one-port setup does: the agent connects on the public TLS
 // port, and its https endpoint is served on that same port.
 func TestOnePort(t *testing.T) {
 	t.Parallel()

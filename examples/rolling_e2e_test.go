@@ -297,8 +297,8 @@ func getThrough(addr string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// haproxyConfig is the README's HAProxy configuration ("Operating a
-// cluster") for edges, fronted on front, with its stats on stats; the
+// haproxyConfig is docs/cluster.md's HAProxy configuration ("Draining
+// and rolling restarts") for edges, fronted on front, with its stats on stats; the
 // edges are checked over TCP when they have no /healthz.
 func haproxyConfig(front, stats string, edges []*rollingEdge, healthz bool) string {
 	var b strings.Builder

@@ -19,7 +19,7 @@ import "github.com/tunnelkit/tunnelkit/examples/internal/edgecmd"
 //	     -acme-email ops@example.com -acme-cache /var/lib/edge/acme
 //
 // With a certificate, -tls takes agent sessions too (ALPN tunnelkit/1,
-// see PROTOCOL.md), and an empty -agents leaves out the agent port: one port
+// see docs/PROTOCOL.md), and an empty -agents leaves out the agent port: one port
 // for everything (-tls-agents=false turns agents on -tls off).
 //
 //	tunnelkit edge -domain example.com -http :80 -tls :443 -cert example.pem -key example-key.pem -agents ''
@@ -61,7 +61,7 @@ import "github.com/tunnelkit/tunnelkit/examples/internal/edgecmd"
 // -admin ADDR serves /healthz for load balancers (200 while serving, 503
 // while draining) and, with -admin-token-file, the control plane's API
 // under /v1/ (sessions, endpoints, disconnect, reservations, drain; see
-// the README's "Operating a cluster"). SIGTERM drains the edge: its
+// docs/cluster.md). SIGTERM drains the edge: its
 // agents move to other edges of the cluster, what is in flight finishes,
 // and it exits within -drain-timeout. SIGINT shuts it down at once.
 // SIGHUP reads the flags' files and the -config file again, and applies at

@@ -1,6 +1,6 @@
 // Package wire is the protocol between an agent and an edge: the stream
 // types, the control messages and the header of a proxied connection. Its
-// byte layout is documented in PROTOCOL.md at the root of the module.
+// byte layout is documented in docs/PROTOCOL.md.
 //
 // # What it takes from muxado
 //
@@ -56,7 +56,7 @@
 //     DATA frame's payload, a RST's u32 error code, a WNDINC's u32
 //     increment (1 to 2^31-1), a GOAWAY's u32 last stream ID, u32 error
 //     code and debug bytes. framer.go encodes DATA, WNDINC and RST frames
-//     itself (putHeader, resetFrames), and PROTOCOL.md says the frames are
+//     itself (putHeader, resetFrames), and docs/PROTOCOL.md says the frames are
 //     muxado's byte for byte. TestMuxadoFrameLayout.
 //  6. A frame without its payload. The stock framer's ReadFrame reads only
 //     a DATA frame's 8-byte header; the payload, Length() bytes, is read

@@ -50,7 +50,7 @@ func framed(body string) []byte {
 // lengthOnly returns a u32 length field announcing n bytes, and no body.
 func lengthOnly(n uint32) []byte { return binary.BigEndian.AppendUint32(nil, n) }
 
-// protocolMessages are the control messages of PROTOCOL.md (versions 1
+// protocolMessages are the control messages of docs/PROTOCOL.md (versions 1
 // and 2), with tickets, renewals and errors.
 var protocolMessages = []string{
 	`{"op":"hello","hello":{"version":2,"token":"...","agent":"tunnelkit-agent","ticket":"..."}}`,

@@ -20,7 +20,7 @@ const (
 
 // ALPN is the protocol an agent offers in the ALPN extension of its TLS
 // ClientHello, and an edge selects: on an edge's public TLS port it tells
-// an agent's session from public traffic (PROTOCOL.md, "Transport"). An
+// an agent's session from public traffic (docs/PROTOCOL.md, "Transport"). An
 // agent port with TLS may select it or no protocol at all.
 const ALPN = "tunnelkit/1"
 

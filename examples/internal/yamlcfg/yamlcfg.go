@@ -420,7 +420,7 @@ func Keys(t reflect.Type) map[string]reflect.StructField {
 }
 
 // Policy reads a traffic policy in the JSON form the edge and agents take
-// (cidr_allow, basic_auth, rate_limit, ... as in PROTOCOL.md), written in
+// (cidr_allow, basic_auth, rate_limit, ... as in docs/PROTOCOL.md), written in
 // YAML at n, and checks its form: its errors name the line. basic_auth
 // also takes a list of "user:password" alone, for {credentials: [...]}.
 // A missing or null policy is nil. A ${VAR} is typed by the member of
