@@ -225,7 +225,12 @@ func (c *Client) ListenEndpoint(ctx context.Context, ep Endpoint) (*Listener, er
 	if err != nil {
 		return nil, err
 	}
-	return c.setup(ctx, bind, edges)
+	l, err := c.setup(ctx, bind, edges)
+	if err == nil && ep.HealthCheck != nil {
+		hc, _ := ep.HealthCheck.resolved() // bindOf checked it
+		l.startHealth(&hc)
+	}
+	return l, err
 }
 
 // bindOf returns the bind request of ep, or what is wrong with ep.
@@ -257,6 +262,15 @@ func bindOf(ep Endpoint) (wire.Bind, error) {
 	}
 	if err := bindPolicy(&bind, ep.Policy); err != nil {
 		return bind, fmt.Errorf("agent: endpoint %q: %w", ep.URL, err)
+	}
+	if ep.HealthCheck != nil {
+		if _, err := ep.HealthCheck.resolved(); err != nil {
+			return bind, fmt.Errorf("agent: endpoint %q: %w", ep.URL, err)
+		}
+		if bind.Options == nil {
+			bind.Options = map[string]string{}
+		}
+		bind.Options[wire.OptHealthCheck] = "1"
 	}
 	return bind, nil
 }

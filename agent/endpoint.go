@@ -57,10 +57,18 @@ type Endpoint struct {
 	// endpoint (ErrRefused) rather than serve it without. Nil: none.
 	Policy *policy.Spec
 
+	// HealthCheck, when set, is checked by the agent, which tells the edge
+	// when the app goes down or comes up again: the edge routes nothing
+	// to the endpoint while its app is down, nor before the first check
+	// passed (see HealthCheck). An edge older than protocol version 5
+	// refuses the endpoint. Nil: none; the endpoint takes connections
+	// while its agent is reached.
+	HealthCheck *HealthCheck
+
 	// Ticket is the endpoint ticket of an earlier listener of this
 	// endpoint (Listener.Ticket, kept across a restart of the process),
 	// sent with the first bind as a reconnection sends it. The edge
-	// decides nothing on it (PROTOCOL.md, Tickets): getting a name back
+	// decides nothing on it (docs/PROTOCOL.md, Tickets): getting a name back
 	// is the session ticket's business (Client.ResumeTicket). Empty: none.
 	Ticket string
 }

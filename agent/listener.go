@@ -23,6 +23,7 @@ type Listener struct {
 	url      string        // the public URL
 	bind     wire.Bind     // what to ask for when binding again, with the endpoint ticket
 	boundOn  *wire.Session // the session the endpoint is bound on; nil: none yet
+	health   *healthRunner // its health check's; nil: none
 	err      error         // why Accept fails, once done is closed
 
 	conns     chan net.Conn
@@ -142,6 +143,7 @@ func (l *Listener) setBound(mux *wire.Session, b wire.Bind, resp *wire.BindResp)
 	l.mu.Lock()
 	l.tunnelID, l.url, l.bind, l.boundOn, l.replaced = resp.TunnelID, resp.URL, b, mux, ""
 	l.mu.Unlock()
+	l.rebound()
 }
 
 // setTicket keeps a renewed endpoint ticket.

@@ -9,7 +9,7 @@ import (
 )
 
 // Update changes the endpoint in place on the edge, in one step: it takes
-// ep's AppProtocol, Pool, Policy and VerboseErrors, and keeps its name,
+// ep's AppProtocol, Pool, Policy, VerboseErrors and HealthCheck, and keeps its name,
 // its URL and its conns (those open go on as they are; the next are sent
 // under the new settings), and the name is never free meanwhile: no other
 // identity can take it, as closing the listener and binding again would
@@ -66,6 +66,12 @@ func (l *Listener) Update(ctx context.Context, ep Endpoint) error {
 		if a.err == nil {
 			l.replacedBy(mux, b, a.resp.BindResp, id)
 			c.log().Info("endpoint changed in place", "url", a.resp.BindResp.URL)
+			var hc *HealthCheck
+			if ep.HealthCheck != nil {
+				resolved, _ := ep.HealthCheck.resolved() // bindOf checked it
+				hc = &resolved
+			}
+			l.startHealth(hc)
 		}
 		answered <- a
 	}()

@@ -3,6 +3,7 @@ package edge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"slices"
@@ -73,7 +74,10 @@ func (s *Server) proxyRoutesWrapped(c net.Conn, proto, name, host string, routes
 	up, err := s.dialL4(routes, info)
 	if err != nil {
 		reason := ReasonAgentOffline
-		if errors.Is(err, ErrAppUnreachable) || errors.Is(err, ErrNoEndpoint) {
+		switch {
+		case errors.Is(err, errAllDown):
+			reason = ReasonAppUnhealthy
+		case errors.Is(err, ErrAppUnreachable) || errors.Is(err, ErrNoEndpoint):
 			reason = ReasonAppUnreachable
 		}
 		s.log().Info("agent unreachable", "proto", proto, "name", name, "client", info.Client.String(), "err", err)
@@ -103,17 +107,22 @@ func (s *Server) proxyRoutesWrapped(c net.Conn, proto, name, host string, routes
 // (router.Route.Admits) is waited for, before any of the client's bytes
 // are read, and when its agent refuses the conn (its app cannot be
 // reached) the pool's next member is tried, each once, so that the
-// client's first bytes reach a member whose app took them.
+// client's first bytes reach a member whose app took them. When every
+// member's app is down, the error wraps errAllDown.
 func (s *Server) dialL4(routes []router.Route, info ConnInfo) (net.Conn, error) {
+	down := true // every member refused so far is down
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg().handshake)
 		up, r, err := s.dialRoutes(ctx, routes, info)
 		cancel()
-		if err != nil || !r.Admits {
-			return up, err
+		if err != nil {
+			if down && everyDown(err) {
+				err = fmt.Errorf("%w: %w", errAllDown, err)
+			}
+			return nil, err
 		}
 		rep, ok := up.(replier)
-		if !ok {
+		if !r.Admits || !ok {
 			return up, nil
 		}
 		up.SetReadDeadline(time.Now().Add(s.cfg().handshake))
@@ -128,9 +137,16 @@ func (s *Server) dialL4(routes []router.Route, info ConnInfo) (net.Conn, error) 
 			return nil, err
 		}
 		s.unreached(r)
+		down = down && errors.Is(err, ErrAppDown)
 		routes = slices.DeleteFunc(slices.Clone(routes), func(o router.Route) bool { return o.Key() == r.Key() })
 		if len(routes) == 0 {
+			if down {
+				err = fmt.Errorf("%w: %w", errAllDown, err)
+			}
 			return nil, err
 		}
 	}
 }
+
+// errAllDown is a conn of a pool whose members' apps are all down.
+var errAllDown = errors.New("edge: the app of every member is down")

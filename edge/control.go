@@ -128,6 +128,11 @@ func (ss *session) serveRequest(ctx context.Context, req *wire.Request) wire.Res
 			return ss.renewSessionTicket()
 		}
 		return ss.serveRenew(req.Renew.TunnelID)
+	case wire.OpHealth:
+		if req.Health == nil {
+			return fail(wire.CodeBadRequest, "health without body")
+		}
+		return ss.serveHealth(req.Health)
 	case wire.OpMoved:
 		ss.log.Info("agent moved to another edge")
 		ss.srv.moves.Done(ss)
@@ -153,6 +158,9 @@ func (ss *session) serveUnbind(tunnelID string) wire.Response {
 	}
 	ss.srv.quotas.Give(ss.owner(), 1)
 	ss.srv.obs().Endpoint(e.Route.Proto, -1)
+	if e.Health() == view.HealthDown {
+		ss.srv.countDown(e.Route.Proto, false)
+	}
 	ss.srv.unbind(e.Route, 0)
 	ss.note(e.Event(view.Unbind))
 	ss.log.Info("unbound", "url", e.URL)
@@ -372,7 +380,7 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) (resp wire.Respo
 		return wire.Response{Error: e}, false
 	}
 	s.holdPolicy(r, pol) // until s.unbind
-	ep := &book.Endpoint{Route: r, URL: s.publicURL(r), Kinds: combined.Kinds()}
+	ep := &book.Endpoint{Route: r, URL: s.publicURL(r), Kinds: combined.Kinds(), Checked: b.Options[wire.OptHealthCheck] != ""}
 	ss.mu.Lock()
 	if ss.closed {
 		ss.mu.Unlock()
@@ -491,6 +499,49 @@ func (ss *session) owner() limits.Owner {
 		o.Source = limits.SourceOf(ss.src)
 	}
 	return o
+}
+
+// serveHealth records the agent's report of an endpoint's app: up, or
+// down (nothing is routed to it then), for the view, the events and the
+// Observer; an app up again ends the Router's cooldown of its route.
+func (ss *session) serveHealth(h *wire.Health) wire.Response {
+	s := ss.srv
+	ss.mu.Lock()
+	e, ok := ss.routes.Get(h.TunnelID)
+	ss.mu.Unlock()
+	switch {
+	case !ok:
+		return fail(wire.CodeNotFound, "no such tunnel")
+	case !e.Checked:
+		return fail(wire.CodeBadRequest, "the endpoint was bound without option %s", wire.OptHealthCheck)
+	}
+	before := e.Health()
+	e.SetUp(h.Up, h.RetryAfter)
+	after := e.Health()
+	if before == after {
+		return wire.Response{}
+	}
+	if (before == view.HealthDown) != (after == view.HealthDown) {
+		s.countDown(e.Route.Proto, after == view.HealthDown)
+	}
+	if h.Up {
+		s.reached(e.Route)
+		ss.log.Info("the agent says its app is up", "url", e.URL)
+		ss.note(view.Event{Kind: view.Health, Proto: e.Route.Proto, Name: e.Route.Name, URL: e.URL, Message: "up"})
+	} else {
+		why := wire.Printable(h.Reason, 200)
+		ss.log.Info("the agent says its app is down", "url", e.URL, "reason", why)
+		ss.note(view.Event{Kind: view.Health, Proto: e.Route.Proto, Name: e.Route.Name, URL: e.URL, Message: "down: " + why})
+	}
+	return wire.Response{}
+}
+
+// countDown tells a HealthObserver that an endpoint's app went down, or
+// is no longer down.
+func (s *Server) countDown(proto string, down bool) {
+	if ho, ok := s.obs().(HealthObserver); ok {
+		ho.EndpointDown(proto, down)
+	}
 }
 
 // admits reports whether the agent tells a route's streams' verdict as
@@ -652,6 +703,10 @@ func (s *Server) endpointOptions(r *router.Route, opts map[string]string, rawPol
 				return fmt.Errorf("option %s: version %q: this edge reads version %s", k, wire.Printable(v, 32), wire.PolicyVersion)
 			}
 			withPolicy = true
+		case wire.OptHealthCheck:
+			if v != "1" {
+				return fmt.Errorf("option %s: %q: want 1", k, wire.Printable(v, 32))
+			}
 		case wire.OptAppProtocol:
 			if r.Proto != wire.ProtoHTTP && r.Proto != wire.ProtoHTTPS {
 				return fmt.Errorf("option %s is for http and https endpoints", k)

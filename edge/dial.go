@@ -98,6 +98,12 @@ func (ss *session) openProxy(ctx context.Context, h wire.ProxyHeader, raw bool) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	ss.mu.Lock()
+	ep, _ := ss.endpointLocked(h.TunnelID)
+	ss.mu.Unlock()
+	if ep.Down() {
+		return nil, fmt.Errorf("%w: %s", ErrAppDown, ep.URL)
+	}
 	// An idle stream of a public HTTP connection gives its place to a live
 	// connection or request.
 	if !ss.acquire() && !(ss.srv.ups.EvictIdle(ss.srv.ID, ss.id) && ss.acquire()) {
@@ -112,9 +118,6 @@ func (ss *session) openProxy(ctx context.Context, h wire.ProxyHeader, raw bool) 
 		ss.srv.goTracked(func() { ss.close(ss.srv.cfg().grace) })
 		return nil, fmt.Errorf("edge: open stream: %w", err)
 	}
-	ss.mu.Lock()
-	ep, _ := ss.endpointLocked(h.TunnelID)
-	ss.mu.Unlock()
 	c := &proxyStream{Stream: st, ss: ss, raw: raw, ep: ep}
 	ep.Opened(h.Proto)
 	buf, err := wire.AppendProxyStream(nil, h)
@@ -147,7 +150,7 @@ type proxyStream struct {
 
 func (p *proxyStream) Read(b []byte) (int, error) {
 	if !p.raw {
-		if err := p.verdict.Read(p.Stream, ErrNoEndpoint, ErrAppUnreachable); err != nil {
+		if err := p.verdict.Read(p.Stream, ErrNoEndpoint, ErrAppUnreachable, ErrAppDown); err != nil {
 			return 0, err
 		}
 	}
@@ -163,7 +166,7 @@ func (p *proxyStream) Replied() <-chan struct{} { return p.verdict.Ready() }
 // ReadReply reads the agent's reply, if no Read did, and returns what it
 // said: nil when its app took the connection.
 func (p *proxyStream) ReadReply() error {
-	return p.verdict.Read(p.Stream, ErrNoEndpoint, ErrAppUnreachable)
+	return p.verdict.Read(p.Stream, ErrNoEndpoint, ErrAppUnreachable, ErrAppDown)
 }
 
 // replier is a conn to an agent, local or relayed, whose reply may be

@@ -26,6 +26,10 @@ var (
 	// ErrAppUnreachable: the agent could not hand a connection to its app
 	// (its dial failed); the conn from DialRoute reports it on Read.
 	ErrAppUnreachable = errors.New("edge: the agent could not reach its app")
+	// ErrAppDown: the endpoint's app is down, as its agent's health check
+	// says (agent.HealthCheck): no connection was sent to it. It wraps
+	// ErrAppUnreachable.
+	ErrAppDown = fmt.Errorf("edge: the app is down, as its agent's health check says: %w", ErrAppUnreachable)
 	// ErrNoEndpoint: the agent no longer serves the endpoint a connection
 	// was sent to (its listener was closed).
 	ErrNoEndpoint = errors.New("edge: the agent no longer serves the endpoint")
@@ -59,6 +63,7 @@ const (
 	ReasonClientLimit        Reason = "client_limit"        // 429: the client holds its share of the endpoint (Limits.ClientShare)
 	ReasonAgentOffline       Reason = "agent_offline"       // 502: no agent of the endpoint could be reached
 	ReasonAppUnreachable     Reason = "app_unreachable"     // 502: the agent could not connect to its app
+	ReasonAppUnhealthy       Reason = "app_unhealthy"       // 503: the app of every member of the endpoint is down, as their agents' health checks say (Retry-After)
 	ReasonAppError           Reason = "app_error"           // 502: the app closed the connection without a whole response
 	ReasonAgentBusy          Reason = "agent_busy"          // 503: the agent's session is at Limits.StreamsPerSession
 	ReasonRoutingUnavailable Reason = "routing_unavailable" // 503: the Router failed
@@ -144,7 +149,7 @@ func Reasons() []Reason {
 		ReasonAuth, ReasonAuthThrottled, ReasonSessionLimit, ReasonPendingLimit, ReasonEndpointLimit, ReasonStalled,
 		ReasonIdentityEndpointLimit, ReasonSourceEndpointLimit, ReasonEdgeEndpointLimit, ReasonBindRefused, ReasonBindThrottled,
 		ReasonNoRoute, ReasonNoEndpoint, ReasonClientLimit, ReasonAgentBusy, ReasonAgentOffline,
-		ReasonAppUnreachable, ReasonAppError, ReasonAppTimeout, ReasonBodyTimeout,
+		ReasonAppUnreachable, ReasonAppUnhealthy, ReasonAppError, ReasonAppTimeout, ReasonBodyTimeout,
 		ReasonBadRequest, ReasonMissingHost, ReasonHTTPSOnly, ReasonMisdirected,
 		ReasonRoutingUnavailable, ReasonProxyUntrusted, ReasonConnLimit, ReasonHandshakeLimit,
 		ReasonACMEBudget, ReasonRelayRefused,
@@ -173,7 +178,7 @@ func (r Reason) status() int {
 		return http.StatusMisdirectedRequest
 	case ReasonClientLimit, ReasonRateLimited:
 		return http.StatusTooManyRequests
-	case ReasonAgentBusy, ReasonRoutingUnavailable, ReasonPolicyUnavailable:
+	case ReasonAgentBusy, ReasonRoutingUnavailable, ReasonPolicyUnavailable, ReasonAppUnhealthy:
 		return http.StatusServiceUnavailable
 	case ReasonAppTimeout:
 		return http.StatusGatewayTimeout

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,6 +64,7 @@ type exchange struct {
 	up     *upstream.Upstream
 	reused bool              // up carried a request of pc before
 	tried  []router.RouteKey // the routes whose agent refused the request's conn
+	down   int               // of tried, those whose app is down (ErrAppDown)
 	body   *bodyReader       // nil without a body
 
 	ctx    context.Context // the request to the app's; cancel cuts it
@@ -106,6 +108,9 @@ func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, routes []
 	if err != nil {
 		reason, msg := ReasonAgentOffline, "the agent of this tunnel cannot be reached"
 		switch {
+		case x.allDown(err):
+			reason, msg = ReasonAppUnhealthy, msgAppUnhealthy
+			w.Header().Set("Retry-After", strconv.Itoa(s.retryAfter(routes)))
 		case errors.Is(err, errTooManyStreams):
 			reason, msg = ReasonAgentBusy, "the agent of this tunnel has no stream free; try again"
 		case errors.Is(err, ErrNoEndpoint):
@@ -276,7 +281,33 @@ func (x *exchange) failed(err error) bool {
 	}
 	x.srv.unreached(r)
 	x.tried = append(x.tried, r.Key())
+	if errors.Is(err, ErrAppDown) {
+		x.down++
+	}
 	return len(x.left()) > 0
+}
+
+// allDown reports whether err, which ended the exchange, says that the
+// app of every route tried is down (ErrAppDown): a refusal, or the failed
+// dials of a pool's members (an errorList), with those refused before.
+func (x *exchange) allDown(err error) bool {
+	return x.down == len(x.tried) && everyDown(err)
+}
+
+// everyDown reports whether err says that the app is down (ErrAppDown),
+// every error of it for a list of the failed dials of a pool's members.
+func everyDown(err error) bool {
+	if err == nil || !errors.Is(err, ErrAppDown) {
+		return false
+	}
+	if m, ok := err.(interface{ WrappedErrors() []error }); ok {
+		for _, e := range m.WrappedErrors() {
+			if !errors.Is(e, ErrAppDown) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // left returns the routes not tried yet.
@@ -388,7 +419,43 @@ func (x *exchange) errorHandler(w http.ResponseWriter, r *http.Request, err erro
 		x.srv.obs().Refused(reason)
 		return
 	}
+	if reason == ReasonAppUnhealthy {
+		w.Header().Set("Retry-After", strconv.Itoa(x.srv.retryAfter(x.routes)))
+	}
 	x.srv.answer(w, r, reason, msg, cause, x.up.Route().VerboseErrors)
+}
+
+// defaultRetryAfter is the Retry-After of an answer app_unhealthy when no
+// agent of the endpoint said better: the default interval of a health
+// check (agent.HealthCheck).
+const defaultRetryAfter = 10
+
+// retryAfter returns the seconds after which an endpoint whose members'
+// apps are all down may be up again: the least their agents said, for
+// those this edge holds, or defaultRetryAfter.
+func (s *Server) retryAfter(routes []router.Route) int {
+	best := 0
+	for _, r := range routes {
+		if r.Edge != "" && r.Edge != s.ID {
+			continue
+		}
+		s.mu.Lock()
+		ss := s.sessions[r.SessionID]
+		s.mu.Unlock()
+		if ss == nil {
+			continue
+		}
+		ss.mu.Lock()
+		e, _ := ss.endpointLocked(r.TunnelID)
+		ss.mu.Unlock()
+		if n := e.RetryAfter(); n > 0 && (best == 0 || n < best) {
+			best = n
+		}
+	}
+	if best == 0 {
+		return defaultRetryAfter
+	}
+	return best
 }
 
 // clientGone reports whether the exchange was cut because its client left.
@@ -408,6 +475,7 @@ func (x *exchange) over() bool {
 // The words of the edge's answers for an agent and its app: what
 // happened, never why in detail (that is for the logs).
 const (
+	msgAppUnhealthy   = "the app behind the tunnel is down; try again later"
 	msgNoEndpoint     = "the agent no longer serves this tunnel"
 	msgAppUnreachable = "the app behind the tunnel cannot be reached"
 	msgAppError       = "the app closed the connection without a whole response"
@@ -418,6 +486,8 @@ const (
 func (x *exchange) classify(err error) (Reason, string, error) {
 	var ne net.Error
 	switch refused := x.up.Refusal(); {
+	case x.allDown(refused):
+		return ReasonAppUnhealthy, msgAppUnhealthy, refused
 	case errors.Is(refused, ErrNoEndpoint):
 		return ReasonNoEndpoint, msgNoEndpoint, refused
 	case refused != nil:

@@ -35,6 +35,16 @@ type Observer interface {
 	Refused(reason Reason)
 }
 
+// HealthObserver is implemented by Observers that count the endpoints
+// whose app is down, as their agent's health check said (see
+// agent.HealthCheck): EndpointDown is called with true when an
+// endpoint's app went down (or was bound, checked, and not reported up
+// yet: then at its first report, if that says down), and with false when
+// it came up again. It must be cheap and must not block.
+type HealthObserver interface {
+	EndpointDown(proto string, down bool)
+}
+
 // nopObserver is the Observer of a Server without one.
 type nopObserver struct{}
 

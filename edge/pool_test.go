@@ -34,6 +34,17 @@ func (l *countingListener) Accept() (net.Conn, error) {
 	return c, err
 }
 
+// freshClient is a client of the edge's HTTP port that opens a connection
+// for each request: a new stream, so a new choice of a pool's member.
+func freshClient(te *testEdge) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, te.httpAddr)
+		},
+	}}
+}
+
 // poolMember binds url as a pool's member with a client of alice's, and
 // serves it with f; it returns the listener, which counts its conns.
 func poolMember(t *testing.T, te *testEdge, url string, f interface{ Serve(net.Listener) error }) *countingListener {
@@ -73,12 +84,7 @@ func TestPoolSkipsADeadApp(t *testing.T) {
 	live := poolMember(t, te, "http://p", forward.HTTP{To: appLn.Addr().String()})
 	dead := poolMember(t, te, "http://p", forward.HTTP{To: deadAddr(t)})
 
-	client := &http.Client{Transport: &http.Transport{
-		DisableKeepAlives: true, // a new stream, so a new choice of member, for each request
-		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, network, te.httpAddr)
-		},
-	}}
+	client := freshClient(te)
 	body := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
 	sum := sha256.Sum256(body)
 	var failed atomic.Int64

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -49,6 +50,12 @@ func (s *Server) ServeRelayStream(st net.Conn, peer string) {
 	}
 	up, err := s.dialRaw(ctx, r, ConnInfo{Client: h.Client, Host: h.Host})
 	cancel()
+	if errors.Is(err, ErrAppDown) {
+		// Said for the agent: the other edge tries the pool's other
+		// members, and answers app_unhealthy when they are down too.
+		st.Write(wire.AppendReply(nil, wire.Reply{Status: wire.ReplyAppDown, Message: "the app is down"}))
+		return
+	}
 	if err != nil {
 		// The other edge hears it as a stream ending before the agent's
 		// reply, and tries the route's other agents.

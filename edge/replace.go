@@ -66,7 +66,7 @@ func (ss *session) serveReplace(ctx context.Context, b *wire.Bind) wire.Response
 		return fail(wire.CodeUnavailable, "bind failed")
 	}
 	s.holdPolicy(r, pol)
-	ep := &book.Endpoint{Route: r, URL: old.URL, Kinds: combined.Kinds()}
+	ep := &book.Endpoint{Route: r, URL: old.URL, Kinds: combined.Kinds(), Checked: b.Options[wire.OptHealthCheck] != ""}
 	ep.Follow(old)
 	ss.mu.Lock()
 	if ss.closed {

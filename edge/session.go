@@ -302,6 +302,9 @@ func (ss *session) close(reserve time.Duration) {
 	s.mu.Unlock()
 	for _, e := range routes {
 		s.obs().Endpoint(e.Route.Proto, -1)
+		if e.Health() == view.HealthDown {
+			s.countDown(e.Route.Proto, false)
+		}
 		s.unbind(e.Route, reserve)
 		// Each route was counted at its bind (routes come after the
 		// hello): it counts on while its name is kept.

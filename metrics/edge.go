@@ -21,10 +21,12 @@ type Edge struct {
 	requests  *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
 	refused   *prometheus.CounterVec
+	down      *prometheus.GaugeVec
 
 	// The children for the known label values, indexed by protoIndex,
 	// classIndex and reason.
 	endpointsBy [nProtos]prometheus.Gauge
+	downBy      [nProtos]prometheus.Gauge
 	connsBy     [nProtos]prometheus.Counter
 	inBy, outBy [nProtos]prometheus.Counter
 	requestsBy  [nHTTPProtos][len(classes)]prometheus.Counter
@@ -81,10 +83,15 @@ func NewEdge() *Edge {
 			Name: "tunnelkit_edge_refused_total",
 			Help: "Agents, connections and requests the edge refused, by reason.",
 		}, []string{"reason"}),
+		down: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tunnelkit_edge_endpoints_down",
+			Help: "Endpoints whose app is down, as their agent's health check says (nothing is routed to them), by protocol.",
+		}, []string{"proto"}),
 		refusedBy: map[edge.Reason]prometheus.Counter{},
 	}
 	for i, p := range protos {
 		m.endpointsBy[i] = m.endpoints.WithLabelValues(p)
+		m.downBy[i] = m.down.WithLabelValues(p)
 		m.connsBy[i] = m.conns.WithLabelValues(p)
 		m.inBy[i] = m.bytes.WithLabelValues(p, "in")
 		m.outBy[i] = m.bytes.WithLabelValues(p, "out")
@@ -115,8 +122,8 @@ func (m *Edge) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (m *Edge) collectors() [8]prometheus.Collector {
-	return [...]prometheus.Collector{m.sessions, m.endpoints, m.streams, m.conns, m.bytes, m.requests, m.duration, m.refused}
+func (m *Edge) collectors() [9]prometheus.Collector {
+	return [...]prometheus.Collector{m.sessions, m.endpoints, m.down, m.streams, m.conns, m.bytes, m.requests, m.duration, m.refused}
 }
 
 // Session implements edge.Observer.
@@ -129,6 +136,19 @@ func (m *Edge) Endpoint(proto string, delta int) {
 		return
 	}
 	m.endpoints.WithLabelValues(other).Add(float64(delta))
+}
+
+// EndpointDown implements edge.HealthObserver.
+func (m *Edge) EndpointDown(proto string, down bool) {
+	d := -1.0
+	if down {
+		d = 1
+	}
+	if i := protoIndex(proto); i >= 0 {
+		m.downBy[i].Add(d)
+		return
+	}
+	m.down.WithLabelValues(other).Add(d)
 }
 
 // Stream implements edge.Observer.

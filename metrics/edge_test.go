@@ -20,7 +20,10 @@ import (
 	"github.com/tunnelkit/tunnelkit/metrics"
 )
 
-var _ edge.Observer = (*metrics.Edge)(nil)
+var (
+	_ edge.Observer       = (*metrics.Edge)(nil)
+	_ edge.HealthObserver = (*metrics.Edge)(nil)
+)
 
 // testEdge is an edge with agents, plain HTTP, TLS (https and tls
 // endpoints) and TCP endpoints on loopback, a wildcard certificate for
@@ -338,5 +341,23 @@ func TestEdgeUnknownLabels(t *testing.T) {
 		eq(`tunnelkit_edge_http_request_duration_seconds_count{proto="other"}`, 1),
 		eq(`tunnelkit_edge_refused_total{reason="other"}`, 2),
 		eq(`tunnelkit_edge_refused_total{reason="auth"}`, 0),
+	)
+}
+
+// TestEdgeEndpointsDown: the gauge of endpoints whose app is down goes up
+// and down with the edge's health reports, by protocol.
+func TestEdgeEndpointsDown(t *testing.T) {
+	m := metrics.NewEdge()
+	url := serveMetrics(t, m)
+	m.EndpointDown("http", true)
+	m.EndpointDown("http", true)
+	m.EndpointDown("tcp", true)
+	m.EndpointDown("http", false)
+	m.EndpointDown("quic", true)
+	waitMetrics(t, url,
+		eq(`tunnelkit_edge_endpoints_down{proto="http"}`, 1),
+		eq(`tunnelkit_edge_endpoints_down{proto="tcp"}`, 1),
+		eq(`tunnelkit_edge_endpoints_down{proto="https"}`, 0),
+		eq(`tunnelkit_edge_endpoints_down{proto="other"}`, 1),
 	)
 }

@@ -489,7 +489,7 @@ type relayStream struct {
 }
 
 func (c *relayStream) Read(b []byte) (int, error) {
-	if err := c.verdict.Read(c.Stream, edge.ErrNoEndpoint, edge.ErrAppUnreachable); err != nil {
+	if err := c.verdict.Read(c.Stream, edge.ErrNoEndpoint, edge.ErrAppUnreachable, edge.ErrAppDown); err != nil {
 		return 0, err
 	}
 	return c.Stream.Read(b)
@@ -502,5 +502,5 @@ func (c *relayStream) Replied() <-chan struct{} { return c.verdict.Ready() }
 // ReadReply reads the agent's reply, if no Read did, and returns what it
 // said: nil when its app took the connection.
 func (c *relayStream) ReadReply() error {
-	return c.verdict.Read(c.Stream, edge.ErrNoEndpoint, edge.ErrAppUnreachable)
+	return c.verdict.Read(c.Stream, edge.ErrNoEndpoint, edge.ErrAppUnreachable, edge.ErrAppDown)
 }

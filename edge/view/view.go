@@ -35,7 +35,7 @@ type Session struct {
 	// Remote is the agent's address, as its connection gives it
 	// ("203.0.113.7:51000"; a load balancer's, behind one).
 	Remote string `json:"remote"`
-	// Version is the protocol version the session speaks (PROTOCOL.md).
+	// Version is the protocol version the session speaks (docs/PROTOCOL.md).
 	Version int `json:"version"`
 	// Agent is what the agent called itself in its hello
 	// ("tunnelkit-agent"), at most 64 printable characters; empty if it
@@ -95,7 +95,20 @@ type Endpoint struct {
 	// tunnel.
 	BytesIn  int64 `json:"bytes_in"`
 	BytesOut int64 `json:"bytes_out"`
+	// Health is what its agent's health check of its app says (see
+	// agent.HealthCheck): HealthUp, HealthDown (nothing is routed to it),
+	// or HealthPending (bound, no report yet: nothing is routed to it);
+	// empty for an endpoint without a check, which is routed to while its
+	// agent is reached.
+	Health string `json:"health,omitempty"`
 }
+
+// The states of Endpoint.Health.
+const (
+	HealthUp      = "up"
+	HealthDown    = "down"
+	HealthPending = "pending"
+)
 
 // EventKind is what an Event tells of.
 type EventKind string
@@ -115,6 +128,9 @@ const (
 	// Unbind: an endpoint went, released by its agent or with its
 	// session. As Bind.
 	Unbind EventKind = "unbind"
+	// Health: the agent reported its app up or down (Message: "up", or
+	// "down: " and why). As Bind.
+	Health EventKind = "health"
 	// Update: an agent changed an endpoint in place (its traffic policy,
 	// its pool setting), keeping its name and conns. As Bind.
 	Update EventKind = "update"
@@ -149,7 +165,7 @@ type Event struct {
 	// URL is the endpoint's public URL.
 	URL string `json:"url,omitempty"`
 	// Reason is the code a refused agent was answered with (the codes of
-	// PROTOCOL.md: "unauthorized", "name_taken", "bad_request",
+	// docs/PROTOCOL.md: "unauthorized", "name_taken", "bad_request",
 	// "unavailable", ...), and Message what it was told.
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`

@@ -113,6 +113,12 @@ const (
 	// connections in flight on it are done. It has no body, and is
 	// answered with an empty response. Version MoveVersion and later.
 	OpMoved = "moved"
+	// OpHealth tells the edge that the app of an endpoint bound with
+	// OptHealthCheck went up or down (Health): the edge sends it no
+	// connection while it is down. Answered with an empty response, or
+	// not_found for a tunnel the session does not hold. Version
+	// HealthVersion and later.
+	OpHealth = "health"
 )
 
 // Protocols of an endpoint.
@@ -148,7 +154,17 @@ const (
 	// the edge's error pages, for development. An agent sends it only
 	// when set: an edge that predates it refuses the bind.
 	OptVerboseErrors = "verbose_errors"
+
+	// OptHealthCheck, "1" on any endpoint, says that the agent checks its
+	// app and reports it up or down (OpHealth): the edge routes nothing to
+	// it until its first report says up. An edge that predates it refuses
+	// the bind.
+	OptHealthCheck = "health_check"
 )
+
+// HealthVersion is the first version whose edges take OptHealthCheck and
+// OpHealth.
+const HealthVersion = 5
 
 // Request is a control request from agent to edge.
 type Request struct {
@@ -157,6 +173,21 @@ type Request struct {
 	Bind   *Bind   `json:"bind,omitempty"`
 	Unbind *Unbind `json:"unbind,omitempty"`
 	Renew  *Renew  `json:"renew,omitempty"`
+	Health *Health `json:"health,omitempty"`
+}
+
+// Health reports the state of the app of an endpoint bound with
+// OptHealthCheck.
+type Health struct {
+	TunnelID string `json:"tunnel_id"`
+	Up       bool   `json:"up"`
+	// Reason says why it is down: the check's error, for the edge's log.
+	Reason string `json:"reason,omitempty"`
+	// RetryAfter is how many seconds an app down takes at least to be
+	// seen up again (the check's interval times its healthy_after): the
+	// edge's Retry-After when every member of a pool is down. Zero: the
+	// edge's default.
+	RetryAfter int `json:"retry_after,omitempty"`
 }
 
 // Response answers a Request. Error is set when it failed.
@@ -393,6 +424,11 @@ const (
 	// ReplyNoEndpoint: the agent has no listener for the stream's tunnel
 	// (it was closed); the stream ends after the reply.
 	ReplyNoEndpoint uint8 = 2
+	// ReplyAppDown: the endpoint's app is down, as its agent's health
+	// check said (OpHealth); an edge writes it for the agent, on a relay
+	// stream, without opening a stream to the agent. Readers that predate
+	// it take it as ReplyAppUnreachable.
+	ReplyAppDown uint8 = 3
 )
 
 // MaxReplyMessage bounds a reply's message.
@@ -453,11 +489,12 @@ func (v *Verdict) Err() error {
 }
 
 // Read reads the reply from r the first time, and returns nil when the
-// agent handed the conn to its app, an error wrapping noEndpoint or
-// unreachable (and the agent's message) when it did not; later calls
-// return the same verdict. A stream that broke before the reply is not a
-// verdict: its error is returned as it is, and the next call reads again.
-func (v *Verdict) Read(r io.Reader, noEndpoint, unreachable error) error {
+// agent handed the conn to its app, an error wrapping noEndpoint, down
+// (ReplyAppDown) or unreachable (and the agent's message) when it did
+// not; later calls return the same verdict. A stream that broke before the
+// reply is not a verdict: its error is returned as it is, and the next
+// call reads again.
+func (v *Verdict) Read(r io.Reader, noEndpoint, unreachable, down error) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.done {
@@ -472,6 +509,8 @@ func (v *Verdict) Read(r io.Reader, noEndpoint, unreachable error) error {
 	case ReplyOK:
 	case ReplyNoEndpoint:
 		v.err = fmt.Errorf("%w: %s", noEndpoint, Printable(rep.Message, 200))
+	case ReplyAppDown:
+		v.err = fmt.Errorf("%w: %s", down, Printable(rep.Message, 200))
 	default:
 		v.err = fmt.Errorf("%w: %s", unreachable, Printable(rep.Message, 200))
 	}

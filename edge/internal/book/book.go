@@ -20,11 +20,51 @@ import (
 // *Endpoint (a stream whose endpoint went as it was opened), and then do
 // nothing.
 type Endpoint struct {
-	Route router.Route
-	URL   string   // its public URL
-	Kinds []string // of the traffic policy enforced on it; never modified
+	Route   router.Route
+	URL     string   // its public URL
+	Kinds   []string // of the traffic policy enforced on it; never modified
+	Checked bool     // its agent checks its app, and reports it up or down (SetUp)
 
 	requests, conns, in, out atomic.Int64
+	up                       atomic.Bool  // the last report said up
+	reported                 atomic.Bool  // a report came
+	retryAfter               atomic.Int32 // seconds, from the report; zero: none said
+}
+
+// Down reports whether the endpoint is not to be routed to: its agent
+// checks its app, which is down, or not reported up yet.
+func (e *Endpoint) Down() bool {
+	return e != nil && e.Checked && !e.up.Load()
+}
+
+// SetUp records the agent's report: its app is up, or down; retryAfter
+// is when it may be up again at the soonest, in seconds.
+func (e *Endpoint) SetUp(up bool, retryAfter int) {
+	e.retryAfter.Store(int32(min(max(retryAfter, 0), 1<<30)))
+	e.up.Store(up)
+	e.reported.Store(true)
+}
+
+// RetryAfter returns, for a down endpoint, the seconds its agent said it
+// takes at least to be seen up again; zero: not said.
+func (e *Endpoint) RetryAfter() int {
+	if e == nil {
+		return 0
+	}
+	return int(e.retryAfter.Load())
+}
+
+// Health returns what View shows of its health.
+func (e *Endpoint) Health() string {
+	switch {
+	case e == nil || !e.Checked:
+		return ""
+	case e.up.Load():
+		return view.HealthUp
+	case e.reported.Load():
+		return view.HealthDown
+	}
+	return view.HealthPending
 }
 
 // Request counts a request, or a connection, sent to the endpoint's agent.
@@ -74,6 +114,9 @@ func (e *Endpoint) Follow(old *Endpoint) {
 	e.requests.Add(old.requests.Load())
 	e.in.Add(old.in.Load())
 	e.out.Add(old.out.Load())
+	if e.Checked && old.Checked && old.reported.Load() {
+		e.SetUp(old.up.Load(), old.RetryAfter()) // until the agent says otherwise
+	}
 }
 
 // View returns what a snapshot shows of the endpoint: its Pool is 1, or,
@@ -84,6 +127,7 @@ func (e *Endpoint) View() view.Endpoint {
 		URL: e.URL, Proto: r.Proto, Name: r.Name, Identity: r.Identity, Session: r.SessionID, Tunnel: r.TunnelID,
 		Policy:   slices.Clone(e.Kinds),
 		Requests: e.requests.Load(), Conns: e.conns.Load(), BytesIn: e.in.Load(), BytesOut: e.out.Load(),
+		Health: e.Health(),
 	}
 	if !r.Pool {
 		v.Pool = 1
