@@ -45,7 +45,13 @@
 //		break
 //	}
 //
+// A name may also hold pools under path prefixes ([Table.AddAt]): a
+// request's backends ([Table.BackendsAt]) are those of the longest prefix
+// its path is under, on segment boundaries, in CleanPath's form, else the
+// name's own; a lookup costs the same however many paths the name has.
+//
 // Reads take no lock: each name's pool of backends is immutable, replaced as
 // a whole by writers, which are serialised. A write costs the size of the one
-// pool it changes, not the size of the table.
+// pool it changes (and of the name's list of paths), not the size of the
+// table.
 package router

@@ -32,17 +32,26 @@ type MemoryRouter struct {
 	reservedN map[string]int            // the operator's reservations by identity: how many
 	tables    sync.Map                  // proto to *Table[Route]
 	watchers  map[*RouteFeed]struct{}
+	// paths are the paths of each protocol and pattern with an endpoint.
+	paths map[nameKey]map[string]struct{}
 }
 
-// endpointKey is the pattern of a protocol that routes and pools share.
-type endpointKey struct{ proto, name string }
+// endpointKey is the pattern and path of a protocol that routes and pools
+// share.
+type endpointKey struct{ proto, name, path string }
 
-// endpoint is the routes of one protocol and pattern, all of one identity,
-// or its reservation once they are gone.
+// nameKey is a protocol and pattern, whatever the path.
+type nameKey struct{ proto, name string }
+
+func (k endpointKey) nameKey() nameKey { return nameKey{k.proto, k.name} }
+
+// endpoint is the routes of one protocol, pattern and path, all of one
+// identity, or its reservation once they are gone.
 type endpoint struct {
 	identity string
 	pool     bool   // its routes asked to share it
 	policy   string // the traffic policy of its routes (rule 3)
+	strip    bool   // its routes' StripPrefix (rule 3)
 	routes   routeSet
 	until    time.Time // reserved until, when it has no routes
 	gen      uint64    // bumped at each reservation, to spot stale heap entries
@@ -168,7 +177,11 @@ func (m *MemoryRouter) bind(r Route, from string) error {
 	if !ok {
 		return fmt.Errorf("router: %w: %q", ErrInvalidName, r.Name)
 	}
-	r.Name = name
+	path, err := RoutePath(r)
+	if err != nil {
+		return err
+	}
+	r.Name, r.Path = name, path
 	ns, base := namespace(r.Proto), strings.TrimPrefix(name, "*.")
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -176,7 +189,7 @@ func (m *MemoryRouter) bind(r Route, from string) error {
 	if err := m.checkOwnerLocked(ns, base, r.Identity); err != nil {
 		return err
 	}
-	k := endpointKey{r.Proto, name}
+	k := endpointKey{r.Proto, name, path}
 	ep := m.endpoints[k]
 	var moved []Route // the routes r takes the place of
 	others := 0       // and the others
@@ -193,35 +206,48 @@ func (m *MemoryRouter) bind(r Route, from string) error {
 		}
 	}
 	if others > 0 {
+		what := r.Proto + " " + name + path
 		if !ep.pool {
-			return fmt.Errorf("%w: %s %s is bound already and not shared (its agent did not ask for a pool)", ErrNameTaken, r.Proto, name)
+			return fmt.Errorf("%w: %s is bound already and not shared (its agent did not ask for a pool)", ErrNameTaken, what)
 		}
 		if !r.Pool {
-			return fmt.Errorf("%w: %s %s is a pool: bind with pool to join it", ErrNameTaken, r.Proto, name)
+			return fmt.Errorf("%w: %s is a pool: bind with pool to join it", ErrNameTaken, what)
 		}
 		if r.Policy != ep.policy {
-			return fmt.Errorf("%w: %s %s is a pool with another traffic policy: its agents must declare the same one", ErrNameTaken, r.Proto, name)
+			return fmt.Errorf("%w: %s is a pool with another traffic policy: its agents must declare the same one", ErrNameTaken, what)
+		}
+		if r.StripPrefix != ep.strip {
+			return fmt.Errorf("%w: %s is a pool whose agents %s its path prefix: its agents must agree", ErrNameTaken, what, stripWord(ep.strip))
 		}
 	}
 	// r goes in before the routes it replaces go out: lookups, which
 	// take no lock, find the one or the other.
-	if err := m.table(r.Proto).Add(name, r); err != nil {
+	if err := m.table(r.Proto).AddAt(name, path, r); err != nil {
 		return err
 	}
 	if ep == nil {
 		ep = m.newEndpointLocked(k, base, r.Identity)
 	}
 	if others == 0 {
-		ep.pool, ep.policy, ep.until = r.Pool, r.Policy, time.Time{}
+		ep.pool, ep.policy, ep.strip, ep.until = r.Pool, r.Policy, r.StripPrefix, time.Time{}
 	}
 	ep.routes.add(r)
 	m.notifyLocked(r, true)
 	for _, o := range moved {
 		ep.routes.remove(o.Key())
-		m.table(r.Proto).Remove(name, o)
+		m.table(r.Proto).RemoveAt(name, path, o)
 		m.notifyLocked(o, false)
 	}
 	return nil
+}
+
+// stripWord says what the agents of a pool that strip (or not) its path
+// prefix do, for a refusal.
+func stripWord(strip bool) string {
+	if strip {
+		return "strip"
+	}
+	return "do not strip"
 }
 
 // newEndpointLocked adds the endpoint k, of identity, whose name has base,
@@ -232,6 +258,15 @@ func (m *MemoryRouter) newEndpointLocked(k endpointKey, base, identity string) *
 		m.endpoints = map[endpointKey]*endpoint{}
 	}
 	m.endpoints[k] = ep
+	if m.paths == nil {
+		m.paths = map[nameKey]map[string]struct{}{}
+	}
+	paths := m.paths[k.nameKey()]
+	if paths == nil {
+		paths = map[string]struct{}{}
+		m.paths[k.nameKey()] = paths
+	}
+	paths[k.path] = struct{}{}
 	m.holdLocked(namespace(k.proto), base, identity)
 	return ep
 }
@@ -336,7 +371,11 @@ func (m *MemoryRouter) Unbind(_ context.Context, r Route, reserve time.Duration)
 	if !ok {
 		return nil
 	}
-	k := endpointKey{r.Proto, name}
+	path, err := RoutePath(r)
+	if err != nil {
+		return nil
+	}
+	k := endpointKey{r.Proto, name, path}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expireLocked()
@@ -348,7 +387,7 @@ func (m *MemoryRouter) Unbind(_ context.Context, r Route, reserve time.Duration)
 	if !ok {
 		return nil
 	}
-	m.table(r.Proto).Remove(name, stored)
+	m.table(r.Proto).RemoveAt(name, path, stored)
 	m.notifyLocked(stored, false)
 	if ep.routes.len() > 0 {
 		return nil
@@ -373,6 +412,10 @@ func (m *MemoryRouter) Reserve(_ context.Context, r Route, d time.Duration) erro
 	if !ok {
 		return fmt.Errorf("router: %w: %q", ErrInvalidName, r.Name)
 	}
+	path, err := RoutePath(r)
+	if err != nil {
+		return err
+	}
 	if d <= 0 {
 		return nil
 	}
@@ -383,7 +426,7 @@ func (m *MemoryRouter) Reserve(_ context.Context, r Route, d time.Duration) erro
 	if err := m.checkOwnerLocked(ns, base, r.Identity); err != nil {
 		return err
 	}
-	k := endpointKey{r.Proto, name}
+	k := endpointKey{r.Proto, name, path}
 	until := m.clock().Add(d)
 	ep := m.endpoints[k]
 	switch {
@@ -397,9 +440,9 @@ func (m *MemoryRouter) Reserve(_ context.Context, r Route, d time.Duration) erro
 }
 
 // Holder reports who holds the name of proto (a pattern, as Route.Name)
-// now: the identity, and until when a reservation keeps it for them,
-// which is zero while the name has routes. ok is false when nobody holds
-// it.
+// now, under any path: the identity, and until when a reservation keeps
+// it for them, which is zero while the name has routes. ok is false when
+// nobody holds it.
 func (m *MemoryRouter) Holder(proto, name string) (identity string, until time.Time, ok bool) {
 	name, valid := NormalisePattern(name)
 	if !valid {
@@ -408,19 +451,28 @@ func (m *MemoryRouter) Holder(proto, name string) (identity string, until time.T
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expireLocked()
-	ep := m.endpoints[endpointKey{proto, name}]
-	switch {
-	case ep == nil:
-		return "", time.Time{}, false
-	case ep.routes.len() > 0:
-		return ep.identity, time.Time{}, true
+	for path := range m.paths[nameKey{proto, name}] {
+		ep := m.endpoints[endpointKey{proto, name, path}]
+		if ep.routes.len() > 0 {
+			return ep.identity, time.Time{}, true
+		}
+		identity, ok = ep.identity, true
+		if ep.until.After(until) {
+			until = ep.until
+		}
 	}
-	return ep.identity, ep.until, true
+	return identity, until, ok
 }
 
 // dropLocked forgets an endpoint without routes.
 func (m *MemoryRouter) dropLocked(k endpointKey) {
 	delete(m.endpoints, k)
+	if paths := m.paths[k.nameKey()]; paths != nil {
+		delete(paths, k.path)
+		if len(paths) == 0 {
+			delete(m.paths, k.nameKey())
+		}
+	}
 	m.releaseLocked(namespace(k.proto), strings.TrimPrefix(k.name, "*."))
 }
 
@@ -468,6 +520,15 @@ func (m *MemoryRouter) Lookup(_ context.Context, proto, host string) ([]Route, e
 	return out, nil
 }
 
+// LookupPath implements PathRouter.
+func (m *MemoryRouter) LookupPath(_ context.Context, proto, host, path string) ([]Route, error) {
+	var out []Route
+	for r := range m.table(proto).BackendsAt(host, path) {
+		out = append(out, r)
+	}
+	return out, nil
+}
+
 // Fail marks r as failing: later lookups try it after the others.
 func (m *MemoryRouter) Fail(r Route) { m.table(r.Proto).Fail(r) }
 
@@ -504,7 +565,10 @@ func (m *MemoryRouter) notifyLocked(r Route, bound bool) {
 	}
 }
 
-var _ Reserver = (*MemoryRouter)(nil)
+var (
+	_ Reserver   = (*MemoryRouter)(nil)
+	_ PathRouter = (*MemoryRouter)(nil)
+)
 
 // AddReservation implements Reserver: the name counts as one more
 // endpoint of its identity on its base, with no end.

@@ -49,7 +49,11 @@ func (r *Router) bindFrom(ctx context.Context, rt router.Route, from string) err
 	if !ok {
 		return fmt.Errorf("etcdrouter: %w: %q", router.ErrInvalidName, rt.Name)
 	}
-	rt.Name = name
+	path, err := router.RoutePath(rt)
+	if err != nil {
+		return err
+	}
+	rt.Name, rt.Path = name, path
 	switch rt.Edge {
 	case "":
 		rt.Edge = r.edge
@@ -159,7 +163,7 @@ type decision struct {
 // empty, make room for rt.
 func decide(rt router.Route, k keys, from string, reads []*etcdserverpb.ResponseOp) (decision, error) {
 	var d decision
-	var pooled, solo, otherPolicy int // the other routes of rt's Proto and Name
+	var pooled, solo, otherPolicy, otherStrip int // the other routes of rt's Proto, Name and Path
 	for i, op := range reads {
 		for _, kv := range op.GetResponseRange().GetKvs() {
 			key := string(kv.Key)
@@ -177,8 +181,8 @@ func decide(rt router.Route, k keys, from string, reads []*etcdserverpb.Response
 					return d, fmt.Errorf("%w: names under %s are held by another owner", router.ErrNameTaken, k.base)
 				}
 			}
-			if i > 0 || !strings.HasPrefix(key, k.endpoint) {
-				continue
+			if i > 0 || !strings.HasPrefix(key, k.routes) && key != k.reserved {
+				continue // above, under, or another path's
 			}
 			switch {
 			case key == k.route:
@@ -192,6 +196,9 @@ func decide(rt router.Route, k keys, from string, reads []*etcdserverpb.Response
 				if e.Policy != rt.Policy {
 					otherPolicy++
 				}
+				if e.StripPrefix != rt.StripPrefix {
+					otherStrip++
+				}
 			default:
 				solo++
 			}
@@ -200,14 +207,22 @@ func decide(rt router.Route, k keys, from string, reads []*etcdserverpb.Response
 	if d.self != nil {
 		return d, nil
 	}
+	what := rt.Proto + " " + rt.Name + rt.Path
 	if solo > 0 {
-		return d, fmt.Errorf("%w: %s %s is bound already and not shared (its agent did not ask for a pool)", router.ErrNameTaken, rt.Proto, rt.Name)
+		return d, fmt.Errorf("%w: %s is bound already and not shared (its agent did not ask for a pool)", router.ErrNameTaken, what)
 	}
 	if pooled > 0 && !rt.Pool {
-		return d, fmt.Errorf("%w: %s %s is a pool: bind with pool to join it", router.ErrNameTaken, rt.Proto, rt.Name)
+		return d, fmt.Errorf("%w: %s is a pool: bind with pool to join it", router.ErrNameTaken, what)
 	}
 	if otherPolicy > 0 {
-		return d, fmt.Errorf("%w: %s %s is a pool with another traffic policy: its agents must declare the same one", router.ErrNameTaken, rt.Proto, rt.Name)
+		return d, fmt.Errorf("%w: %s is a pool with another traffic policy: its agents must declare the same one", router.ErrNameTaken, what)
+	}
+	if otherStrip > 0 {
+		word := "do not strip"
+		if !rt.StripPrefix {
+			word = "strip"
+		}
+		return d, fmt.Errorf("%w: %s is a pool whose agents %s its path prefix: its agents must agree", router.ErrNameTaken, what, word)
 	}
 	return d, nil
 }
@@ -228,7 +243,11 @@ func (r *Router) Unbind(ctx context.Context, rt router.Route, reserve time.Durat
 	if !ok {
 		return nil
 	}
-	rt.Name = name
+	path, err := router.RoutePath(rt)
+	if err != nil {
+		return nil
+	}
+	rt.Name, rt.Path = name, path
 	if rt.Edge == "" {
 		rt.Edge = r.edge
 	}

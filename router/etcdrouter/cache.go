@@ -39,6 +39,25 @@ func (r *Router) Lookup(_ context.Context, proto, host string) ([]router.Route, 
 	return out, nil
 }
 
+// LookupPath implements [router.PathRouter] from the cache, as Lookup
+// does: the routes of the longest Path of the most specific pattern of
+// proto matching host that path is under, else of the pattern's routes
+// without a Path.
+func (r *Router) LookupPath(_ context.Context, proto, host, path string) ([]router.Route, error) {
+	if r.closed.Load() {
+		return nil, errClosed
+	}
+	t := (*r.tables.Load())[proto]
+	if t == nil {
+		return nil, nil
+	}
+	var out []router.Route
+	for rt := range t.BackendsAt(host, path) {
+		out = append(out, rt)
+	}
+	return out, nil
+}
+
 // Fail implements [router.HealthReporter]: later lookups from this Router
 // try rt after the other routes of its pool, for router.DefaultCooldown.
 // Other edges do not hear of it.
@@ -229,7 +248,9 @@ func (r *Router) allLocked() []router.Route {
 	var all []router.Route
 	for _, t := range *r.tables.Load() {
 		for _, name := range t.Names() {
-			all = append(all, t.Pool(name)...)
+			for _, path := range t.Paths(name) {
+				all = append(all, t.PoolAt(name, path)...)
+			}
 		}
 	}
 	return all
@@ -237,7 +258,7 @@ func (r *Router) allLocked() []router.Route {
 
 // addLocked adds rt, not in the cache, to it.
 func (r *Router) addLocked(rt router.Route) {
-	if err := r.tableLocked(rt.Proto).Add(rt.Name, rt); err != nil {
+	if err := r.tableLocked(rt.Proto).AddAt(rt.Name, rt.Path, rt); err != nil {
 		r.log.Info("etcdrouter: bad route", "route", rt, "err", err)
 		return
 	}
@@ -246,7 +267,7 @@ func (r *Router) addLocked(rt router.Route) {
 
 // removeLocked removes rt from the cache.
 func (r *Router) removeLocked(rt router.Route) {
-	if t := (*r.tables.Load())[rt.Proto]; t != nil && t.Remove(rt.Name, rt) {
+	if t := (*r.tables.Load())[rt.Proto]; t != nil && t.RemoveAt(rt.Name, rt.Path, rt) {
 		r.notifyLocked(rt, false)
 	}
 }
@@ -321,7 +342,7 @@ func (r *Router) cachedLocked(rt router.Route) bool {
 	if t == nil {
 		return false
 	}
-	for _, c := range t.Pool(rt.Name) {
+	for _, c := range t.PoolAt(rt.Name, rt.Path) {
 		if c.Edge == rt.Edge && c.SessionID == rt.SessionID && c.TunnelID == rt.TunnelID {
 			return true
 		}

@@ -47,14 +47,20 @@
 //
 //	<prefix>host/test.example.abc./http/*.abc.example.test/r/<edge>/<session>/<tunnel>   a route
 //	<prefix>host/test.example.abc./http/*.abc.example.test/reserved                       a reservation (rule 4)
+//	<prefix>host/test.example.abc./https/abc.example.test/p/%2Fapi/r/<edge>/<session>/<tunnel>  a route of a path
+//	<prefix>host/test.example.abc./https/abc.example.test/p/%2Fapi/reserved                      its reservation
 //	<prefix>host/test.example.abc./!reserved                                              the operator's reservation (rule 6)
 //	<prefix>tcp/20001./tcp/20001/r/<edge>/<session>/<tunnel>
 //	<prefix>edges/<edge>                                                                  an edge of the cluster
 //	<prefix>revoked/<identity>                                                            an identity revoked (router.Revoker), until its value
 //
-// Edge, session and tunnel are path-escaped. A value is the route (or, for a
-// reservation, its Proto, Name and Identity) in JSON; an edge's value is
-// its ID.
+// Edge, session, tunnel and a route's path are path-escaped. A value is the
+// route (or, for a reservation, its Proto, Name, Path and Identity) in
+// JSON; an edge's value is its ID. The routes of a path (router.Route's
+// Path) have keys of their own, under "p/", which an edge of a version
+// before paths does not read: it routes none of their requests, rather
+// than send them all to a path's app. Upgrade every edge before agents
+// bind paths.
 //
 // # Members
 //
@@ -178,6 +184,7 @@ var (
 	_ router.HealthReporter = (*Router)(nil)
 	_ router.RouteWatcher   = (*Router)(nil)
 	_ router.MemberChecker  = (*Router)(nil)
+	_ router.PathRouter     = (*Router)(nil)
 )
 
 // New grants this edge's lease, registers this edge as a member under it,

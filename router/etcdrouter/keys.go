@@ -23,13 +23,16 @@ type keys struct {
 	// prefixes of their own entries: "<prefix>host/test.example./" and
 	// "<prefix>host/test./" for abc.example.test. None for tcp.
 	above, ancestors []string
-	endpoint         string // the prefix of the entries of the route's Proto and Name
-	routes           string // the prefix of the routes of its Proto and Name
+	endpoint         string // the prefix of the entries of the route's Proto, Name and Path
+	routes           string // the prefix of the routes of its Proto, Name and Path
 	route            string // the route's key
-	reserved         string // the key of its Proto and Name's reservation
+	reserved         string // the key of its Proto, Name and Path's reservation
 }
 
-// keysOf returns the keys of rt, whose Name is normalised and Edge set.
+// keysOf returns the keys of rt, whose Name and Path are normalised and
+// Edge set. The entries of a Path live apart from those of the whole name
+// ("<pattern>/p/<path escaped>/..." beside "<pattern>/r/..."), so that an
+// edge of before paths, which reads "<pattern>/r/..." alone, ignores them.
 func (r *Router) keysOf(rt router.Route) keys {
 	base := strings.TrimPrefix(rt.Name, "*.")
 	ns := r.prefix + "host/"
@@ -53,6 +56,9 @@ func (r *Router) keysOf(rt router.Route) keys {
 		}
 	}
 	k.endpoint = k.own + url.PathEscape(rt.Proto) + "/" + rt.Name + "/"
+	if rt.Path != "" {
+		k.endpoint += "p/" + url.PathEscape(rt.Path) + "/"
+	}
 	k.routes = k.endpoint + "r/"
 	k.route = k.routes + url.PathEscape(rt.Edge) + "/" + url.PathEscape(rt.SessionID) + "/" + url.PathEscape(rt.TunnelID)
 	k.reserved = k.endpoint + "reserved"
@@ -89,8 +95,9 @@ func reversed(name string) string {
 }
 
 // isRoute reports whether key, under the Router's prefix, is a route's
-// rather than a reservation's: its fifth segment is "r" (namespace,
-// reversed base, proto and pattern hold no "/").
+// rather than a reservation's: its fifth segment is "r", or it is "p" and
+// its seventh "r" (namespace, reversed base, proto, pattern and escaped
+// path hold no "/").
 func (r *Router) isRoute(key string) bool {
 	rest, ok := strings.CutPrefix(key, r.prefix)
 	if !ok {
@@ -102,6 +109,13 @@ func (r *Router) isRoute(key string) bool {
 			return false
 		}
 		rest = rest[i+1:]
+	}
+	if path, ok := strings.CutPrefix(rest, "p/"); ok {
+		i := strings.IndexByte(path, '/')
+		if i < 0 {
+			return false
+		}
+		rest = path[i+1:]
 	}
 	return strings.HasPrefix(rest, "r/")
 }
@@ -116,6 +130,8 @@ type record struct {
 	SessionID     string `json:"session,omitempty"`
 	Identity      string `json:"identity"`
 	Edge          string `json:"edge,omitempty"`
+	Path          string `json:"path,omitempty"`
+	StripPrefix   bool   `json:"strip_prefix,omitempty"`
 	Pool          bool   `json:"pool,omitempty"`
 	AppProtocol   string `json:"app_protocol,omitempty"`
 	Policy        string `json:"policy,omitempty"` // the JSON of a policy.Spec, as a string; secrets included
@@ -129,7 +145,7 @@ func encode(rt router.Route) string {
 }
 
 func encodeReservation(rt router.Route) string {
-	return encode(router.Route{Proto: rt.Proto, Name: rt.Name, Identity: rt.Identity})
+	return encode(router.Route{Proto: rt.Proto, Name: rt.Name, Path: rt.Path, Identity: rt.Identity})
 }
 
 func decode(b []byte) (router.Route, error) {

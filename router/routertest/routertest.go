@@ -24,11 +24,12 @@
 // broken; each subtest (EmptyRouter, Lookup, Ownership, Trees, TCPPorts,
 // Pools, Unbind, Reservations, Atomicity, ConcurrentLookups,
 // OperatorReservations, ReservationAtomicity, Moves, MovesNeverUnrouted,
-// Revocations) can be run on its own with go test -run.
+// Revocations, Paths, PathMoves) can be run on its own with go test -run.
 // OperatorReservations and ReservationAtomicity, of rule 6, run only
 // against a router.Reserver, Moves and MovesNeverUnrouted only against a
-// router.Mover, and Revocations only against a router.Revoker: they are
-// skipped for another Router.
+// router.Mover, Revocations only against a router.Revoker, Paths only
+// against a router.PathRouter, and PathMoves against a Router that is
+// both a Mover and a PathRouter: they are skipped for another Router.
 //
 // The reservations the tests wait out last 200ms; the wait polls Bind until
 // it succeeds, for up to 10s after the lapse, so the suite asserts on
@@ -71,6 +72,8 @@ func Run(t *testing.T, newRouter func(t *testing.T) router.Router) {
 		{"Moves", testMoves},
 		{"MovesNeverUnrouted", testMovesNeverUnrouted},
 		{"Revocations", testRevocations},
+		{"Paths", testPaths},
+		{"PathMoves", testPathMoves},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newRouter) })
@@ -242,7 +245,18 @@ func sameRoute(got, want router.Route) bool {
 		got.SessionID == want.SessionID &&
 		got.Identity == want.Identity &&
 		got.Pool == want.Pool &&
-		got.Policy == want.Policy
+		got.Policy == want.Policy &&
+		got.Path == wantPath(want) &&
+		got.StripPrefix == want.StripPrefix
+}
+
+// wantPath is the Path of a route as Lookup must return it: normalised.
+func wantPath(r router.Route) string {
+	p, ok := router.NormalisePath(r.Path)
+	if !ok {
+		return r.Path
+	}
+	return p
 }
 
 // sameRoutes reports whether got and want hold the same routes, in any order.
@@ -286,7 +300,10 @@ func hostOf(pattern string) string {
 
 // desc describes r in failure messages.
 func desc(r router.Route) string {
-	s := fmt.Sprintf("%s %s %q (%s/%s)", r.Identity, r.Proto, r.Name, r.SessionID, r.TunnelID)
+	s := fmt.Sprintf("%s %s %q (%s/%s)", r.Identity, r.Proto, r.Name+r.Path, r.SessionID, r.TunnelID)
+	if r.StripPrefix {
+		s += " strip"
+	}
 	if r.Pool {
 		s += " pool"
 	}
