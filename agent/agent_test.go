@@ -166,7 +166,7 @@ func TestEdgeGoneListenerStaysUntilClose(t *testing.T) {
 
 func TestListenErrors(t *testing.T) {
 	_, _, addr := startEdge(t)
-	for _, ep := range []string{"tcp://x", "http://a/path", "http://user@a", "::::"} {
+	for _, ep := range []string{"tcp://x", "tls://a.example.test/path", "http://a/path?q", "http://user@a", "::::"} {
 		if _, err := agent.Listen(context.Background(), addr, ep); err == nil {
 			t.Errorf("Listen(%q) succeeded", ep)
 		}

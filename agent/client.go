@@ -247,7 +247,10 @@ func bindOf(ep Endpoint) (wire.Bind, error) {
 		if bind.Proto != wire.ProtoHTTP && bind.Proto != wire.ProtoHTTPS {
 			return bind, fmt.Errorf("agent: endpoint %q: app protocol %q needs an http or https endpoint", ep.URL, ep.AppProtocol)
 		}
-		bind.Options = map[string]string{wire.OptAppProtocol: ep.AppProtocol}
+		if bind.Options == nil {
+			bind.Options = map[string]string{}
+		}
+		bind.Options[wire.OptAppProtocol] = ep.AppProtocol
 	default:
 		return bind, fmt.Errorf("agent: app protocol %q: want http1 or h2c", ep.AppProtocol)
 	}
@@ -259,6 +262,9 @@ func bindOf(ep Endpoint) (wire.Bind, error) {
 			bind.Options = map[string]string{}
 		}
 		bind.Options[wire.OptVerboseErrors] = "true"
+	}
+	if err := bindPath(&bind, ep); err != nil {
+		return bind, err
 	}
 	if err := bindPolicy(&bind, ep.Policy); err != nil {
 		return bind, fmt.Errorf("agent: endpoint %q: %w", ep.URL, err)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tunnelkit/tunnelkit/internal/urlpath"
 	"github.com/tunnelkit/tunnelkit/internal/wire"
 	"github.com/tunnelkit/tunnelkit/policy"
 )
@@ -25,8 +26,17 @@ type Endpoint struct {
 	//     (the app terminates TLS).
 	//   - "tcp://" for any free port, "tcp://:20001" for that port.
 	// A port in an http, https or tls URL is ignored: the edge's ports
-	// apply.
+	// apply. An http or https URL may end in a path ("https://abc/api"):
+	// the endpoint then takes the requests for its name whose path is
+	// that one or under it, unless an endpoint of a longer path takes
+	// them, and the name's endpoint without a path the others. Every
+	// path of a name is its owner's (docs/PROTOCOL.md, "Who owns a name").
 	URL string
+
+	// StripPrefix, for an URL with a path, has the edge send the app each
+	// request's path without it ("/api/x" as "/x", "/api" as "/"), with
+	// X-Forwarded-Prefix set to it. Sent only when set.
+	StripPrefix bool
 
 	// AppProtocol is what the edge speaks to the app on an http or https
 	// endpoint's conns: "" or "http1" for HTTP/1.1, "h2c" for HTTP/2
@@ -112,8 +122,8 @@ func parseEndpoint(endpoint string) (wire.Bind, error) {
 	switch {
 	case u.User != nil:
 		return bad("credentials (%q) have no place in an endpoint: want scheme://name", u.User.String()+"@")
-	case u.Path != "" && u.Path != "/":
-		return bad("a path (%q) has no place in an endpoint: want scheme://name", u.Path)
+	case u.Path != "" && u.Path != "/" && u.Scheme != wire.ProtoHTTP && u.Scheme != wire.ProtoHTTPS:
+		return bad("a path (%q) routes HTTP requests, and the traffic of a %s endpoint carries none: drop it", u.Path, u.Scheme)
 	case u.RawQuery != "" || u.ForceQuery:
 		return bad("a query (%q) has no place in an endpoint: want scheme://name", "?"+u.RawQuery)
 	case u.Fragment != "":
@@ -125,6 +135,13 @@ func parseEndpoint(endpoint string) (wire.Bind, error) {
 		b.Name = u.Hostname()
 		if b.Proto == wire.ProtoTLS && b.Name == "" {
 			return bad("a tls endpoint needs a name: tls://app.example.com")
+		}
+		path, err := urlpath.Prefix(u.EscapedPath())
+		if err != nil {
+			return bad("%v", err)
+		}
+		if path != "" {
+			b.Options = map[string]string{wire.OptPath: path}
 		}
 	case wire.ProtoTCP:
 		b.Proto = wire.ProtoTCP
@@ -165,5 +182,20 @@ func bindPolicy(b *wire.Bind, spec *policy.Spec) error {
 		b.Options = map[string]string{}
 	}
 	b.Options[wire.OptPolicy] = wire.PolicyVersion
+	return nil
+}
+
+// bindPath adds ep's StripPrefix to b, whose path its URL gave, or says
+// why it cannot have it.
+func bindPath(b *wire.Bind, ep Endpoint) error {
+	path := b.Options[wire.OptPath]
+	switch {
+	case ep.StripPrefix && path == "":
+		return fmt.Errorf("agent: endpoint %q: strip prefix needs a path in the URL to strip, as in http://name/api", ep.URL)
+	case path != "" && ep.Policy != nil && ep.Policy.OIDC != nil:
+		return fmt.Errorf("agent: endpoint %q: an oidc login on an endpoint with a path: its callback, %s, is one for the whole name; put the login on the name's endpoint without a path", ep.URL, policy.CallbackPath)
+	case ep.StripPrefix:
+		b.Options[wire.OptStripPrefix] = "true"
+	}
 	return nil
 }

@@ -23,8 +23,9 @@ func TestEndpointURLMessages(t *testing.T) {
 		{"http:/x", `agent: endpoint "http:/x": a scheme takes "://" after it: http://x`},
 		{"https:abc", `agent: endpoint "https:abc": a scheme takes "://" after it: https://abc`},
 		{"tcp//:20001", `agent: endpoint "tcp//:20001": a scheme takes "://" after it: tcp://:20001`},
-		{"http://a/path", `agent: endpoint "http://a/path": a path ("/path") has no place in an endpoint: want scheme://name`},
-		{"abc/x?y=1", `agent: endpoint "abc/x?y=1": a path ("/x") has no place`},
+		{"tls://a.example.com/path", `agent: endpoint "tls://a.example.com/path": a path ("/path") routes HTTP requests, and the traffic of a tls endpoint carries none: drop it`},
+		{"tcp://:20001/x", `agent: endpoint "tcp://:20001/x": a path ("/x") routes HTTP requests, and the traffic of a tcp endpoint carries none`},
+		{"abc/x?y=1", `agent: endpoint "abc/x?y=1": a query ("?y=1") has no place`},
 		{"http://a?x=1", `agent: endpoint "http://a?x=1": a query ("?x=1") has no place`},
 		{"http://a#top", `agent: endpoint "http://a#top": a fragment ("#top") has no place`},
 		{"http://user@a", `agent: endpoint "http://user@a": credentials ("user@") have no place`},
@@ -43,6 +44,19 @@ func TestEndpointURLMessages(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "connect") {
 			t.Errorf("Listen(%q) connected before it found the URL wrong: %v", tc.url, err)
 		}
+	}
+}
+
+// TestStripPrefixMessage: StripPrefix without a path in the URL is
+// refused before any connection is made.
+func TestStripPrefixMessage(t *testing.T) {
+	c := &agent.Client{Addrs: []string{closedAddr(t)}}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := c.ListenEndpoint(ctx, agent.Endpoint{URL: "http://a/", StripPrefix: true})
+	if want := `agent: endpoint "http://a/": strip prefix needs a path in the URL to strip`; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("StripPrefix without a path: %v\nwant an error starting %s", err, want)
 	}
 }
 

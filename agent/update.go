@@ -15,8 +15,9 @@ import (
 // identity can take it, as closing the listener and binding again would
 // allow. ep.URL may be empty; otherwise it must name the endpoint's
 // protocol and, if it names one, its name or port (a name as given to
-// Listen or as granted). ep.Ticket is not used. A reconnection binds the
-// endpoint with the new settings.
+// Listen or as granted), and its path (none: the whole name's; an empty
+// URL keeps the endpoint's). StripPrefix changes too. ep.Ticket is not
+// used. A reconnection binds the endpoint with the new settings.
 //
 // It fails with ErrUnsupported on an edge older than protocol version 5,
 // with ErrUnavailable while the client has no session (a reconnection
@@ -26,6 +27,10 @@ import (
 // was. ctx bounds the wait for the answer: when it ends first, Update
 // returns its cause, and the edge's answer, when it comes, still applies.
 func (l *Listener) Update(ctx context.Context, ep Endpoint) error {
+	cur := l.rebindRequest()
+	if p := cur.Options[wire.OptPath]; ep.URL == "" && p != "" {
+		ep.URL = cur.Proto + "://" + cur.Name + p // the path it keeps
+	}
 	b, err := bindOf(ep)
 	if err != nil {
 		return err
@@ -35,7 +40,6 @@ func (l *Listener) Update(ctx context.Context, ep Endpoint) error {
 	mux, version := c.mux, c.version
 	c.mu.Unlock()
 	id, ok := l.bound(mux)
-	cur := l.rebindRequest()
 	switch {
 	case !ok:
 		return fmt.Errorf("%w: not connected to an edge now; try again", ErrUnavailable)
@@ -43,6 +47,8 @@ func (l *Listener) Update(ctx context.Context, ep Endpoint) error {
 		return fmt.Errorf("%w: changing an endpoint in place takes an edge of protocol version %d (this one speaks %d)", ErrUnsupported, wire.ReplaceVersion, version)
 	case ep.URL != "" && !sameName(b, cur):
 		return fmt.Errorf("agent: endpoint %q: Update keeps the endpoint's protocol and name (%s): close the listener, and Listen for another", ep.URL, l.URL())
+	case b.Options[wire.OptPath] != cur.Options[wire.OptPath]:
+		return fmt.Errorf("agent: endpoint %q: Update keeps the endpoint's path (%s): close the listener, and Listen for another", ep.URL, l.URL())
 	}
 	b.Proto, b.Name, b.Port, b.Ticket, b.Replaces = cur.Proto, cur.Name, cur.Port, "", id
 	type answer struct {

@@ -356,7 +356,7 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) (resp wire.Respo
 	var name endpointKey // the name asked for, which may be one kept for the agent
 	if chosen {
 		for n := range names {
-			name = endpointKey{Proto: b.Proto, Name: n}
+			name = endpointKey{Proto: b.Proto, Name: n + r.Path}
 		}
 	}
 	identity, previous, kept, refused := ss.admitBind(name)
@@ -729,6 +729,7 @@ func (s *Server) endpointOptions(r *router.Route, opts map[string]string, rawPol
 			default:
 				return fmt.Errorf("option %s: %q: want true or false", k, wire.Printable(v, 32))
 			}
+		case wire.OptPath, wire.OptStripPrefix: // pathOptions, below
 		default:
 			return fmt.Errorf("unknown option %q", wire.Printable(k, 32))
 		}
@@ -739,7 +740,7 @@ func (s *Server) endpointOptions(r *router.Route, opts map[string]string, rawPol
 	case !withPolicy && len(rawPolicy) > 0:
 		return fmt.Errorf("a policy without option %s=%s", wire.OptPolicy, wire.PolicyVersion)
 	}
-	return nil
+	return s.pathOptions(r, opts, rawPolicy)
 }
 
 // endpointTicket returns a fresh ticket saying that r's identity holds its

@@ -73,6 +73,14 @@ func (r *brokenRouter) Lookup(ctx context.Context, proto, host string) ([]router
 	return r.MemoryRouter.Lookup(ctx, proto, host)
 }
 
+// LookupPath fails as Lookup does: the edge asks it for HTTP requests.
+func (r *brokenRouter) LookupPath(ctx context.Context, proto, host, path string) ([]router.Route, error) {
+	if host == r.name {
+		return nil, r.err
+	}
+	return r.MemoryRouter.LookupPath(ctx, proto, host, path)
+}
+
 // startPageCluster starts edges A and B sharing rt, each with a
 // certificate for *.example.test of pki, logging (every level) and an
 // access log into buffers of their own; configure (when not nil) is

@@ -30,6 +30,15 @@ import (
 // that leaves cancels the app's request (see exchange.go for how every
 // exchange ends).
 //
+// Of a name whose endpoints have path prefixes, a request goes to the
+// endpoint of the longest prefix its cleaned path is under (see
+// router.CleanPath and router.PathRouter), else to the name's endpoint
+// without one. Its app gets that cleaned path, without the prefix when
+// the endpoint strips it (X-Forwarded-Prefix then names the prefix, as
+// the edge alone sets it: a client's is removed on every endpoint with a
+// path); a request the name's endpoint without a path takes reaches it
+// as it came.
+//
 // Before any stream is opened to the agent, the endpoint's traffic policy
 // (the agent's and the operator's, see Server.Policy) checks the request;
 // whatever the policy, every request header or trailer named like one the
@@ -55,7 +64,7 @@ import (
 //	403 policy_denied        the policy does not allow the client's address, certificate or account
 //	403 webhook_invalid      the policy's webhook signature is missing or wrong
 //	403 login_failed         an OIDC login callback that does not complete a login
-//	404 no_endpoint          no tunnel has that name
+//	404 no_endpoint          no tunnel has that name (or, of a name with paths, none takes the request's)
 //	404 https_only           the name is bound over https only (see RedirectHTTP)
 //	408 body_timeout         the request body stopped moving (Timeouts.Body)
 //	413 body_too_large       a webhook body larger than the policy verifies
@@ -105,7 +114,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, terminated bo
 		return
 	}
 	defer release()
-	s.serveExchange(w, r, routes, ConnInfo{Client: client, Host: r.Host}, aw, pol)
+	s.serveExchange(w, pathRequest(r, routes[0]), routes, ConnInfo{Client: client, Host: r.Host}, aw, pol)
 }
 
 // dropH2CUpgrade takes an HTTP/1.1 request's ask to switch to h2c off
@@ -177,11 +186,12 @@ func (s *Server) routeRequest(w http.ResponseWriter, r *http.Request, terminated
 		return nil, false
 	}
 	var routes []router.Route
+	path := requestPath(r) // the routes of its path (see paths.go)
 	if terminated || r.TLS != nil && s.servesHTTPS() {
-		routes, err = s.lookup(r.Context(), wire.ProtoHTTPS, host)
+		routes, err = s.lookupPath(r.Context(), wire.ProtoHTTPS, host, path)
 	}
 	if err == nil && len(routes) == 0 && !terminated {
-		routes, err = s.lookup(r.Context(), wire.ProtoHTTP, host)
+		routes, err = s.lookupPath(r.Context(), wire.ProtoHTTP, host, path)
 	}
 	if err != nil {
 		s.refuse(w, r, ReasonRoutingUnavailable, "routing is unavailable", err)

@@ -58,11 +58,14 @@ func bindsPerSecond(refusedBinds int) float64 {
 	return 1
 }
 
-// endpointKey is an endpoint: a protocol and a name pattern.
+// endpointKey is an endpoint: a protocol and a name pattern, with its
+// path after it (the path starts with "/", which no pattern holds).
 type endpointKey = names.Endpoint
 
 // endpointOf returns the endpoint of r.
-func endpointOf(r router.Route) endpointKey { return endpointKey{Proto: r.Proto, Name: r.Name} }
+func endpointOf(r router.Route) endpointKey {
+	return endpointKey{Proto: r.Proto, Name: r.Name + r.Path}
+}
 
 // addPending registers an agent conn that has not said hello yet (see
 // limits.Pending.Add), and closes the one that makes room for it, if any.

@@ -5,6 +5,7 @@ import (
 	"crypto/hkdf"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -262,7 +263,9 @@ func (s *Server) acceptPolicy(proto, name string, routes []router.Route, client 
 // endpoint whose policy asks clients for a certificate (mutual_tls): base
 // with ClientAuth VerifyClientCertIfGiven and the policy's CAs, so that a
 // client without a certificate still gets a readable refusal from Check.
-// Nil for every other name.
+// Nil for every other name. Of a name with paths, whose policies may
+// differ, the handshake (which knows no path) asks for the CAs of the
+// first route that asks for any: the name's own, else its first path's.
 func (s *Server) policyTLS(hello *tls.ClientHelloInfo, base *tls.Config) (*tls.Config, error) {
 	name, ok := router.Normalise(hello.ServerName)
 	if !ok {
@@ -274,12 +277,19 @@ func (s *Server) policyTLS(hello *tls.ClientHelloInfo, base *tls.Config) (*tls.C
 	if err != nil || len(routes) == 0 {
 		return nil, nil
 	}
-	cp, err := s.routePolicy(ctx, routes[0])
-	if err != nil {
-		// Check refuses its requests: no need to fail the handshake.
-		return nil, nil
+	var cp *policies.Compiled
+	var cas *x509.CertPool
+	for i, r := range routes {
+		if i > 0 && r.Path == routes[i-1].Path {
+			continue // a pool's routes have one policy
+		}
+		if c, err := s.routePolicy(ctx, r); err == nil && c.Policy().ClientCAs() != nil {
+			cp, cas = c, c.Policy().ClientCAs()
+			break
+		}
+		// One whose policy failed: Check refuses its requests, no need
+		// to fail the handshake.
 	}
-	cas := cp.Policy().ClientCAs()
 	if cas == nil {
 		return nil, nil
 	}

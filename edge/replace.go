@@ -28,7 +28,7 @@ func (ss *session) serveReplace(ctx context.Context, b *wire.Bind) wire.Response
 	twins := 0 // the session's endpoints of the same protocol and name
 	if ok {
 		for _, e := range ss.routes.All() {
-			if e.Route.Proto == old.Route.Proto && e.Route.Name == old.Route.Name {
+			if e.Route.Proto == old.Route.Proto && e.Route.Name == old.Route.Name && e.Route.Path == old.Route.Path {
 				twins++
 			}
 		}
@@ -53,6 +53,9 @@ func (ss *session) serveReplace(ctx context.Context, b *wire.Bind) wire.Response
 	r.Admits = ss.admits(r.Pool)
 	if err := s.endpointOptions(&r, b.Options, b.Policy); err != nil {
 		return fail(wire.CodeBadRequest, "%s", err)
+	}
+	if r.Path != old.Route.Path {
+		return fail(wire.CodeBadRequest, "a replace keeps the path: the endpoint is %s", old.URL)
 	}
 	pol, combined, e := s.bindPolicy(ctx, &r, b.Policy)
 	if e != nil {

@@ -40,6 +40,11 @@ func (r *deadlineRouter) Lookup(ctx context.Context, proto, host string) ([]rout
 	return r.MemoryRouter.Lookup(ctx, proto, host)
 }
 
+func (r *deadlineRouter) LookupPath(ctx context.Context, proto, host, path string) ([]router.Route, error) {
+	r.note(ctx, "LookupPath "+proto+" "+host+path)
+	return r.MemoryRouter.LookupPath(ctx, proto, host, path)
+}
+
 func (r *deadlineRouter) Bind(ctx context.Context, rt router.Route) error {
 	r.note(ctx, "Bind "+rt.Name)
 	return r.MemoryRouter.Bind(ctx, rt)

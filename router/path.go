@@ -13,7 +13,10 @@ import (
 // PathRouter is implemented by Routers that route http and https requests
 // by path prefix under one name (Route.Path): router.MemoryRouter and
 // router/etcdrouter. An edge binds a route with a Path only through a
-// Router that implements it, and asks it for each request's routes.
+// Router that implements it, and asks it, not Lookup, for each HTTP
+// request's routes. So a Router that embeds a PathRouter (a
+// MemoryRouter) and answers Lookup otherwise must answer LookupPath
+// likewise, or the method its embedded Router lends it answers instead.
 type PathRouter interface {
 	// LookupPath returns the routes for proto and host, as Lookup does,
 	// of the longest Path of that pattern that path is under, on segment

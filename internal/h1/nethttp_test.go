@@ -276,6 +276,13 @@ func seeds() [][2]string {
 		{"GET / HTTP/1.1\r\nUpgrade: h2c\r\n\r\nGET /2 HTTP/1.1\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nxHTTP/1.0 200 OK\r\n\r\nuntil EOF"},
 		{"CONNECT h:443 HTTP/1.1\r\n\r\n", "HTTP/1.1 200 OK\r\n\r\n\x16\x03"},
 		{"GET / HTTP/1.1\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length:\r\n 5\r\n\r\nhello"},
+		// Hostile paths, as routing by path prefix meets them: dot
+		// segments (plain and escaped), empty segments, an escaped
+		// slash, case, a query that looks like a path, an absolute form.
+		{"GET /api/../admin HTTP/1.1\r\nHost: x\r\n\r\nGET //api HTTP/1.1\r\n\r\nGET /api%2Fx HTTP/1.1\r\n\r\nGET /api/%2e%2e/%2E%2e/etc HTTP/1.1\r\n\r\n",
+			"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\nHTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nxHTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"},
+		{"GET /API/./x/..;/y?next=/api/v2#f HTTP/1.1\r\n\r\nGET http://h/api/v2/..%2f..%2fadmin HTTP/1.1\r\n\r\nGET /%61pi/caf\xc3\xa9/a b HTTP/1.1\r\n\r\n",
+			"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\n\r\n"},
 	}
 	for range 8 {
 		reqs, resps := generate(r)

@@ -155,6 +155,19 @@ const (
 	// when set: an edge that predates it refuses the bind.
 	OptVerboseErrors = "verbose_errors"
 
+	// OptPath, on an HTTP or HTTPS endpoint, is the path prefix under its
+	// name that the endpoint takes ("/api", percent-encoded): the requests
+	// whose cleaned path is it or under it, on segment boundaries, unless
+	// an endpoint of a longer prefix takes them. An option rather than a
+	// field of Bind, so that an edge that does not route by path refuses
+	// the bind rather than bind the whole name. Sent only when set.
+	OptPath = "path"
+
+	// OptStripPrefix, "true" with OptPath, asks the edge to send the app
+	// each request's path without the prefix, and X-Forwarded-Prefix.
+	// Sent only when set.
+	OptStripPrefix = "strip_prefix"
+
 	// OptHealthCheck, "1" on any endpoint, says that the agent checks its
 	// app and reports it up or down (OpHealth): the edge routes nothing to
 	// it until its first report says up. An edge that predates it refuses
@@ -257,7 +270,8 @@ type Bind struct {
 	// already, rather than fail.
 	Pool bool `json:"pool,omitempty"`
 	// Options are per-endpoint settings (OptAppProtocol, OptPolicy,
-	// OptVerboseErrors). The edge refuses options it does not know.
+	// OptVerboseErrors, OptPath, ...). The edge refuses options it does
+	// not know.
 	Options map[string]string `json:"options,omitempty"`
 	// Policy is the endpoint's traffic policy, the JSON form of a
 	// policy.Spec (package policy), sent with Options[OptPolicy] set to

@@ -142,7 +142,7 @@ func Reservation(req, identity, domain string, public map[string]bool) (router.R
 // URL returns the URL of r that agents and logs show: for http, https and
 // tls, its name with the port of the listener (httpPort for http, tlsPort
 // for the others) unless it is the scheme's default; for tcp, tcpHost and
-// its port.
+// its port. An http or https route's path follows.
 func URL(r router.Route, httpPort, tlsPort, tcpHost string) string {
 	switch r.Proto {
 	case wire.ProtoTCP:
@@ -150,9 +150,9 @@ func URL(r router.Route, httpPort, tlsPort, tcpHost string) string {
 	case wire.ProtoTLS:
 		return "tls://" + WithPort(r.Name, tlsPort, "443")
 	case wire.ProtoHTTPS:
-		return "https://" + WithPort(r.Name, tlsPort, "443")
+		return "https://" + WithPort(r.Name, tlsPort, "443") + r.Path
 	}
-	return "http://" + WithPort(r.Name, httpPort, "80")
+	return "http://" + WithPort(r.Name, httpPort, "80") + r.Path
 }
 
 // WithPort joins host and port, leaving out the scheme's default port
