@@ -15,6 +15,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/examples/internal/yamlcfg"
 	"github.com/tunnelkit/tunnelkit/policy"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // fileConfig is an agent's -config file: the settings of the session at
@@ -51,6 +52,7 @@ type fileEndpoint struct {
 	AppProtocol  string    `yaml:"app_protocol"`
 	LogRequests  *bool     `yaml:"log_requests"`
 	Pool         bool      `yaml:"pool"`
+	StripPrefix  bool      `yaml:"strip_prefix"`
 	ProxyProto   int       `yaml:"proxy_proto"`
 	Policy       yaml.Node `yaml:"policy"`
 	// VerboseErrors shows the public the detail of errors (for
@@ -69,6 +71,7 @@ type endpointSpec struct {
 	AppProtocol  string       `json:"app_protocol,omitempty"`
 	LogRequests  bool         `json:"log_requests"`
 	Pool         bool         `json:"pool,omitempty"`
+	StripPrefix  bool         `json:"strip_prefix,omitempty"`
 	ProxyProto   int          `json:"proxy_proto,omitempty"`
 	Policy       *policy.Spec `json:"policy,omitempty"`
 	// VerboseErrors: see agent.Endpoint.VerboseErrors.
@@ -93,7 +96,7 @@ func (e endpointSpec) stateKey() string { return e.URL + " -> " + e.To }
 
 // endpoint is what the agent asks the edge for.
 func (e endpointSpec) endpoint() agent.Endpoint {
-	return agent.Endpoint{URL: e.URL, AppProtocol: e.AppProtocol, Pool: e.Pool, Policy: e.Policy, VerboseErrors: e.VerboseErrors}
+	return agent.Endpoint{URL: e.URL, AppProtocol: e.AppProtocol, Pool: e.Pool, Policy: e.Policy, VerboseErrors: e.VerboseErrors, StripPrefix: e.StripPrefix}
 }
 
 // atEdge reports whether e and o ask the edge for different settings of
@@ -170,6 +173,12 @@ func (e *endpointSpec) check(readFile func(string) ([]byte, error)) error {
 	}
 	if e.VerboseErrors && !isHTTP {
 		return fail("%s: only for an http or https URL (a %s endpoint's errors reach no page)", n("verbose_errors"), scheme)
+	}
+	if path := urlPath(e.URL); path != "" && !isHTTP {
+		return fail("%s %s: a path routes HTTP requests, and a %s endpoint's connections carry none: drop %s", n("url"), e.URL, scheme, path)
+	}
+	if e.StripPrefix && urlPath(e.URL) == "" {
+		return fail("%s: needs a url with a path to strip, as in http://app.example.com/api", n("strip_prefix"))
 	}
 	if e.HostHeader != "" && !e.httpMode() {
 		return fail("%s: only for an http or https URL forwarded request by request (%s)", n("host_header"), n("log_requests"))
@@ -275,6 +284,7 @@ func (g *globals) fromFile(f *yamlcfg.File) ([]endpointSpec, error) {
 			AppProtocol: fe.AppProtocol, LogRequests: true, Pool: fe.Pool, ProxyProto: fe.ProxyProto, Policy: pol, VerboseErrors: fe.VerboseErrors,
 			where: fmt.Sprintf("%s:%d: endpoint %d", f.Name, node.Line, i+1),
 		}
+		spec.StripPrefix = fe.StripPrefix
 		if fe.LogRequests != nil {
 			spec.LogRequests = *fe.LogRequests
 		}
@@ -287,29 +297,56 @@ func (g *globals) fromFile(f *yamlcfg.File) ([]endpointSpec, error) {
 }
 
 // sameURL reports whether two endpoints' URLs, as written, ask for the
-// same name (or port): "app", "http://app" and "HTTP://App." are one;
-// URLs that ask for a random name or any port ("", "http://", "tcp://")
-// are none's.
+// same name (or port) and path: "app", "http://app" and "HTTP://App."
+// are one, "http://app/api" and "http://app/api/" another (a path's case
+// matters); URLs that ask for a random name or any port ("", "http://",
+// "tcp://") are none's.
 func sameURL(a, b string) bool {
 	norm := func(u string) string {
 		scheme, rest, ok := strings.Cut(u, "://")
 		if !ok {
 			scheme, rest = "http", u
 		}
-		rest = strings.TrimSuffix(strings.ToLower(strings.TrimSuffix(rest, "/")), ".")
-		if rest == "" {
+		host, path := rest, ""
+		if i := strings.IndexByte(rest, '/'); i >= 0 {
+			host, path = rest[:i], urlPath(u)
+		}
+		host = strings.TrimSuffix(strings.ToLower(host), ".")
+		if host == "" {
 			return "" // a random name, or any port
 		}
 		scheme = strings.ToLower(scheme)
 		if scheme != "tcp" {
-			if h, _, err := net.SplitHostPort(rest); err == nil {
-				rest = h // the edge's ports apply
+			if h, _, err := net.SplitHostPort(host); err == nil {
+				host = h // the edge's ports apply
 			}
 		}
-		return scheme + "://" + rest
+		return scheme + "://" + host + path
 	}
 	na := norm(a)
 	return na != "" && na == norm(b)
+}
+
+// urlPath returns the path of an endpoint's URL as the edge keeps it
+// ("/api" for "http://app/api/"), "" for none; a path the edge would
+// refuse as it is written, so that the agent says what is wrong with it.
+func urlPath(u string) string {
+	_, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		rest = u
+	}
+	i := strings.IndexByte(rest, '/')
+	if i < 0 {
+		return ""
+	}
+	rest = rest[i:]
+	if j := strings.IndexAny(rest, "?#"); j >= 0 {
+		rest = rest[:j]
+	}
+	if p, ok := router.NormalisePath(rest); ok {
+		return p
+	}
+	return rest
 }
 
 // endpointNode returns the node of the endpoint i of the file's root.

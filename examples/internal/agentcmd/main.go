@@ -130,7 +130,12 @@ A -config file is YAML: edge, token, proxy, edge_ca... at the top (the flags' na
 with _ for -), then endpoints, a list of url, to, to_ca, to_server_name, host_header,
 app_protocol, log_requests, pool, proxy_proto, verbose_errors and policy (the traffic
 policy, in the form the edge's -policy takes). ${VAR} takes its value from the environment. Flags
-win over the file. SIGHUP reads the file again.`,
+win over the file. SIGHUP reads the file again.
+
+An http or https url may end in a path (http://app.example.com/api): the endpoint takes
+the requests for the name whose path is that one or under it, the longest path winning,
+and the name's url without a path the others; strip_prefix (-strip-prefix) has the edge
+send the app the path without it.`,
 }
 
 // message is err as the agent prints it: prefixed "tunnelkit agent: ",
@@ -168,7 +173,7 @@ type cmdline struct {
 
 // endpointFlags are the flags of one endpoint, which a -config file's
 // endpoints take as keys (with _ for -).
-var endpointFlags = []string{"url", "to", "to-ca", "to-server-name", "host-header", "app-protocol", "log-requests", "pool", "proxy-proto", "verbose-errors"}
+var endpointFlags = []string{"url", "to", "to-ca", "to-server-name", "host-header", "app-protocol", "log-requests", "pool", "proxy-proto", "verbose-errors", "strip-prefix"}
 
 // parseArgs parses the command line, the shorthand "PROTO TO" first or
 // last among the flags.
@@ -188,6 +193,7 @@ func parseArgs(args []string, stdout, stderr io.Writer) (*cmdline, error) {
 	fs.BoolVar(&e.LogRequests, "log-requests", true, "for an http or https URL, forward request by request and log a line for each; false: copy each connection's bytes and log a line per connection")
 	fs.IntVar(&e.ProxyProto, "proxy-proto", 0, "send a PROXY protocol header of this version (1 or 2) to the app at the start of each connection, naming the client (with an http or https URL, needs -log-requests=false); 0: none")
 	fs.BoolVar(&e.Pool, "pool", false, "join the endpoint's pool, when agents of the same token hold it already, rather than fail")
+	fs.BoolVar(&e.StripPrefix, "strip-prefix", false, "for an http or https URL with a path (-url http://app.example.test/api), have the edge send the app each request's path without it (/api/x as /x), with X-Forwarded-Prefix: /api")
 	fs.BoolVar(&e.VerboseErrors, "verbose-errors", false, "for an http or https URL, show the public the detail of an error (the app's address, the dial or certificate error) in the error pages, as for development; false: the pages say what happened, with a request ID under which this agent's log (or the edge's) has the detail")
 	fs.StringVar(&cl.g.token, "token", "", "the token to present to the edge (empty: none)")
 	fs.StringVar(&cl.g.edgeCA, "edge-ca", "", "PEM file of the CA that signed the edges' certificates, each checked against its -edge host name; given, it turns TLS on for an edge on loopback too (default: the system's roots)")
@@ -356,6 +362,8 @@ func (cl *cmdline) load(lookup func(string) (string, bool)) (globals, []endpoint
 					s.LogRequests = f.LogRequests
 				case "pool":
 					s.Pool = f.Pool
+				case "strip-prefix":
+					s.StripPrefix = f.StripPrefix
 				case "proxy-proto":
 					s.ProxyProto = f.ProxyProto
 				case "verbose-errors":
