@@ -57,64 +57,87 @@ type Table[B comparable] struct {
 }
 
 // site is the pools of one pattern: that of its backends without a path,
+// which it holds itself (a name without paths costs no more than a pool),
 // and one for each path prefix. Like a pool, it is never modified once
 // stored in the table: a writer stores a new site in its place.
 type site[B comparable] struct {
-	pattern string              // the normalised name or wildcard it is the site of
-	root    *pool[B]            // the backends without a path; nil: none
-	paths   map[string]*pool[B] // by path prefix ("/api"); nil: none
-	order   []string            // the keys of paths, sorted
-	lens    pathLens            // the lengths of the keys of paths
+	pool[B]               // the backends without a path; none: no members
+	pattern string        // the normalised name or wildcard it is the site of
+	paths   *sitePaths[B] // nil: none
+}
+
+// sitePaths is the pools of a site's path prefixes.
+type sitePaths[B comparable] struct {
+	pools map[string]*pool[B] // by path prefix ("/api")
+	order []string            // the keys of pools, sorted
+	lens  pathLens            // the lengths of the keys of pools
 }
 
 // pathLens is a set of lengths of path prefixes, 0 to MaxPathBytes: a
-// lookup asks paths only for the parts of a path that have one of them.
+// lookup asks for the parts of a path that have one of them only.
 type pathLens [MaxPathBytes/64 + 1]uint64
 
 func (l *pathLens) add(n int)      { l[n/64] |= 1 << (n % 64) }
 func (l *pathLens) has(n int) bool { return n <= MaxPathBytes && l[n/64]&(1<<(n%64)) != 0 }
 
-// pool returns the pool of path ("" for the backends without one), or nil.
-func (s *site[B]) pool(path string) *pool[B] {
+// root returns the pool of the backends without a path, or nil.
+func (s *site[B]) root() *pool[B] {
+	if s == nil || len(s.members) == 0 {
+		return nil
+	}
+	return &s.pool
+}
+
+// poolAt returns the pool of path ("" for the backends without one), or nil.
+func (s *site[B]) poolAt(path string) *pool[B] {
 	switch {
 	case s == nil:
 		return nil
 	case path == "":
-		return s.root
+		return s.root()
+	case s.paths == nil:
+		return nil
 	}
-	return s.paths[path]
+	return s.paths.pools[path]
 }
 
 // with returns a site of pattern like s (nil: an empty one) but for the
 // pool of path, which is p (nil: none); nil when it is left with no pool.
 func (s *site[B]) with(pattern, path string, p *pool[B]) *site[B] {
 	n := &site[B]{pattern: pattern}
+	root := s.root()
 	if s != nil {
-		*n = site[B]{pattern: pattern, root: s.root, paths: s.paths, order: s.order, lens: s.lens}
+		n.paths = s.paths
 	}
 	if path == "" {
-		n.root = p
+		root = p
 	} else {
-		paths := make(map[string]*pool[B], len(n.paths)+1)
-		for k, v := range n.paths {
-			if k != path {
-				paths[k] = v
+		pools := map[string]*pool[B]{}
+		if s != nil && s.paths != nil {
+			for k, v := range s.paths.pools {
+				pools[k] = v
 			}
 		}
+		delete(pools, path)
 		if p != nil {
-			paths[path] = p
+			pools[path] = p
 		}
-		n.paths, n.order, n.lens = nil, nil, pathLens{}
-		if len(paths) > 0 {
-			n.paths = paths
-			for k := range paths {
-				n.order = append(n.order, k)
-				n.lens.add(len(k))
+		n.paths = nil
+		if len(pools) > 0 {
+			sp := &sitePaths[B]{pools: pools}
+			for k := range pools {
+				sp.order = append(sp.order, k)
+				sp.lens.add(len(k))
 			}
-			slices.Sort(n.order)
+			slices.Sort(sp.order)
+			n.paths = sp
 		}
 	}
-	if n.root == nil && n.paths == nil {
+	if root != nil {
+		n.members = root.members
+		n.next.Store(root.next.Load())
+	}
+	if len(n.members) == 0 && n.paths == nil {
 		return nil
 	}
 	return n
@@ -126,8 +149,9 @@ func (s *site[B]) with(pattern, path string, p *pool[B]) *site[B] {
 // of a prefix of s: a long path costs a scan of its first MaxPathBytes
 // bytes, and a map lookup for each of them that could match.
 func (s *site[B]) match(path string) *pool[B] {
-	if s.paths == nil {
-		return s.root
+	sp := s.paths
+	if sp == nil {
+		return s.root()
 	}
 	j := len(path)
 	if j > MaxPathBytes {
@@ -137,23 +161,23 @@ func (s *site[B]) match(path string) *pool[B] {
 		}
 	}
 	for j > 0 {
-		if s.lens.has(j) {
-			if p, ok := s.paths[path[:j]]; ok {
+		if sp.lens.has(j) {
+			if p, ok := sp.pools[path[:j]]; ok {
 				return p
 			}
 		}
 		j = strings.LastIndexByte(path[:j], '/')
 	}
-	return s.root
+	return s.root()
 }
 
 // first returns the pool Backends starts with: the one without a path,
 // else that of the first path.
 func (s *site[B]) first() *pool[B] {
-	if s.root != nil || len(s.order) == 0 {
-		return s.root
+	if r := s.root(); r != nil || s.paths == nil {
+		return r
 	}
-	return s.paths[s.order[0]]
+	return s.paths.pools[s.paths.order[0]]
 }
 
 // pool is the backends of one pattern and path. It is never modified once
@@ -209,7 +233,7 @@ func (t *Table[B]) AddAt(name, path string, b B) error {
 	defer t.mu.Unlock()
 	names, key := t.namesOf(pattern)
 	s, _ := names.load(key)
-	old := s.pool(path)
+	old := s.poolAt(path)
 	if old.has(b) {
 		return nil
 	}
@@ -244,7 +268,7 @@ func (t *Table[B]) RemoveAt(name, path string, b B) bool {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if p := t.site(pattern).pool(path); !p.has(b) {
+	if p := t.site(pattern).poolAt(path); !p.has(b) {
 		return false
 	}
 	t.removeFrom(pattern, path, b)
@@ -280,7 +304,7 @@ func (t *Table[B]) RemoveBackend(b B) int {
 func (t *Table[B]) removeFrom(pattern, path string, b B) {
 	names, key := t.namesOf(pattern)
 	s, _ := names.load(key)
-	old := s.pool(path)
+	old := s.poolAt(path)
 	rest := slices.DeleteFunc(slices.Clone(old.members), func(m *member[B]) bool { return m.b == b })
 	var p *pool[B]
 	if len(rest) > 0 {
@@ -320,11 +344,11 @@ func (t *Table[B]) Has(name string) bool {
 func (t *Table[B]) Backends(name string) iter.Seq[B] {
 	s := t.lookup(name)
 	return func(yield func(B) bool) {
-		if s == nil || !t.yieldPool(s.root, yield) {
+		if s == nil || !t.yieldPool(s.root(), yield) || s.paths == nil {
 			return
 		}
-		for _, path := range s.order {
-			if !t.yieldPool(s.paths[path], yield) {
+		for _, path := range s.paths.order {
+			if !t.yieldPool(s.paths.pools[path], yield) {
 				return
 			}
 		}
@@ -451,10 +475,13 @@ func (t *Table[B]) Paths(name string) []string {
 		return nil
 	}
 	var out []string
-	if s.root != nil {
+	if s.root() != nil {
 		out = append(out, "")
 	}
-	return append(out, s.order...)
+	if s.paths != nil {
+		out = append(out, s.paths.order...)
+	}
+	return out
 }
 
 // PoolAt returns the backends of path under the pattern name (see AddAt),
@@ -464,7 +491,7 @@ func (t *Table[B]) PoolAt(name, path string) []B {
 	if err != nil {
 		return nil
 	}
-	p := t.site(pattern).pool(path)
+	p := t.site(pattern).poolAt(path)
 	if p == nil {
 		return nil
 	}
