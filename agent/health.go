@@ -27,7 +27,8 @@ type HealthCheck struct {
 	// Interval is the time between two checks. Zero: 10 s; at least 1 s.
 	Interval time.Duration
 
-	// Timeout bounds each check. Zero: 2 s; less than Interval.
+	// Timeout bounds each check. Zero: 2 s, or half the Interval when
+	// that is less; less than Interval.
 	Timeout time.Duration
 
 	// UnhealthyAfter and HealthyAfter are how many checks in a row must
@@ -55,7 +56,7 @@ func (hc HealthCheck) resolved() (HealthCheck, error) {
 		hc.Interval = DefaultHealthInterval
 	}
 	if hc.Timeout == 0 {
-		hc.Timeout = DefaultHealthTimeout
+		hc.Timeout = min(DefaultHealthTimeout, hc.Interval/2)
 	}
 	if hc.UnhealthyAfter == 0 {
 		hc.UnhealthyAfter = DefaultHealthUnhealthyAfter

@@ -280,6 +280,9 @@ func TestErrorAnswersShowNoDetail(t *testing.T) {
 		bind(a, nil, agent.Endpoint{URL: "http://busy-" + p}, httpServe(heldApp))
 		bind(b, nil, agent.Endpoint{URL: "http://share-" + p}, httpServe(heldApp))
 	}
+	// An app whose agent's health check fails, saying where it looked:
+	// down, and never passed.
+	bind(a, ca, agent.Endpoint{URL: "http://sick", HealthCheck: &agent.HealthCheck{Check: agent.TCPCheck("tcp", down)}}, httpTo(down, nil))
 	bind(b, cb, agent.Endpoint{URL: "http://relayed-bytes"}, bytesTo(down, nil))
 	bind(b, cb, agent.Endpoint{URL: "http://relayed-http"}, httpTo(down, nil))
 	// Routes no agent of this test bound: one held by an edge that is
@@ -383,6 +386,7 @@ func TestErrorAnswersShowNoDetail(t *testing.T) {
 		{reason: edge.ReasonAppUnreachable, name: "bytes: an app that refuses", send: get("refused-bytes"), detail: dialErr.Error()},
 		{reason: edge.ReasonAppUnreachable, name: "bytes: an untrusted certificate", send: get("untrusted-bytes"), detail: "x509: certificate signed by unknown authority"},
 		{reason: edge.ReasonAppUnreachable, name: "bytes, relayed: an app that refuses", send: get("relayed-bytes"), detail: dialErr.Error()},
+		{reason: edge.ReasonAppUnhealthy, name: "an app its agent's check finds down", send: get("sick"), detail: "the app is down"},
 		{reason: edge.ReasonAppUnreachable, name: "requests: an app that refuses", send: get("refused-http"), agent: true, detail: dialErr.Error()},
 		{reason: edge.ReasonAppUnreachable, name: "requests: an untrusted certificate", send: get("untrusted-http"), agent: true, detail: "x509: certificate signed by unknown authority"},
 		{reason: edge.ReasonAppUnreachable, name: "requests, relayed: an app that refuses", send: get("relayed-http"), agent: true, detail: dialErr.Error()},
