@@ -1,11 +1,14 @@
 package agentcmd
 
 import (
+	"cmp"
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -58,6 +61,20 @@ type fileEndpoint struct {
 	// VerboseErrors shows the public the detail of errors (for
 	// development), as -verbose-errors does.
 	VerboseErrors bool `yaml:"verbose_errors"`
+	// HealthCheck is the agent's check of the app: -health-check and
+	// -health-interval, and more.
+	HealthCheck *healthSpec `yaml:"health_check"`
+}
+
+// healthSpec is an endpoint's health check, as written: an HTTP GET of
+// Path, or with TCP a connection to the app (see agent.HealthCheck).
+type healthSpec struct {
+	Path           string `yaml:"path" json:"path,omitempty"`
+	TCP            bool   `yaml:"tcp" json:"tcp,omitempty"`
+	Interval       string `yaml:"interval" json:"interval,omitempty"`
+	Timeout        string `yaml:"timeout" json:"timeout,omitempty"`
+	UnhealthyAfter *int   `yaml:"unhealthy_after" json:"unhealthy_after,omitempty"`
+	HealthyAfter   *int   `yaml:"healthy_after" json:"healthy_after,omitempty"`
 }
 
 // endpointSpec is an endpoint as the agent runs it: from the command line
@@ -76,11 +93,14 @@ type endpointSpec struct {
 	Policy       *policy.Spec `json:"policy,omitempty"`
 	// VerboseErrors: see agent.Endpoint.VerboseErrors.
 	VerboseErrors bool `json:"verbose_errors,omitempty"`
+	// HealthCheck: see agent.Endpoint.HealthCheck; nil for none.
+	HealthCheck *healthSpec `json:"health_check,omitempty"`
 
-	where  string      // for errors: "agent.yml:12: endpoint 2", or "" for the command line's
-	flags  bool        // from the command line: errors name flags, not keys
-	target target      // To, parsed
-	toTLS  *tls.Config // TLS to the app, when target.tls
+	where  string             // for errors: "agent.yml:12: endpoint 2", or "" for the command line's
+	flags  bool               // from the command line: errors name flags, not keys
+	target target             // To, parsed
+	toTLS  *tls.Config        // TLS to the app, when target.tls
+	health *agent.HealthCheck // HealthCheck, checked and made
 }
 
 // key tells endpoints apart across a reload: an endpoint whose key is
@@ -96,15 +116,102 @@ func (e endpointSpec) stateKey() string { return e.URL + " -> " + e.To }
 
 // endpoint is what the agent asks the edge for.
 func (e endpointSpec) endpoint() agent.Endpoint {
-	return agent.Endpoint{URL: e.URL, AppProtocol: e.AppProtocol, Pool: e.Pool, Policy: e.Policy, VerboseErrors: e.VerboseErrors, StripPrefix: e.StripPrefix}
+	return agent.Endpoint{URL: e.URL, AppProtocol: e.AppProtocol, Pool: e.Pool, Policy: e.Policy, VerboseErrors: e.VerboseErrors, StripPrefix: e.StripPrefix, HealthCheck: e.health}
+}
+
+// healthCheck checks hs, the health check of the endpoint e, whose app is
+// its target, and makes it; fail says what is wrong, naming the key.
+func (e *endpointSpec) healthCheck(hs *healthSpec, fail func(string, ...any) error) (*agent.HealthCheck, error) {
+	n := func(key string) string { return e.name("health_check") + "." + key }
+	if e.flags {
+		n = func(key string) string {
+			return map[string]string{"path": "-health-check", "interval": "-health-interval"}[key]
+		}
+	}
+	hc := &agent.HealthCheck{}
+	for _, th := range []struct {
+		key string
+		v   *int
+		to  *int
+	}{{"unhealthy_after", hs.UnhealthyAfter, &hc.UnhealthyAfter}, {"healthy_after", hs.HealthyAfter, &hc.HealthyAfter}} {
+		if th.v != nil && *th.v < 1 {
+			return nil, fail("%s %d: want 1 at least", n(th.key), *th.v)
+		}
+		if th.v != nil {
+			*th.to = *th.v
+		}
+	}
+	for _, d := range []struct {
+		key, v string
+		to     *time.Duration
+	}{{"interval", hs.Interval, &hc.Interval}, {"timeout", hs.Timeout, &hc.Timeout}} {
+		if d.v == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.v)
+		if err != nil || v <= 0 {
+			return nil, fail("%s %q: want a duration, such as 10s", n(d.key), d.v)
+		}
+		*d.to = v
+	}
+	switch {
+	case hs.Path == "" && !hs.TCP:
+		return nil, fail("%s: want path (an HTTP GET of it) or tcp: true (a connection)", e.name("health_check"))
+	case hs.Path != "" && hs.TCP:
+		return nil, fail("%s: path or tcp, not both", e.name("health_check"))
+	case hs.Path != "" && !strings.HasPrefix(hs.Path, "/"):
+		return nil, fail("%s %q: want a path that starts with /", n("path"), hs.Path)
+	case hs.Path != "" && !e.httpMode() && e.scheme() != "http" && e.scheme() != "https":
+		return nil, fail("%s: an HTTP check, for an http or https URL; use tcp: true", n("path"))
+	}
+	interval := cmp.Or(hc.Interval, agent.DefaultHealthInterval)
+	timeout := cmp.Or(hc.Timeout, min(agent.DefaultHealthTimeout, interval/2))
+	switch {
+	case interval < time.Second:
+		return nil, fail("%s %v: want 1s at least", n("interval"), interval)
+	case timeout >= interval:
+		return nil, fail("%s %v: want less than the interval, %v", n("timeout"), timeout, interval)
+	}
+	t := e.target
+	if hs.TCP {
+		hc.Check = agent.TCPCheck(t.network, t.addr)
+		return hc, nil
+	}
+	host, scheme := t.addr, "http"
+	if t.network == "unix" {
+		host = "localhost"
+	}
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, t.network, t.addr)
+	}, DisableKeepAlives: true}
+	if t.tls {
+		scheme, tr.TLSClientConfig = "https", e.toTLS
+	}
+	hc.Check = agent.HTTPCheck(&http.Client{Transport: tr}, scheme+"://"+host+hs.Path)
+	return hc, nil
 }
 
 // atEdge reports whether e and o ask the edge for different settings of
 // one endpoint: the app protocol, pool, policy, verbose errors.
 func (e endpointSpec) atEdge(o endpointSpec) bool {
-	a, _ := json.Marshal(e.endpoint())
-	b, _ := json.Marshal(o.endpoint())
-	return string(a) != string(b)
+	// What the edge is told: the endpoint's settings as written (the
+	// health check's, not the func made of them).
+	type atEdge struct {
+		AppProtocol   string
+		Pool          bool
+		Policy        any
+		VerboseErrors bool
+		StripPrefix   bool
+		HealthCheck   *healthSpec
+	}
+	of := func(s endpointSpec) string {
+		b, err := json.Marshal(atEdge{s.AppProtocol, s.Pool, s.Policy, s.VerboseErrors, s.StripPrefix, s.HealthCheck})
+		if err != nil {
+			panic("agentcmd: " + err.Error()) // plain data: cannot fail
+		}
+		return string(b)
+	}
+	return of(e) != of(o)
 }
 
 // scheme returns the endpoint's scheme, as the agent package reads its
@@ -201,6 +308,11 @@ func (e *endpointSpec) check(readFile func(string) ([]byte, error)) error {
 			e.toTLS.RootCAs = roots
 		}
 	}
+	if e.HealthCheck != nil {
+		if e.health, err = e.healthCheck(e.HealthCheck, fail); err != nil {
+			return err
+		}
+	}
 	if e.Policy != nil {
 		if err := e.Policy.Validate(scheme); err != nil {
 			if e.flags {
@@ -281,7 +393,7 @@ func (g *globals) fromFile(f *yamlcfg.File) ([]endpointSpec, error) {
 		}
 		spec := endpointSpec{
 			URL: fe.URL, To: fe.To, ToCA: fe.ToCA, ToServerName: fe.ToServerName, HostHeader: fe.HostHeader,
-			AppProtocol: fe.AppProtocol, LogRequests: true, Pool: fe.Pool, ProxyProto: fe.ProxyProto, Policy: pol, VerboseErrors: fe.VerboseErrors,
+			AppProtocol: fe.AppProtocol, LogRequests: true, Pool: fe.Pool, ProxyProto: fe.ProxyProto, Policy: pol, VerboseErrors: fe.VerboseErrors, HealthCheck: fe.HealthCheck,
 			where: fmt.Sprintf("%s:%d: endpoint %d", f.Name, node.Line, i+1),
 		}
 		spec.StripPrefix = fe.StripPrefix

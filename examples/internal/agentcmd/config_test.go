@@ -55,3 +55,56 @@ func TestVerboseErrorsSetting(t *testing.T) {
 		}
 	}
 }
+
+// TestHealthCheckSetting: an endpoint's health_check key and the
+// -health-check and -health-interval flags make the agent's check; a
+// check that cannot be is refused at load, naming the key.
+func TestHealthCheckSetting(t *testing.T) {
+	dir := t.TempDir()
+	noEnv := func(string) (string, bool) { return "", false }
+	load := func(args ...string) ([]endpointSpec, error) {
+		cl, err := parseArgs(args, io.Discard, io.Discard)
+		if err != nil {
+			return nil, err
+		}
+		_, specs, err := cl.load(noEnv)
+		return specs, err
+	}
+	file := func(check string) string {
+		path := filepath.Join(dir, "agent.yml")
+		if err := os.WriteFile(path, []byte("endpoints:\n  - url: http://a\n    to: 3000\n    health_check:\n"+check), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	specs, err := load("-config", file("      path: /healthz\n      interval: 5s\n      timeout: 1s\n      unhealthy_after: 4\n      healthy_after: 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hc := specs[0].health; hc == nil || hc.Interval.String() != "5s" || hc.Timeout.String() != "1s" || hc.UnhealthyAfter != 4 || hc.HealthyAfter != 1 || hc.Check == nil {
+		t.Errorf("the check made of the file: %+v", hc)
+	}
+	if specs, err := load("-health-check", "tcp", "-health-interval", "3s", "tcp", "22"); err != nil || specs[0].health == nil || specs[0].health.Interval.String() != "3s" {
+		t.Errorf("-health-check tcp -health-interval 3s: %v, %v", specs, err)
+	}
+	for _, tc := range []struct{ check, want string }{
+		{"      pth: /healthz\n", `unknown key "pth" in endpoints[0].health_check: did you mean "path"?`},
+		{"      path: healthz\n", `health_check.path "healthz": want a path that starts with /`},
+		{"      path: /h\n      interval: 500ms\n", "health_check.interval 500ms: want 1s at least"},
+		{"      path: /h\n      interval: 2s\n      timeout: 2s\n", "health_check.timeout 2s: want less than the interval, 2s"},
+		{"      path: /h\n      unhealthy_after: 0\n", "health_check.unhealthy_after 0: want 1 at least"},
+		{"      path: /h\n      healthy_after: -1\n", "health_check.healthy_after -1: want 1 at least"},
+		{"      path: /h\n      tcp: true\n", "health_check: path or tcp, not both"},
+		{"      interval: 5s\n", "health_check: want path (an HTTP GET of it) or tcp: true"},
+		{"      path: /h\n      interval: often\n", `health_check.interval "often": want a duration`},
+		{"      path: /h\n      healthy_after: lots\n", `healthy_after takes a whole number, not "lots"`},
+	} {
+		_, err := load("-config", file(tc.check))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error saying %s", tc.check, err, tc.want)
+		}
+	}
+	if _, err := load("-health-interval", "5s", "http", "3000"); err == nil || !strings.Contains(err.Error(), "-health-interval: with -health-check") {
+		t.Errorf("-health-interval alone: %v", err)
+	}
+}

@@ -128,7 +128,8 @@ host:port, http://host:port, https://host:port (an app that speaks TLS) or unix:
 
 A -config file is YAML: edge, token, proxy, edge_ca... at the top (the flags' names,
 with _ for -), then endpoints, a list of url, to, to_ca, to_server_name, host_header,
-app_protocol, log_requests, pool, proxy_proto, verbose_errors and policy (the traffic
+app_protocol, log_requests, pool, proxy_proto, verbose_errors, health_check (path, or
+tcp: true; interval, timeout, unhealthy_after, healthy_after) and policy (the traffic
 policy, in the form the edge's -policy takes). ${VAR} takes its value from the environment. Flags
 win over the file. SIGHUP reads the file again.
 
@@ -169,6 +170,7 @@ type cmdline struct {
 	endpoint endpointSpec // of the endpoint flags
 	pf       policyFlags
 	edgeList string
+	health   healthSpec // -health-check, -health-interval
 }
 
 // endpointFlags are the flags of one endpoint, which a -config file's
@@ -195,6 +197,8 @@ func parseArgs(args []string, stdout, stderr io.Writer) (*cmdline, error) {
 	fs.BoolVar(&e.Pool, "pool", false, "join the endpoint's pool, when agents of the same token hold it already, rather than fail")
 	fs.BoolVar(&e.StripPrefix, "strip-prefix", false, "for an http or https URL with a path (-url http://app.example.test/api), have the edge send the app each request's path without it (/api/x as /x), with X-Forwarded-Prefix: /api")
 	fs.BoolVar(&e.VerboseErrors, "verbose-errors", false, "for an http or https URL, show the public the detail of an error (the app's address, the dial or certificate error) in the error pages, as for development; false: the pages say what happened, with a request ID under which this agent's log (or the edge's) has the detail")
+	fs.StringVar(&cl.health.Path, "health-check", "", "check the app: an HTTP GET of this path (2xx and 3xx are healthy), or \"tcp\" for a connection, every -health-interval; the edge sends the endpoint nothing while the app is down (3 checks failed in a row) or before the first check passed, and a pool's other members take its traffic (empty: no check)")
+	fs.StringVar(&cl.health.Interval, "health-interval", "", "with -health-check, the time between two checks (empty: 10s; 1s at least)")
 	fs.StringVar(&cl.g.token, "token", "", "the token to present to the edge (empty: none)")
 	fs.StringVar(&cl.g.edgeCA, "edge-ca", "", "PEM file of the CA that signed the edges' certificates, each checked against its -edge host name; given, it turns TLS on for an edge on loopback too (default: the system's roots)")
 	fs.BoolVar(&cl.g.plaintext, "plaintext", false, "connect to the edges without TLS (the default for an edge on loopback, unless -edge-ca is given)")
@@ -334,9 +338,21 @@ func (cl *cmdline) load(lookup func(string) (string, bool)) (globals, []endpoint
 	if err != nil {
 		return g, nil, err
 	}
+	var health *healthSpec // of the flags
+	if given("health-check") || given("health-interval") {
+		h := cl.health
+		if h.Path == "tcp" {
+			h.Path, h.TCP = "", true
+		}
+		if h.Path == "" && !h.TCP {
+			return g, nil, errors.New("-health-interval: with -health-check PATH (or tcp)")
+		}
+		health = &h
+	}
 	if cl.config == "" {
 		e := cl.endpoint
 		e.Policy, e.flags, e.where = pol, true, "the command line"
+		e.HealthCheck = health
 		if e.To == "" {
 			return g, nil, errNoEndpoint
 		}
@@ -372,6 +388,9 @@ func (cl *cmdline) load(lookup func(string) (string, bool)) (globals, []endpoint
 			}
 			if pol != nil {
 				s.Policy = pol
+			}
+			if health != nil {
+				s.HealthCheck = health
 			}
 		}
 	}
