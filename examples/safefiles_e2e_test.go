@@ -55,7 +55,7 @@ func refused(t *testing.T, env []string, bin string, args ...string) string {
 		return string(out)
 	}
 	if code := exitCode(err); code != 2 {
-		t.Errorf("%s %q: exit %d, want 2\n%s", filepath.Base(bin), args, code, out)
+		t.Errorf("%s %q: exit %d (%v), want 2\n%s", filepath.Base(bin), args, code, err, out)
 	}
 	return string(out)
 }
@@ -209,7 +209,7 @@ func TestSecretsOpenToOthers(t *testing.T) {
 		if c.bin == "agent" {
 			args = c.args
 		}
-		out := refused(t, nil, filepath.Join(bin, c.bin), append(args, c.file)...)
+		out := refused(t, nil, filepath.Join(bin, "tunnelkit"), append(append([]string{c.bin}, args...), c.file)...)
 		if want := c.file + " is open to others (mode 0644): " + c.why; !strings.Contains(out, want) || !strings.Contains(out, "; chmod 600 it") {
 			t.Errorf("%s %q: %q\nwant %s...; chmod 600 it", c.bin, args, out, want)
 		}
@@ -248,7 +248,7 @@ func TestNamedPipesRefused(t *testing.T) {
 		if args[0] == "edge" {
 			args = append([]string{"edge", "-agents", freePort(t), "-http", freePort(t)}, args[1:]...)
 		}
-		out := refused(t, nil, filepath.Join(bin, args[0]), args[1:]...)
+		out := refused(t, nil, filepath.Join(bin, "tunnelkit"), args...)
 		if !strings.Contains(out, fifo+" is not a regular file (a named pipe)") {
 			t.Errorf("%q: %q, want the pipe refused, named", args, out)
 		}
