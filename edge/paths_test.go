@@ -251,21 +251,7 @@ func TestPathOwnership(t *testing.T) {
 
 	// The edge refuses the same from an agent that does not check.
 	s := rawSession(t, e.agentAddr)
-	call := func(req wire.Request) wire.Response {
-		t.Helper()
-		st, err := s.OpenStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
-		st.Write(mustMessage(t, req))
-		st.SetReadDeadline(time.Now().Add(30 * time.Second))
-		var resp wire.Response
-		if err := wire.ReadMessage(st, &resp); err != nil {
-			t.Fatal(err)
-		}
-		return resp
-	}
+	call := func(req wire.Request) wire.Response { return rawCall(t, s, req) }
 	if resp := call(wire.Request{Op: wire.OpHello, Hello: &wire.Hello{Version: wire.Version, Token: "alice"}}); resp.HelloResp == nil {
 		t.Fatalf("hello: %+v", resp.Error)
 	}

@@ -215,6 +215,24 @@ func TestMalformedControlMessages(t *testing.T) {
 	}
 }
 
+// rawCall sends req on a stream of its own of the hand-written agent's
+// session s, and returns the edge's answer.
+func rawCall(t testing.TB, s muxado.Session, req wire.Request) wire.Response {
+	t.Helper()
+	st, err := s.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	st.Write(mustMessage(t, req))
+	st.SetReadDeadline(time.Now().Add(30 * time.Second))
+	var resp wire.Response
+	if err := wire.ReadMessage(st, &resp); err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
 func mustMessage(t testing.TB, req wire.Request) []byte {
 	var b strings.Builder
 	if err := wire.WriteMessage(&b, []byte{byte(wire.StreamControl)}, req); err != nil {

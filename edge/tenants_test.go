@@ -524,19 +524,7 @@ func TestLyingAgentReplies(t *testing.T) {
 	t.Parallel()
 	te := startEdge(t)
 	s := rawSession(t, te.agentAddr)
-	call := func(req wire.Request) wire.Response {
-		st, err := s.OpenStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
-		st.Write(mustMessage(t, req))
-		var resp wire.Response
-		if err := wire.ReadMessage(st, &resp); err != nil {
-			t.Fatal(err)
-		}
-		return resp
-	}
+	call := func(req wire.Request) wire.Response { return rawCall(t, s, req) }
 	if resp := call(wire.Request{Op: wire.OpHello, Hello: &wire.Hello{Version: wire.Version}}); resp.HelloResp == nil {
 		t.Fatalf("hello: %+v", resp.Error)
 	}

@@ -30,6 +30,31 @@ type clusterEdge struct {
 	stderr                   *strings.Builder
 }
 
+// startClusterFiles writes into a new directory what the edges of a
+// cluster share (the CA of their relay certificates as ca.pem, the ticket
+// key, the client certificate etcd takes, etcd-client.pem and its key)
+// and starts an etcd that takes only that certificate.
+func startClusterFiles(t *testing.T) (dir string, ca *testpki.CA, etcd *etcdtest.Server) {
+	t.Helper()
+	dir = t.TempDir()
+	ca, etcdCA := testpki.New(t), testpki.New(t)
+	etcdCert, etcdKey := testpki.PEMFiles(t, etcdCA.Issue(t, "127.0.0.1"))
+	clientCert, clientKey := testpki.PEMFiles(t, etcdCA.Issue(t, "edges"))
+	key := make([]byte, 32)
+	for i := range key {
+		key[i] = byte(i * 7)
+	}
+	writeFiles(t, dir, map[string][]byte{
+		"ca.pem": ca.PEM, "ticket.key": []byte(hex.EncodeToString(key)),
+		"etcd-ca.pem": etcdCA.PEM, "etcd.pem": etcdCert, "etcd-key.pem": etcdKey,
+		"etcd-client.pem": clientCert, "etcd-client-key.pem": clientKey,
+	})
+	etcd = etcdtest.StartTLS(t, etcdtest.TLS{
+		CertFile: filepath.Join(dir, "etcd.pem"), KeyFile: filepath.Join(dir, "etcd-key.pem"), ClientCAFile: filepath.Join(dir, "etcd-ca.pem"),
+	})
+	return dir, ca, etcd
+}
+
 // startClusterEdge starts "tunnelkit edge" (bin is tunnelkit) sharing routes through etcd, a
 // client of it by the certificate in dir, with its public listeners on
 // host (127.0.0.1 or ::1; TCP endpoints listen there too), and a relay
@@ -98,22 +123,7 @@ func TestClusterOnEtcd(t *testing.T) {
 		t.Skip("builds binaries")
 	}
 	bin := build(t, "tunnelkit")
-	dir := t.TempDir()
-	ca, etcdCA := testpki.New(t), testpki.New(t)
-	etcdCert, etcdKey := testpki.PEMFiles(t, etcdCA.Issue(t, "127.0.0.1"))
-	clientCert, clientKey := testpki.PEMFiles(t, etcdCA.Issue(t, "edges"))
-	key := make([]byte, 32)
-	for i := range key {
-		key[i] = byte(i * 7)
-	}
-	writeFiles(t, dir, map[string][]byte{
-		"ca.pem": ca.PEM, "ticket.key": []byte(hex.EncodeToString(key)),
-		"etcd-ca.pem": etcdCA.PEM, "etcd.pem": etcdCert, "etcd-key.pem": etcdKey,
-		"etcd-client.pem": clientCert, "etcd-client-key.pem": clientKey,
-	})
-	etcd := etcdtest.StartTLS(t, etcdtest.TLS{
-		CertFile: filepath.Join(dir, "etcd.pem"), KeyFile: filepath.Join(dir, "etcd-key.pem"), ClientCAFile: filepath.Join(dir, "etcd-ca.pem"),
-	})
+	dir, ca, etcd := startClusterFiles(t)
 	_, tcpPort, _ := net.SplitHostPort(freePort(t))
 	// A and C listen on 127.0.0.1, B on ::1: only one process can have a
 	// TCP endpoint's port on one address, so C gets it once A is gone.

@@ -2,7 +2,6 @@ package examples_test
 
 import (
 	"bufio"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -12,9 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tunnelkit/tunnelkit/internal/testpki"
 	"github.com/tunnelkit/tunnelkit/internal/testwait"
-	"github.com/tunnelkit/tunnelkit/router/etcdrouter/etcdtest"
 )
 
 // pathApp serves, on loopback until the test ends, an app that answers
@@ -139,22 +136,7 @@ func TestPathAcrossCluster(t *testing.T) {
 		t.Skip("builds binaries")
 	}
 	tk := filepath.Join(build(t, "tunnelkit"), "tunnelkit")
-	dir := t.TempDir()
-	ca, etcdCA := testpki.New(t), testpki.New(t)
-	etcdCert, etcdKey := testpki.PEMFiles(t, etcdCA.Issue(t, "127.0.0.1"))
-	clientCert, clientKey := testpki.PEMFiles(t, etcdCA.Issue(t, "edges"))
-	key := make([]byte, 32)
-	for i := range key {
-		key[i] = byte(i * 11)
-	}
-	writeFiles(t, dir, map[string][]byte{
-		"ca.pem": ca.PEM, "ticket.key": []byte(hex.EncodeToString(key)),
-		"etcd-ca.pem": etcdCA.PEM, "etcd.pem": etcdCert, "etcd-key.pem": etcdKey,
-		"etcd-client.pem": clientCert, "etcd-client-key.pem": clientKey,
-	})
-	etcd := etcdtest.StartTLS(t, etcdtest.TLS{
-		CertFile: filepath.Join(dir, "etcd.pem"), KeyFile: filepath.Join(dir, "etcd-key.pem"), ClientCAFile: filepath.Join(dir, "etcd-ca.pem"),
-	})
+	dir, ca, etcd := startClusterFiles(t)
 	_, tcpPort, _ := net.SplitHostPort(freePort(t))
 	a := startClusterEdge(t, tk, "A", "127.0.0.1", etcd.Endpoint, tcpPort, dir, ca)
 	b := startClusterEdge(t, tk, "B", "127.0.0.1", etcd.Endpoint, tcpPort, dir, ca)
