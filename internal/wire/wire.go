@@ -474,7 +474,8 @@ func AppendReply(b []byte, r Reply) []byte {
 // Verdict is the agent's reply at the start of a proxy stream, read once
 // by the first Read of the stream's reader (see Read).
 type Verdict struct {
-	mu    sync.Mutex
+	rmu   sync.Mutex // held by Read: one reader of the reply at a time
+	mu    sync.Mutex // guards the fields below; never held while reading
 	done  bool
 	err   error         // why the agent did not hand the conn to its app
 	ready chan struct{} // made by Ready; closed once done
@@ -508,30 +509,37 @@ func (v *Verdict) Err() error {
 // not; later calls return the same verdict. A stream that broke before the
 // reply is not a verdict: its error is returned as it is, and the next
 // call reads again.
+//
+// Ready and Err do not wait for a Read under way.
 func (v *Verdict) Read(r io.Reader, noEndpoint, unreachable, down error) error {
+	v.rmu.Lock()
+	defer v.rmu.Unlock()
 	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.done {
-		return v.err
+	done, verr := v.done, v.err
+	v.mu.Unlock()
+	if done {
+		return verr
 	}
 	rep, err := ReadReply(r)
 	if err != nil {
 		return err
 	}
-	v.done = true
 	switch rep.Status {
 	case ReplyOK:
 	case ReplyNoEndpoint:
-		v.err = fmt.Errorf("%w: %s", noEndpoint, Printable(rep.Message, 200))
+		verr = fmt.Errorf("%w: %s", noEndpoint, Printable(rep.Message, 200))
 	case ReplyAppDown:
-		v.err = fmt.Errorf("%w: %s", down, Printable(rep.Message, 200))
+		verr = fmt.Errorf("%w: %s", down, Printable(rep.Message, 200))
 	default:
-		v.err = fmt.Errorf("%w: %s", unreachable, Printable(rep.Message, 200))
+		verr = fmt.Errorf("%w: %s", unreachable, Printable(rep.Message, 200))
 	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.done, v.err = true, verr
 	if v.ready != nil {
 		close(v.ready)
 	}
-	return v.err
+	return verr
 }
 
 // ReadReply reads a reply written by AppendReply. A message longer than
