@@ -28,7 +28,8 @@
 // case-insensitive, ignore one trailing dot, prefer an exact name to a
 // wildcard and a longer wildcard to a shorter one. Backends of a name are
 // handed out round robin; a backend the caller reports as failed is skipped
-// for [Table.Cooldown] and then tried again.
+// for [Table.Cooldown] and then tried again, for twice as long after each
+// outage in a row (up to [MaxCooldownFactor] times), until it succeeds.
 //
 // Typical use, with failover past a backend that refuses:
 //

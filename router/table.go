@@ -418,8 +418,11 @@ func (t *Table[B]) Next(name string) (b B, ok bool) {
 }
 
 // Fail reports that b could not be reached. Lookups skip it for the cooldown
-// (doubled for each Fail since the last Succeed) while another backend of
-// the same name is healthy.
+// while another backend of the same name is healthy; each time it fails
+// again once its cooldown ended, without a Succeed between, the next
+// cooldown is twice as long, up to MaxCooldownFactor times the Cooldown.
+// A Fail during a cooldown (a request that was under way when it began)
+// changes nothing: one outage is one failure, however busy the name.
 func (t *Table[B]) Fail(b B) {
 	cd := t.Cooldown
 	if cd < 0 {
@@ -428,11 +431,29 @@ func (t *Table[B]) Fail(b B) {
 	if cd == 0 {
 		cd = DefaultCooldown
 	}
-	if m, ok := t.members.load(b); ok {
-		n := min(m.fails.Add(1), 6) // 2^5 = MaxCooldownFactor
-		m.downUntil.Store(t.clock().Add(cd * time.Duration(1<<(n-1))).UnixNano())
+	m, ok := t.members.load(b)
+	if !ok {
+		return
+	}
+	now := t.clock()
+	for {
+		until := m.downUntil.Load()
+		if until > now.UnixNano() {
+			return
+		}
+		n := m.fails.Load() + 1
+		if n > maxDoublings+1 {
+			n = maxDoublings + 1
+		}
+		if m.downUntil.CompareAndSwap(until, now.Add(cd*time.Duration(1<<(n-1))).UnixNano()) {
+			m.fails.Store(n)
+			return
+		}
 	}
 }
+
+// maxDoublings is how many times a cooldown doubles: 2^5 = MaxCooldownFactor.
+const maxDoublings = 5
 
 // Succeed reports that b was reached, ending any cooldown early, and the
 // doubling of the next.

@@ -172,6 +172,21 @@ func TestCooldownDoubles(t *testing.T) {
 	if got := skipped(); got != time.Second {
 		t.Fatalf("after a Succeed, a failure skips a %v, want 1s", got)
 	}
+
+	// Failures during a cooldown, of requests under way when it began,
+	// neither lengthen it nor double the next: one outage, one failure.
+	tb.Succeed("a")
+	tb.Fail("a")
+	for range 1000 {
+		tb.Fail("a")
+	}
+	if got := skipped(); got != time.Second {
+		t.Fatalf("1,001 failures within one cooldown skip a %v, want 1s", got)
+	}
+	tb.Fail("a")
+	if got := skipped(); got != 2*time.Second {
+		t.Fatalf("the next failure after them skips a %v, want 2s", got)
+	}
 }
 
 func TestCooldownDisabled(t *testing.T) {

@@ -59,8 +59,10 @@ func (r *Router) LookupPath(_ context.Context, proto, host, path string) ([]rout
 }
 
 // Fail implements [router.HealthReporter]: later lookups from this Router
-// try rt after the other routes of its pool, for router.DefaultCooldown.
-// Other edges do not hear of it.
+// try rt after the other routes of its pool for a cooldown, as
+// [router.Table.Fail] does (router.DefaultCooldown, doubled for each
+// outage in a row up to router.MaxCooldownFactor times). Other edges do
+// not hear of it.
 func (r *Router) Fail(rt router.Route) {
 	if t := (*r.tables.Load())[rt.Proto]; t != nil {
 		t.Fail(rt)
