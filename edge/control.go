@@ -412,7 +412,7 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) (resp wire.Respo
 func (ss *session) serveBindGuarded(ctx context.Context, b *wire.Bind) wire.Response {
 	s := ss.srv
 	owner := ss.bindOwner()
-	waited, err := s.binds.Wait(ctx, owner)
+	pass, waited, err := s.binds.Wait(ctx, owner)
 	if waited {
 		s.obs().Refused(ReasonBindThrottled)
 	}
@@ -422,8 +422,8 @@ func (ss *session) serveBindGuarded(ctx context.Context, b *wire.Bind) wire.Resp
 		return resp
 	}
 	resp, counted := ss.serveBind(ctx, b)
+	pass.Done(resp.Error != nil)
 	if resp.Error != nil {
-		s.binds.Failed(owner)
 		if !counted {
 			s.obs().Refused(ReasonBindRefused)
 		}
@@ -506,8 +506,16 @@ func (ss *session) owner() limits.Owner {
 // Observer; an app up again ends the Router's cooldown of its route.
 func (ss *session) serveHealth(h *wire.Health) wire.Response {
 	s := ss.srv
+	// Under ss.mu, as an unbind's or a replace's look at the endpoint's
+	// health is: each change of it is counted once (countDown).
 	ss.mu.Lock()
 	e, ok := ss.routes.Get(h.TunnelID)
+	var before, after string
+	if ok && e.Checked {
+		before = e.Health()
+		e.SetUp(h.Up, h.RetryAfter)
+		after = e.Health()
+	}
 	ss.mu.Unlock()
 	switch {
 	case !ok:
@@ -515,9 +523,6 @@ func (ss *session) serveHealth(h *wire.Health) wire.Response {
 	case !e.Checked:
 		return fail(wire.CodeBadRequest, "the endpoint was bound without option %s", wire.OptHealthCheck)
 	}
-	before := e.Health()
-	e.SetUp(h.Up, h.RetryAfter)
-	after := e.Health()
 	if before == after {
 		return wire.Response{}
 	}
