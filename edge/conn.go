@@ -110,10 +110,15 @@ func (s *Server) proxyRoutesWrapped(c net.Conn, proto, name, host string, routes
 // client's first bytes reach a member whose app took them. When every
 // member's app is down, the error wraps errAllDown.
 func (s *Server) dialL4(routes []router.Route, info ConnInfo) (net.Conn, error) {
-	down := true // every member refused so far is down
+	down := true           // every member that failed so far is down
+	var out []router.Route // the members that could not be dialled
+	failed := func(r router.Route, err error) {
+		out = append(out, r)
+		down = down && errors.Is(err, ErrAppDown)
+	}
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg().handshake)
-		up, r, err := s.dialRoutes(ctx, routes, info)
+		up, r, err := s.dialRoutes(ctx, routes, info, failed)
 		cancel()
 		if err != nil {
 			if down && everyDown(err) {
@@ -138,7 +143,12 @@ func (s *Server) dialL4(routes []router.Route, info ConnInfo) (net.Conn, error) 
 		}
 		s.unreached(r)
 		down = down && errors.Is(err, ErrAppDown)
-		routes = slices.DeleteFunc(slices.Clone(routes), func(o router.Route) bool { return o.Key() == r.Key() })
+		// The next round leaves out this member, and those that could not
+		// be dialled in this one.
+		out = append(out, r)
+		routes = slices.DeleteFunc(slices.Clone(routes), func(o router.Route) bool {
+			return slices.ContainsFunc(out, func(f router.Route) bool { return f.Key() == o.Key() })
+		})
 		if len(routes) == 0 {
 			if down {
 				err = fmt.Errorf("%w: %w", errAllDown, err)

@@ -50,11 +50,11 @@ func (s *Server) dial(ctx context.Context, r router.Route, c ConnInfo, raw bool)
 }
 
 // dialRoutes dials the first reachable route of routes, reporting failures
-// to the router so later lookups try those routes last. A route whose
-// agent says when its app took a conn (router.Route.Admits) is reported
-// reached only then, by the caller (see reached): an agent that answers
-// for an app that does not is no success.
-func (s *Server) dialRoutes(ctx context.Context, routes []router.Route, c ConnInfo) (net.Conn, router.Route, error) {
+// to the router so later lookups try those routes last, and to failed,
+// when not nil. A route whose agent says when its app took a conn
+// (router.Route.Admits) is reported reached only then, by the caller (see
+// reached): an agent that answers for an app that does not is no success.
+func (s *Server) dialRoutes(ctx context.Context, routes []router.Route, c ConnInfo, failed func(router.Route, error)) (net.Conn, router.Route, error) {
 	var errs errorList
 	for _, r := range routes {
 		conn, err := s.dialer().DialRoute(ctx, r, c)
@@ -66,6 +66,9 @@ func (s *Server) dialRoutes(ctx context.Context, routes []router.Route, c ConnIn
 		}
 		errs.add(err)
 		s.unreached(r)
+		if failed != nil {
+			failed(r, err)
+		}
 		if ctx.Err() != nil {
 			break
 		}

@@ -99,11 +99,11 @@ func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, routes []
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	defer cancel()
 	x := &exchange{srv: s, in: r, routes: routes, info: info, pc: upstream.ConnOf(r), aw: aw, rc: http.NewResponseController(w), pol: pol, ctx: ctx, cancel: cancel, start: time.Now()}
-	up, reused, err := s.ups.Get(ctx, routes, info.Host, x.pc, s.dialFor(routes, info))
+	up, reused, err := s.ups.Get(ctx, routes, info.Host, x.pc, x.dialFor(routes))
 	for err != nil && x.failed(err) {
 		// The agent refused the conn before the request went out: its app
 		// cannot be reached. The pool's next member, if any.
-		up, err = s.ups.Dial(ctx, info.Host, x.pc, s.dialFor(x.left(), info))
+		up, err = s.ups.Dial(ctx, info.Host, x.pc, x.dialFor(x.left()))
 	}
 	if err != nil {
 		reason, msg := ReasonAgentOffline, "the agent of this tunnel cannot be reached"
@@ -254,12 +254,29 @@ func (x *exchange) RoundTrip(req *http.Request) (*http.Response, error) {
 		if body != nil && body.began() || x.ctx.Err() != nil || !x.failed(x.up.Refusal()) {
 			return nil, err
 		}
-		up, derr := x.srv.ups.Dial(x.ctx, x.info.Host, x.pc, x.srv.dialFor(x.left(), x.info))
+		up, derr := x.srv.ups.Dial(x.ctx, x.info.Host, x.pc, x.dialFor(x.left()))
 		if derr != nil {
 			return nil, err // the answer is the first refusal's
 		}
-		x.srv.ups.Done(x.up, true)
-		x.up, x.reused = up, false
+		x.swap(up)
+	}
+}
+
+// swap makes up, just dialled, the exchange's upstream in the place of
+// the one that failed, which goes back to the pool to be closed. An
+// exchange cut meanwhile (abort) cuts up too.
+func (x *exchange) swap(up *upstream.Upstream) {
+	x.mu.Lock()
+	old := x.up
+	x.up, x.reused = up, false
+	cut := x.cut
+	x.mu.Unlock()
+	x.srv.ups.Done(old, true)
+	if cut && !up.H2() {
+		up.ResetConn()
+	}
+	if p, ok := up.Conn().(*proxyStream); ok {
+		p.ep.Request() // sent to this member's agent too
 	}
 }
 
@@ -339,9 +356,8 @@ func (x *exchange) roundTrip(req *http.Request) (*http.Response, error) {
 		// The agent closed the connection's idle stream as the request
 		// went out (its app's keep-alive timeout): nothing was answered,
 		// so the request goes again, on a new upstream.
-		if up, derr := x.srv.ups.Dial(x.ctx, x.info.Host, x.pc, x.srv.dialFor(x.routes, x.info)); derr == nil {
-			x.srv.ups.Done(x.up, true)
-			x.up, x.reused = up, false
+		if up, derr := x.srv.ups.Dial(x.ctx, x.info.Host, x.pc, x.dialFor(x.routes)); derr == nil {
+			x.swap(up)
 			resp, err = up.RoundTrip(req)
 		}
 	}
@@ -800,10 +816,19 @@ func (t *atomicTime) load() time.Time   { return time.Unix(0, t.ns.Load()) }
 // dialFor returns how a new upstream is dialled: to the first reachable
 // of routes, its stream header naming info's client and host, within
 // Timeouts.Handshake.
-func (s *Server) dialFor(routes []router.Route, info ConnInfo) upstream.DialFunc {
+func (x *exchange) dialFor(routes []router.Route) upstream.DialFunc {
 	return func(ctx context.Context) (net.Conn, router.Route, error) {
-		ctx, cancel := context.WithTimeout(ctx, s.cfg().handshake)
+		ctx, cancel := context.WithTimeout(ctx, x.srv.cfg().handshake)
 		defer cancel()
-		return s.dialRoutes(ctx, routes, info)
+		return x.srv.dialRoutes(ctx, routes, x.info, x.dialFailed)
+	}
+}
+
+// dialFailed notes a route that could not be dialled as tried, so that
+// the request's next attempt, if any, leaves it out.
+func (x *exchange) dialFailed(r router.Route, err error) {
+	x.tried = append(x.tried, r.Key())
+	if errors.Is(err, ErrAppDown) {
+		x.down++
 	}
 }

@@ -216,3 +216,35 @@ func TestHealthCheckRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestHealthDownThenUnchecked: an endpoint whose app is down, changed in
+// place (Listener.Update) into one without a check, is no longer counted
+// down by the Observer, and is routed to again.
+func TestHealthDownThenUnchecked(t *testing.T) {
+	t.Parallel()
+	obs := &downCounter{}
+	srv := &edge.Server{Observer: obs}
+	te, _ := tenantEdge(t, srv)
+	c := tenant(t, te, "alice")
+	l, err := c.ListenEndpoint(context.Background(), agent.Endpoint{URL: "http://sick", HealthCheck: &agent.HealthCheck{
+		Check:    func(context.Context) error { return errors.New("down for good") },
+		Interval: time.Second, Timeout: 500 * time.Millisecond, UnhealthyAfter: 1, HealthyAfter: 1,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, l, "sick")
+	testwait.Within(t, 30*time.Second, "the endpoint down", func() bool { return obs.down.Load() == 1 })
+	if resp, _ := get(t, te, l.URL()+"/", nil); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("down: %d, want 503", resp.StatusCode)
+	}
+	if err := l.Update(context.Background(), agent.Endpoint{URL: "http://sick"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := obs.down.Load(); n != 0 {
+		t.Errorf("changed into an endpoint without a check, the Observer counts %d endpoints down, want 0", n)
+	}
+	if resp, body := get(t, te, l.URL()+"/", nil); resp.StatusCode != 200 || body != "sick /" {
+		t.Errorf("without a check: %d %q, want the app", resp.StatusCode, body)
+	}
+}

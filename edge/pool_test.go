@@ -179,3 +179,59 @@ func TestPoolAllDead(t *testing.T) {
 		t.Errorf("the members took %d and %d conns, want one each", a.n.Load(), b.n.Load())
 	}
 }
+
+// holdConns accepts conns and holds them, reading nothing: an app that
+// hangs, whose agent never says whether it took a conn.
+type holdConns struct{}
+
+func (holdConns) Serve(l net.Listener) error {
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		held = append(held, c)
+	}
+}
+
+// TestPoolMemberThatNeverAnswers: a pool's member whose agent never says
+// whether its app took a conn holds a request with a body no longer than
+// the handshake timeout: the client gets an answer then, not when the
+// exchange's idle timeout (an hour here) ends it.
+func TestPoolMemberThatNeverAnswers(t *testing.T) {
+	t.Parallel()
+	srv := &edge.Server{Timeouts: edge.Timeouts{Handshake: time.Second, HTTPIdle: time.Hour}}
+	te, _ := tenantEdge(t, srv)
+	appLn := listen(t)
+	go http.Serve(appLn, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(w, "%d", n)
+	}))
+	hung := poolMember(t, te, "http://hangs", holdConns{})
+	poolMember(t, te, "http://hangs", forward.HTTP{To: appLn.Addr().String()})
+	client := freshClient(te)
+	client.Timeout = 5 * time.Minute // a hang, not a slow machine, runs into it
+	body := strings.Repeat("x", 1000)
+	statuses := map[int]int{}
+	for range 6 {
+		resp, err := client.Post(te.url("hangs")+"/", "text/plain", strings.NewReader(body))
+		if err != nil {
+			t.Fatalf("a POST got no answer: %v", err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == 200 && string(got) != "1000" {
+			t.Errorf("the app got %s bytes of 1000", got)
+		}
+		statuses[resp.StatusCode]++
+	}
+	if hung.n.Load() == 0 || statuses[200] == 0 {
+		t.Errorf("the hung member took %d conns; statuses %v: want both members tried", hung.n.Load(), statuses)
+	}
+}

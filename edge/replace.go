@@ -70,13 +70,15 @@ func (ss *session) serveReplace(ctx context.Context, b *wire.Bind) wire.Response
 	}
 	s.holdPolicy(r, pol)
 	ep := &book.Endpoint{Route: r, URL: old.URL, Kinds: combined.Kinds(), Checked: b.Options[wire.OptHealthCheck] != ""}
-	ep.Follow(old)
 	ss.mu.Lock()
 	if ss.closed {
 		ss.mu.Unlock()
 		s.unbind(r, 0)
 		return fail(wire.CodeUnavailable, "session closed")
 	}
+	ep.Follow(old) // under ss.mu, as serveHealth changes old's health
+	// Down no more: the new endpoint has no check.
+	upNow := old.Health() == view.HealthDown && ep.Health() != view.HealthDown
 	ss.routes.Delete(old.Route.TunnelID)
 	ss.routes.Set(r.TunnelID, ep)
 	for from, to := range ss.replaced {
@@ -90,6 +92,9 @@ func (ss *session) serveReplace(ctx context.Context, b *wire.Bind) wire.Response
 	ss.replaced[old.Route.TunnelID] = r.TunnelID
 	ss.note(ep.Event(view.Update))
 	ss.mu.Unlock()
+	if upNow {
+		s.countDown(r.Proto, false)
+	}
 	// What the old route held on this edge alone: the Router moved it.
 	s.releasePolicy(old.Route)
 	s.ups.CloseRoute(old.Route) // its idle upstreams; those busy end after their request
