@@ -47,6 +47,7 @@ type running struct {
 	stop bool          // the runner stopped it: its end is no loss
 	done chan struct{} // closed when its last forwarder returned
 	cur  *handoff      // what the current forwarder accepts from; guarded by runner.mu
+	lost error         // why the listener failed for good; guarded by runner.mu
 }
 
 // start binds the endpoint s within ctx, prints its URL and serves it.
@@ -159,6 +160,9 @@ func (r *runner) pump(run *running) {
 		c, err := run.l.Accept()
 		r.mu.Lock()
 		h := run.cur
+		if err != nil {
+			run.lost = err // no forwarder takes over from h now (handOver)
+		}
 		r.mu.Unlock()
 		if err != nil {
 			h.end(err)
@@ -181,14 +185,23 @@ func (r *runner) pump(run *running) {
 // handOver makes a new forwarder, of s, serve run's next conns, while the
 // current one finishes what it serves (hard: closes it instead, for an
 // edge that could not send the next conns on new streams).
+//
+// Once the listener failed for good, it does nothing: the current
+// forwarder ends with the listener's error, and reports the endpoint lost.
 func (r *runner) handOver(run *running, s endpointSpec, hard bool) {
 	h := newHandoff(run.l)
 	r.mu.Lock()
+	if run.lost != nil {
+		r.mu.Unlock()
+		return
+	}
 	old := run.cur
 	run.cur, run.spec = h, s
+	// Before the old forwarder can end: it must not report the endpoint
+	// lost, nor close run.done, which is the new one's to close.
+	old.replaced.Store(true)
 	r.mu.Unlock()
 	r.serve(run, h, s)
-	old.replaced.Store(true)
 	if hard {
 		old.end(fmt.Errorf("reload: %w", net.ErrClosed))
 		return
