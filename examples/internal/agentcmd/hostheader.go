@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -131,7 +132,15 @@ func (f hostForwarder) Serve(l net.Listener) error {
 		Protocols: &sprotos,
 		ErrorLog:  slog.NewLogLogger(f.logger.Handler(), slog.LevelDebug),
 	}
-	err := srv.Serve(l)
+	gate := gatePooled(l, func(ctx context.Context) error {
+		c, err := transport.DialContext(ctx, "", "")
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+	defer gate.stop()
+	err := srv.Serve(gate)
 	if errors.Is(err, forward.ErrHandedOver) {
 		// Another forwarder takes the next conns: the requests under way
 		// end as they would have, the idle conns close.
@@ -177,3 +186,82 @@ func (w *countingWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the server's writer (flushes,
 // full duplex, upgrades).
 func (w *countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// pooledGate is a listener whose pooled conns (agent.Conn.Pooled) come out
+// of Accept only once a connection to the app could be made: a conn whose
+// app cannot be reached is rejected before anything reads it, so that the
+// edge sends its request to another member of the pool, as forward.HTTP
+// does. The probe's connection is closed: the requests go over the
+// transport's own. Other conns come out as they come.
+type pooledGate struct {
+	net.Listener
+	probe  func(context.Context) error
+	ready  chan net.Conn
+	failed chan struct{} // closed once the listener failed, and no probe is under way
+	err    error         // the listener's, once failed is closed
+	done   chan struct{} // closed by stop
+	once   sync.Once
+	wg     sync.WaitGroup
+}
+
+// pooledProbeTimeout bounds a probe of the app for a pooled conn.
+const pooledProbeTimeout = 10 * time.Second
+
+func gatePooled(l net.Listener, probe func(context.Context) error) *pooledGate {
+	g := &pooledGate{Listener: l, probe: probe, ready: make(chan net.Conn), failed: make(chan struct{}), done: make(chan struct{})}
+	go g.loop()
+	return g
+}
+
+func (g *pooledGate) loop() {
+	for {
+		c, err := g.Listener.Accept()
+		if err != nil {
+			g.wg.Wait() // the conns under probe come out first
+			g.err = err
+			close(g.failed)
+			return
+		}
+		p, ok := c.(interface {
+			Pooled() bool
+			Reject(error) error
+		})
+		if !ok || !p.Pooled() {
+			g.hand(c)
+			continue
+		}
+		g.wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), pooledProbeTimeout)
+			defer cancel()
+			if err := g.probe(ctx); err != nil {
+				p.Reject(err)
+				return
+			}
+			g.hand(c)
+		})
+	}
+}
+
+// hand passes c to Accept, or closes it once the gate is stopped.
+func (g *pooledGate) hand(c net.Conn) {
+	select {
+	case g.ready <- c:
+	case <-g.done:
+		c.Close()
+	}
+}
+
+// Accept returns the next conn let through, or the listener's error once
+// it failed.
+func (g *pooledGate) Accept() (net.Conn, error) {
+	select {
+	case c := <-g.ready:
+		return c, nil
+	case <-g.failed:
+		return nil, g.err
+	}
+}
+
+// stop closes the conns that nobody accepts any more, once the server is
+// done with the gate.
+func (g *pooledGate) stop() { g.once.Do(func() { close(g.done) }) }

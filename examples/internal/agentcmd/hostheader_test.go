@@ -1,6 +1,7 @@
 package agentcmd
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/internal/testtools"
 )
 
@@ -79,4 +82,60 @@ func TestHostForwarder(t *testing.T) {
 	if !strings.Contains(log.String(), "request_id="+id) || !strings.Contains(log.String(), "dial tcp "+goneAddr) {
 		t.Errorf("log:\n%s\nwant request_id=%s with the dial's error", log.String(), id)
 	}
+}
+
+// TestHostForwarderInAPool: a pool of two members whose agents rewrite
+// the Host (-host-header), one of whose apps is down: the dead member's
+// agent rejects each conn before reading it, and the edge sends the
+// request to the other; no request fails.
+func TestHostForwarderInAPool(t *testing.T) {
+	agents, pub := listenLocal(t), listenLocal(t)
+	srv := &edge.Server{Domain: "example.test", Authenticate: func(context.Context, string) (string, error) { return "team", nil }}
+	go srv.ServeAgents(agents)
+	go srv.ServeHTTPListener(pub)
+	defer srv.Close()
+
+	appLn := listenLocal(t)
+	go http.Serve(appLn, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "host=%s", r.Host) }))
+	gone := listenLocal(t)
+	goneAddr := gone.Addr().String()
+	gone.Close()
+	for _, to := range []string{appLn.Addr().String(), goneAddr} {
+		c := &agent.Client{Addrs: []string{agents.Addr().String()}, Token: "t"}
+		defer c.Close()
+		l, err := c.ListenEndpoint(context.Background(), agent.Endpoint{URL: "http://pooled", Pool: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tgt := target{network: "tcp", addr: to}
+		done := make(chan error, 1)
+		go func() {
+			done <- hostForwarder{to: tgt, host: "app.local", logger: slog.New(slog.DiscardHandler)}.Serve(l)
+		}()
+		defer func() { l.Close(); <-done }()
+	}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range 20 {
+		req, _ := http.NewRequest("GET", "http://"+pub.Addr().String()+"/", nil)
+		req.Host = "pooled.example.test"
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != "host=app.local" {
+			t.Fatalf("request %d: %d %q, want the live member's app", i, resp.StatusCode, b)
+		}
+	}
+}
+
+func listenLocal(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
 }
