@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/tunnelkit/tunnelkit/internal/wire"
@@ -13,7 +14,8 @@ import (
 // its URL and its conns (those open go on as they are; the next are sent
 // under the new settings), and the name is never free meanwhile: no other
 // identity can take it, as closing the listener and binding again would
-// allow. ep.URL may be empty; otherwise it must name the endpoint's
+// allow. ep's settings are checked against the endpoint's protocol.
+// ep.URL may be empty; otherwise it must name the endpoint's
 // protocol and, if it names one, its name or port (a name as given to
 // Listen or as granted), and its path (none: the whole name's; an empty
 // URL keeps the endpoint's). StripPrefix changes too. ep.Ticket is not
@@ -28,8 +30,10 @@ import (
 // returns its cause, and the edge's answer, when it comes, still applies.
 func (l *Listener) Update(ctx context.Context, ep Endpoint) error {
 	cur := l.rebindRequest()
-	if p := cur.Options[wire.OptPath]; ep.URL == "" && p != "" {
-		ep.URL = cur.Proto + "://" + cur.Name + p // the path it keeps
+	if ep.URL == "" {
+		// The endpoint's own, so that its settings are checked against
+		// its protocol (and its path kept).
+		ep.URL = urlOf(cur)
 	}
 	b, err := bindOf(ep)
 	if err != nil {
@@ -45,33 +49,19 @@ func (l *Listener) Update(ctx context.Context, ep Endpoint) error {
 		return fmt.Errorf("%w: not connected to an edge now; try again", ErrUnavailable)
 	case version < wire.ReplaceVersion:
 		return fmt.Errorf("%w: changing an endpoint in place takes an edge of protocol version %d (this one speaks %d)", ErrUnsupported, wire.ReplaceVersion, version)
-	case ep.URL != "" && !sameName(b, cur):
+	case !sameName(b, cur):
 		return fmt.Errorf("agent: endpoint %q: Update keeps the endpoint's protocol and name (%s): close the listener, and Listen for another", ep.URL, l.URL())
 	case b.Options[wire.OptPath] != cur.Options[wire.OptPath]:
 		return fmt.Errorf("agent: endpoint %q: Update keeps the endpoint's path (%s): close the listener, and Listen for another", ep.URL, l.URL())
 	}
 	b.Proto, b.Name, b.Port, b.Ticket, b.Replaces = cur.Proto, cur.Name, cur.Port, "", id
-	type answer struct {
-		resp wire.Response
-		err  error
-	}
-	answered := make(chan answer, 1)
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		// Proxy streams for the new tunnel ID wait for the answer.
-		c.binding.RLock()
-		defer c.binding.RUnlock()
-		callCtx, cancel := context.WithTimeoutCause(c.ctx, edgeTimeout, errEdgeTimeout)
-		defer cancel()
-		var a answer
-		a.err = c.call(callCtx, mux, wire.Request{Op: wire.OpBind, Bind: &b}, &a.resp)
-		if a.err == nil && a.resp.BindResp == nil {
-			a.err = fmt.Errorf("%w: bind answered without an endpoint", ErrRefused)
-		}
+	answered := make(chan replacement, 1)
+	c.wg.Go(func() {
+		a := l.replace(mux, b, id)
 		if a.err == nil {
-			l.replacedBy(mux, b, a.resp.BindResp, id)
-			c.log().Info("endpoint changed in place", "url", a.resp.BindResp.URL)
+			// Once the bind lock is released: stopping the check that
+			// runs may wait for one in flight, and its report, which the
+			// proxy streams of unknown tunnels must not wait for.
 			var hc *HealthCheck
 			if ep.HealthCheck != nil {
 				resolved, _ := ep.HealthCheck.resolved() // bindOf checked it
@@ -80,13 +70,51 @@ func (l *Listener) Update(ctx context.Context, ep Endpoint) error {
 			l.startHealth(hc)
 		}
 		answered <- a
-	}()
+	})
 	select {
 	case a := <-answered:
 		return a.err
 	case <-ctx.Done():
 		return fmt.Errorf("agent: update: %w", context.Cause(ctx))
 	}
+}
+
+// replacement is the edge's answer to a bind in the place of a tunnel.
+type replacement struct {
+	resp wire.Response
+	err  error
+}
+
+// replace asks the edge, on mux, for the endpoint b in the place of the
+// tunnel old, and records it when granted. Proxy streams for the new
+// tunnel ID wait for the answer (c.binding).
+func (l *Listener) replace(mux *wire.Session, b wire.Bind, old string) (a replacement) {
+	c := l.c
+	c.binding.RLock()
+	defer c.binding.RUnlock()
+	callCtx, cancel := context.WithTimeoutCause(c.ctx, edgeTimeout, errEdgeTimeout)
+	defer cancel()
+	a.err = c.call(callCtx, mux, wire.Request{Op: wire.OpBind, Bind: &b}, &a.resp)
+	if a.err == nil && a.resp.BindResp == nil {
+		a.err = fmt.Errorf("%w: bind answered without an endpoint", ErrRefused)
+	}
+	if a.err == nil {
+		l.replacedBy(mux, b, a.resp.BindResp, old)
+		c.log().Info("endpoint changed in place", "url", a.resp.BindResp.URL)
+	}
+	return a
+}
+
+// urlOf returns the endpoint URL that names b's endpoint, as Update takes
+// it: its protocol, its name (or port) and its path.
+func urlOf(b wire.Bind) string {
+	if b.Proto == wire.ProtoTCP {
+		if b.Port == 0 {
+			return "tcp://"
+		}
+		return "tcp://:" + strconv.Itoa(b.Port)
+	}
+	return b.Proto + "://" + b.Name + b.Options[wire.OptPath]
 }
 
 // replacedBy records the endpoint granted on mux in the place of the
