@@ -77,8 +77,17 @@ func (hc HealthCheck) resolved() (HealthCheck, error) {
 
 // HTTPCheck returns a Check that GETs url with client (nil: a client of
 // its own, which dials url's host): the app is healthy when it answers
-// 2xx or 3xx. Redirects are not followed.
+// 2xx or 3xx. Redirects are not followed. The protocol is client's
+// Transport's: for an app that speaks HTTP/2 alone (h2c, as gRPC
+// servers), give one whose Protocols allow unencrypted HTTP/2 only.
 func HTTPCheck(client *http.Client, url string) func(ctx context.Context) error {
+	return HTTPCheckHost(client, url, "")
+}
+
+// HTTPCheckHost is HTTPCheck with host as the requests' Host header
+// (empty: url's host and port), for an app that answers only to its own
+// name.
+func HTTPCheckHost(client *http.Client, url, host string) func(ctx context.Context) error {
 	c := &http.Client{}
 	if client != nil {
 		*c = *client
@@ -88,6 +97,9 @@ func HTTPCheck(client *http.Client, url string) func(ctx context.Context) error 
 		req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
 		if err != nil {
 			return err
+		}
+		if host != "" {
+			req.Host = host
 		}
 		resp, err := c.Do(req)
 		if err != nil {
@@ -160,6 +172,18 @@ func (l *Listener) rebound() {
 
 func (h *healthRunner) run() {
 	defer close(h.ended)
+	// The checks and reports end as the runner does: on the next
+	// startHealth, on the listener's Close, on the client's.
+	ctx, cancel := context.WithCancel(h.l.c.ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-h.stop:
+		case <-h.l.done:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
 	var (
 		known        bool // a state was reached (the first pass, or UnhealthyAfter fails)
 		up           bool
@@ -170,22 +194,21 @@ func (h *healthRunner) run() {
 	defer t.Stop()
 	for {
 		select {
-		case <-h.stop:
-			return
-		case <-h.l.done:
-			return
-		case <-h.l.c.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-h.kick:
 			if known {
-				h.report(up, last)
+				h.report(ctx, up, last)
 			}
 			continue
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(h.l.c.ctx, h.hc.Timeout)
-		err := h.hc.Check(ctx)
-		cancel()
+		checkCtx, cancelCheck := context.WithTimeout(ctx, h.hc.Timeout)
+		err := h.hc.Check(checkCtx)
+		cancelCheck()
+		if ctx.Err() != nil {
+			return // stopped in the check: its result counts for nothing
+		}
 		if err != nil {
 			fail, passes, last = fail+1, 0, err
 		} else {
@@ -195,19 +218,19 @@ func (h *healthRunner) run() {
 		case err == nil && (!known || !up && passes >= h.hc.HealthyAfter):
 			known, up = true, true
 			h.l.c.log().Info("the app is up", "url", h.l.URL())
-			h.report(true, nil)
+			h.report(ctx, true, nil)
 		case err != nil && (!known || up) && fail >= h.hc.UnhealthyAfter:
 			known, up = true, false
 			h.l.c.log().Warn("the app is down: the edge sends it nothing until it is up again", "url", h.l.URL(), "err", err)
-			h.report(false, err)
+			h.report(ctx, false, err)
 		}
 		t.Reset(h.hc.Interval)
 	}
 }
 
 // report tells the edge the app's state, on the session the endpoint is
-// bound on now, if any.
-func (h *healthRunner) report(up bool, why error) {
+// bound on now, if any, within ctx, the runner's.
+func (h *healthRunner) report(ctx context.Context, up bool, why error) {
 	c := h.l.c
 	c.mu.Lock()
 	mux := c.mux
@@ -220,7 +243,7 @@ func (h *healthRunner) report(up bool, why error) {
 	if why != nil {
 		msg.Reason = why.Error()
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, edgeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, edgeTimeout)
 	defer cancel()
 	var resp wire.Response
 	if err := c.call(ctx, mux, wire.Request{Op: wire.OpHealth, Health: msg}, &resp); err != nil {

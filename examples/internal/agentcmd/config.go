@@ -30,11 +30,11 @@ import (
 //	  - url: https://app.example.com
 //	    to: 3000
 type fileConfig struct {
-	Edge      yamlcfg.Strings `yaml:"edge"`                   // -edge: one address, or a list
-	Token     string          `yaml:"token" secret:"a token"` // -token
-	Proxy     string          `yaml:"proxy"`                  // -proxy
-	ProxyCA   string          `yaml:"proxy_ca"`               // -proxy-ca
-	EdgeCA    string          `yaml:"edge_ca"`                // -edge-ca
+	Edge      yamlcfg.Strings `yaml:"edge"`                                // -edge: one address, or a list
+	Token     string          `yaml:"token" secret:"a token"`              // -token
+	Proxy     string          `yaml:"proxy" secret:"a proxy password,url"` // -proxy; a secret when it has a password
+	ProxyCA   string          `yaml:"proxy_ca"`                            // -proxy-ca
+	EdgeCA    string          `yaml:"edge_ca"`                             // -edge-ca
 	Plaintext *bool           `yaml:"plaintext"`
 	Wait      string          `yaml:"wait"`    // -wait, a duration
 	Metrics   string          `yaml:"metrics"` // -metrics
@@ -185,9 +185,20 @@ func (e *endpointSpec) healthCheck(hs *healthSpec, fail func(string, ...any) err
 		return (&net.Dialer{}).DialContext(ctx, t.network, t.addr)
 	}, DisableKeepAlives: true}
 	if t.tls {
-		scheme, tr.TLSClientConfig = "https", e.toTLS
+		scheme, tr.TLSClientConfig = "https", e.toTLS.Clone() // the transport sets its NextProtos
 	}
-	hc.Check = agent.HTTPCheck(&http.Client{Transport: tr}, scheme+"://"+host+hs.Path)
+	// The protocol the edge's requests reach the app in.
+	if e.AppProtocol == "h2c" {
+		var protos http.Protocols
+		if t.tls {
+			protos.SetHTTP2(true) // HTTP/2 over TLS (ALPN h2), as the forwarders speak it
+		} else {
+			protos.SetUnencryptedHTTP2(true) // with prior knowledge
+		}
+		tr.Protocols = &protos
+	}
+	// The Host the forwarder sends (host_header); none: the app's address.
+	hc.Check = agent.HTTPCheckHost(&http.Client{Transport: tr}, scheme+"://"+host+hs.Path, t.hostHeader(e.HostHeader))
 	return hc, nil
 }
 
@@ -402,6 +413,11 @@ func (g *globals) fromFile(f *yamlcfg.File) ([]endpointSpec, error) {
 		}
 		if j := slices.IndexFunc(specs, func(o endpointSpec) bool { return sameURL(o.URL, spec.URL) }); j >= 0 {
 			return nil, fmt.Errorf("%s: url %s is endpoint %d's already (line %d): each url once", spec.where, spec.URL, j+1, endpointNode(f.Root, j).Line)
+		}
+		// Two endpoints of random URLs to one app would share their
+		// record in the state file, and a reload could not tell them apart.
+		if j := slices.IndexFunc(specs, func(o endpointSpec) bool { return o.stateKey() == spec.stateKey() }); j >= 0 {
+			return nil, fmt.Errorf("%s: url %q and to %q are endpoint %d's already (line %d): two endpoints of random URLs need apps of their own", spec.where, spec.URL, spec.To, j+1, endpointNode(f.Root, j).Line)
 		}
 		specs = append(specs, spec)
 	}

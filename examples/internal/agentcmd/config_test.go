@@ -1,12 +1,15 @@
 package agentcmd
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tunnelkit/tunnelkit/internal/safefile"
 )
 
 // TestVerboseErrorsSetting: an endpoint's verbose_errors key, and the
@@ -106,5 +109,49 @@ func TestHealthCheckSetting(t *testing.T) {
 	}
 	if _, err := load("-health-interval", "5s", "http", "3000"); err == nil || !strings.Contains(err.Error(), "-health-interval: with -health-check") {
 		t.Errorf("-health-interval alone: %v", err)
+	}
+}
+
+// TestProxyPasswordIsASecret: a -config file whose proxy URL writes a
+// password out is refused while others may read it, as one that writes
+// the token out; a proxy without a password, or whose password comes from
+// ${VAR}, leaves the file free to be read.
+func TestProxyPasswordIsASecret(t *testing.T) {
+	env := func(k string) (string, bool) {
+		v, ok := map[string]string{"PW": "s3cret", "PROXY": "http://ann:s3cret@proxy:3128"}[k]
+		return v, ok
+	}
+	for _, tc := range []struct {
+		proxy  string
+		secret bool
+	}{
+		{"http://ann:s3cret@proxy:3128", true},
+		{"socks5://ann:s3cret@proxy:1080", true},
+		{"ann:s3cret@proxy:3128", true},
+		{"http://ann:${PW}@proxy:3128", false},
+		{"${PROXY}", false},
+		{"http://ann@proxy:3128", false},
+		{"http://proxy:3128", false},
+	} {
+		path := filepath.Join(t.TempDir(), "agent.yml")
+		if err := os.WriteFile(path, []byte("edge: 127.0.0.1:1\nproxy: "+tc.proxy+"\nendpoints:\n  - url: http://app\n    to: 3000\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, perm := range []os.FileMode{0o600, 0o644} {
+			if err := os.Chmod(path, perm); err != nil {
+				t.Fatal(err)
+			}
+			cl, err := parseArgs([]string{"-config", path}, io.Discard, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _, err = cl.load(env)
+			switch refused := tc.secret && perm != 0o600; {
+			case refused && (!errors.Is(err, safefile.ErrOpenToOthers) || !strings.Contains(err.Error(), "its line 2 writes out a proxy password")):
+				t.Errorf("proxy %s in a file of mode %04o: %v; want it refused for writing out a proxy password", tc.proxy, perm, err)
+			case !refused && err != nil:
+				t.Errorf("proxy %s in a file of mode %04o: %v; want it taken", tc.proxy, perm, err)
+			}
+		}
 	}
 }
