@@ -203,6 +203,7 @@ func TestSecretsOpenToOthers(t *testing.T) {
 		{"edge", open("edge-policy.yml", "domain: example.test\npolicy:\n  basic_auth: [\"ann:pw\"]\n"), "its line 3 writes out a basic_auth password", []string{"-config"}},
 		{"edge", open("policy.json", `{"basic_auth":{"credentials":["ann:pw"]}}`), "it holds passwords or secrets", []string{"-policy"}},
 		{"agent", open("agent.yml", "edge: 127.0.0.1:1\ntoken: s3cret\nendpoints:\n  - url: http://app\n    to: 3000\n"), "its line 2 writes out a token", []string{"-config"}},
+		{"agent", open("agent-proxy.yml", "edge: 127.0.0.1:1\nproxy: http://ann:s3cret@127.0.0.1:1\nendpoints:\n  - url: http://app\n    to: 3000\n"), "its line 2 writes out a proxy password", []string{"-config"}},
 		{"agent", open("state.json", `{"version":1,"session":"t"}`), "its tickets give the agent's names away", []string{"-edge", "127.0.0.1:1", "http", "3000", "-state"}},
 	} {
 		args := append([]string{"-agents", freePort(t), "-http", freePort(t)}, c.args...)

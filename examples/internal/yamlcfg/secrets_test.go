@@ -19,6 +19,7 @@ import (
 type secretConfig struct {
 	Edge     string         `yaml:"edge"`
 	Token    string         `yaml:"token" secret:"a token"`
+	Proxy    string         `yaml:"proxy" secret:"a proxy password,url"`
 	Policies []policyHolder `yaml:"endpoints"`
 }
 
@@ -80,6 +81,16 @@ func TestSecretsWrittenOut(t *testing.T) {
 		{"endpoints:\n  - policy:\n      webhook:\n        provider: github\n        secret: ${T}\n", 0, "", false},
 		{"endpoints:\n  - policy:\n      oidc:\n        issuer: https://id.example.com\n        client_id: app\n        client_secret: shh\n        allow_domains: [example.com]\n", 6, "an oidc client_secret", true},
 		{"endpoints:\n  - policy:\n      cidr_allow: [10.0.0.0/8]\n", 0, "", false},
+		{"edge: a:1\nproxy: http://ann:pw@proxy:3128\n", 2, "a proxy password", true},
+		{"proxy: socks5://ann:p@ss@proxy:1080/\n", 1, "a proxy password", true},
+		{"proxy: ann:pw@proxy:3128\n", 1, "a proxy password", true},
+		{"proxy: http://ann:${PW}x@proxy:3128\n", 1, "a proxy password", true},
+		{"proxy: http://ann:${PW}@proxy:3128\n", 0, "", false},
+		{"proxy: ${T}\n", 0, "", false},
+		{"proxy: http://ann@proxy:3128\n", 0, "", false},
+		{"proxy: http://ann:@proxy:3128\n", 0, "", false},
+		{"proxy: http://proxy:3128/a:b@c\n", 0, "", false},
+		{"proxy: proxy:3128\n", 0, "", false},
 	} {
 		if err := loadFile(t, c.src, 0o600, vars); err != nil {
 			t.Errorf("%q at 0600: %v", c.src, err)

@@ -9,9 +9,10 @@
 // is 3000 there, as it would be written in the file.
 //
 // A file that writes a secret out (a token, a password: a struct field
-// tagged secret:"what it is", or a policy's basic_auth credentials, oidc
-// client_secret and webhook secret), rather than taking it from ${VAR},
-// is refused when group or others may read or write it.
+// tagged secret:"what it is", or secret:"what it is,url" for a URL whose
+// password alone is the secret, when it has one; or a policy's basic_auth
+// credentials, oidc client_secret and webhook secret), rather than taking
+// it from ${VAR}, is refused when group or others may read or write it.
 package yamlcfg
 
 import (
@@ -191,18 +192,26 @@ func (f *File) settle(n *yaml.Node, t reflect.Type) {
 // taken from the environment with ${VAR}, and group or others may read or
 // write the file. A file that Parse read from bytes is taken as private.
 func (f *File) Secret(n *yaml.Node, what string) error {
-	return f.secret(n, what, false)
+	return f.secret(n, what, wholeSecret)
 }
 
-// secret is Secret; for credentials ("user:password"), only what follows
-// the first colon, as written, is the secret.
-func (f *File) secret(n *yaml.Node, what string, credentials bool) error {
+// secretForm is where the secret is in a value.
+type secretForm int
+
+const (
+	wholeSecret       secretForm = iota // all of it
+	credentialsSecret                   // "user:password": what follows the first colon
+	urlSecret                           // a URL's password, if it has one ("http://user:password@host")
+)
+
+// secret is Secret, for the secret in the value's form, as written.
+func (f *File) secret(n *yaml.Node, what string, form secretForm) error {
 	if f.info == nil || n == nil {
 		return nil
 	}
 	if n.Kind != yaml.ScalarNode {
 		for _, c := range n.Content {
-			if err := f.secret(c, what, credentials); err != nil {
+			if err := f.secret(c, what, form); err != nil {
 				return err
 			}
 		}
@@ -212,13 +221,41 @@ func (f *File) secret(n *yaml.Node, what string, credentials bool) error {
 	if !ok {
 		written = n.Value
 	}
-	if _, pw, ok := strings.Cut(written, ":"); credentials && ok {
+	switch form {
+	case credentialsSecret:
+		if _, pw, ok := strings.Cut(written, ":"); ok {
+			written = pw
+		}
+	case urlSecret:
+		pw, ok := urlPassword(written)
+		if !ok {
+			return nil // no password written: nothing secret
+		}
 		written = pw
 	}
 	if variable.ReplaceAllString(written, "") == "" {
 		return nil // from the environment
 	}
 	return safefile.Private(f.Name, f.info, fmt.Sprintf("its line %d writes out %s (${VAR} would take it from the environment)", n.Line, what))
+}
+
+// urlPassword returns the password of the URL u, as written, and whether
+// it has one: "pw" for "http://user:pw@host:3128", as for
+// "user:pw@host:3128" (a URL without a scheme, as a proxy's may be); none
+// for "http://user@host" and "http://host".
+func urlPassword(u string) (string, bool) {
+	if _, rest, ok := strings.Cut(u, "://"); ok {
+		u = rest
+	}
+	if i := strings.IndexAny(u, "/?#"); i >= 0 {
+		u = u[:i] // the authority, as url.Parse reads it
+	}
+	at := strings.LastIndex(u, "@")
+	if at < 0 {
+		return "", false
+	}
+	_, pw, ok := strings.Cut(u[:at], ":")
+	return pw, ok && pw != ""
 }
 
 // At returns an error at n's line: "FILE:LINE: msg".
@@ -285,8 +322,13 @@ func (f *File) checkKeys(n *yaml.Node, where string, t reflect.Type) error {
 			if err := f.checkKeys(val, join(where, k.Value), field.Type); err != nil {
 				return err
 			}
-			if what := field.Tag.Get("secret"); what != "" {
-				if err := f.Secret(val, what); err != nil {
+			if tag := field.Tag.Get("secret"); tag != "" {
+				what, form, _ := strings.Cut(tag, ",")
+				kind := wholeSecret
+				if form == "url" {
+					kind = urlSecret
+				}
+				if err := f.secret(val, what, kind); err != nil {
 					return err
 				}
 			}
@@ -503,7 +545,11 @@ func (f *File) policyValues(n *yaml.Node, t reflect.Type, where string) error {
 	case n.Kind == yaml.ScalarNode:
 		f.settle(n, t)
 		if what, ok := policySecrets[where]; ok {
-			return f.secret(n, what, where == policy.KindBasicAuth+".credentials")
+			form := wholeSecret
+			if where == policy.KindBasicAuth+".credentials" {
+				form = credentialsSecret
+			}
+			return f.secret(n, what, form)
 		}
 	}
 	return nil
