@@ -5,6 +5,7 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -64,6 +65,44 @@ func TestTunnelkitSubcommands(t *testing.T) {
 	_, script := tunnelkitOut(t, "completion", "bash")
 	if out, err := exec.Command("bash", "-n", "-c", script).CombinedOutput(); err != nil {
 		t.Errorf("the bash completion does not parse: %v\n%s", err, out)
+	}
+}
+
+// TestHelpEverySubcommand: "tunnelkit help X" answers for every
+// subcommand that "tunnelkit -h" lists, those main runs itself (version,
+// completion, help) too: its usage, and exit 0.
+func TestHelpEverySubcommand(t *testing.T) {
+	t.Parallel()
+	_, usage := tunnelkitOut(t, "-h")
+	_, list, ok := strings.Cut(usage, "\nSubcommands:\n")
+	list, _, _ = strings.Cut(list, "\n\n")
+	var names []string
+	for line := range strings.Lines(list) {
+		if f := strings.Fields(line); ok && len(f) > 0 {
+			names = append(names, f[0])
+		}
+	}
+	for _, own := range []string{"version", "completion", "help", "edge", "agent", "http"} {
+		if !slices.Contains(names, own) {
+			t.Fatalf("tunnelkit -h lists %q, without %s:\n%s", names, own, usage)
+		}
+	}
+	for _, name := range names {
+		code, out := tunnelkitOut(t, "help", name)
+		want := "Usage of tunnelkit " + name
+		switch name {
+		case "http", "https", "tcp", "tls":
+			want = "Usage of tunnelkit agent" // the agent's shorthands
+		}
+		if code != 0 || !strings.Contains(out, want) || strings.Contains(out, "unknown subcommand") {
+			t.Errorf("tunnelkit help %s: exit %d, want 0 and %q in\n%s", name, code, want, out)
+		}
+	}
+	// Those main runs itself say how they are run.
+	for name, line := range map[string]string{"version": "tunnelkit version", "completion": "tunnelkit completion bash|zsh", "help": "tunnelkit help [SUBCOMMAND]"} {
+		if _, out := tunnelkitOut(t, "help", name); !strings.Contains(out, "\n  "+line+"\n") {
+			t.Errorf("tunnelkit help %s: no usage line %q in\n%s", name, line, out)
+		}
 	}
 }
 
@@ -163,6 +202,8 @@ func TestAgentSaysWhatToCheck(t *testing.T) {
 	for _, c := range []struct{ file, want string }{
 		{"edge: " + agents + "\nendpoints:\n  - url: http://app\n    to: 3000\n  - url: HTTP://App.\n    to: 3001\n",
 			"agent.yml:5: endpoint 2: url HTTP://App. is endpoint 1's already (line 3): each url once"},
+		{"edge: " + agents + "\nendpoints:\n  - url: tcp://\n    to: 22\n  - url: tcp://\n    to: 22\n    policy:\n      cidr_allow: [10.0.0.0/8]\n",
+			`agent.yml:5: endpoint 2: url "tcp://" and to "22" are endpoint 1's already (line 3): two endpoints of random URLs need apps of their own`},
 		{"edge: " + agents + "\nendpoints:\n  - url: http://app\n    to: 3000\n    policy:\n      cidr_alow: [10.0.0.0/8]\n",
 			`agent.yml:6: policy: unknown kind "cidr_alow": did you mean "cidr_allow"?`},
 		{"edge: " + agents + "\nendpoints:\n  - url: http://app\n    to: 3000\n    pool: yes please\n",

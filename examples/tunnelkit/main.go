@@ -16,6 +16,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -119,13 +120,28 @@ func help(args []string) {
 		return
 	}
 	for _, c := range subcommands {
-		if c.name == args[0] && c.run != nil {
+		switch {
+		case c.name != args[0]:
+		case c.run != nil:
 			c.run([]string{"-h"})
+			return
+		default:
+			// One of main's own, which takes no flags: as a flag set's
+			// usage starts, then its usage line.
+			fmt.Printf("Usage of tunnelkit %s: %s\n\n  %s\n", c.name, c.synopsis, cmp.Or(ownUsage[c.name], "tunnelkit "+c.name))
 			return
 		}
 	}
 	fmt.Fprintln(os.Stderr, unknown(args[0]))
 	os.Exit(2)
+}
+
+// ownUsage are the usage lines of the subcommands that main runs itself
+// (those of subcommands without run).
+var ownUsage = map[string]string{
+	"version":    "tunnelkit version",
+	"completion": "tunnelkit completion bash|zsh",
+	"help":       "tunnelkit help [SUBCOMMAND]",
 }
 
 // printVersion prints the version, then the build's module, its
