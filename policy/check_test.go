@@ -83,14 +83,14 @@ func TestBasicAuth(t *testing.T) {
 // The compiled policy holds no password in clear.
 func TestBasicAuthNoClearPassword(t *testing.T) {
 	p := mustCompile(t, ProtoHTTP, Spec{BasicAuth: &BasicAuth{Credentials: []string{"ann:correct-horse-battery"}}}, Options{})
-	for _, m := range p.basic.macs {
+	for _, m := range findAct[*basicAct](t, p).auth.macs {
 		if strings.Contains(string(m[:]), "correct-horse") {
 			t.Fatal("a password in clear")
 		}
 	}
 	// Two compiles of the same spec hash under different keys.
 	q := mustCompile(t, ProtoHTTP, Spec{BasicAuth: &BasicAuth{Credentials: []string{"ann:correct-horse-battery"}}}, Options{})
-	if p.basic.macs[0] == q.basic.macs[0] {
+	if findAct[*basicAct](t, p).auth.macs[0] == findAct[*basicAct](t, q).auth.macs[0] {
 		t.Error("the same hash in two policies: the key is not random")
 	}
 }
@@ -242,12 +242,12 @@ func TestHeaders(t *testing.T) {
 	}
 
 	h := http.Header{"Server": {"nginx"}, "X-Powered-By": {"PHP"}, "Content-Type": {"text/html"}}
-	p.RewriteResponse(h)
+	p.Response(&http.Response{StatusCode: 200, Header: h}, newRequest("GET", "/"), netip.Addr{})
 	if len(h) != 2 || h.Get("Strict-Transport-Security") != "max-age=63072000" || h.Get("Content-Type") != "text/html" {
 		t.Errorf("response header %v", h)
 	}
 	var none *Policy
-	none.RewriteResponse(h) // no panic, no change
+	none.Response(&http.Response{Header: h}, newRequest("GET", "/"), netip.Addr{}) // no panic, no change
 }
 
 func TestRateLimitHTTP(t *testing.T) {

@@ -21,6 +21,12 @@ type Operator struct {
 	// declaring another gets ErrForbidden. Nil: every kind.
 	Kinds []string
 
+	// Actions, when not nil, are the only action types agents' rules may
+	// use; an agent's rule using another gets ErrForbidden. Nil: every
+	// action. (Kinds caps the phases: a phase not in Kinds may hold no
+	// agent's rule.)
+	Actions []string
+
 	// OIDCIssuers, when not nil, are the only issuer URLs (compared
 	// exactly) agents' oidc kinds may name; others get ErrForbidden. Nil:
 	// any https issuer, which lets agents make the edge fetch any URL (see
@@ -42,6 +48,13 @@ func Combine(proto string, op Operator, agent Spec) (Spec, error) {
 		for _, k := range agent.Kinds() {
 			if !slices.Contains(op.Kinds, k) {
 				return Spec{}, fmt.Errorf("%w: agents may not declare %s here", ErrForbidden, k)
+			}
+		}
+	}
+	if op.Actions != nil {
+		for _, a := range agent.ActionTypes() {
+			if !slices.Contains(op.Actions, a) {
+				return Spec{}, fmt.Errorf("%w: agents may not use the action %s here", ErrForbidden, a)
 			}
 		}
 	}
@@ -93,6 +106,10 @@ func Combine(proto string, op Operator, agent Spec) (Spec, error) {
 	}
 	out.RequestHeaders = combineHeaders(o.RequestHeaders, agent.RequestHeaders)
 	out.ResponseHeaders = combineHeaders(o.ResponseHeaders, agent.ResponseHeaders)
+	// The operator's rules first on the way in, last on the way out.
+	out.OnTCPConnect = chain(o.OnTCPConnect, agent.OnTCPConnect)
+	out.OnHTTPRequest = chain(o.OnHTTPRequest, agent.OnHTTPRequest)
+	out.OnHTTPResponse = chain(agent.OnHTTPResponse, o.OnHTTPResponse)
 	if out.BasicAuth != nil {
 		out.BasicAuth.Credentials = slices.Clone(out.BasicAuth.Credentials)
 	}
@@ -135,7 +152,38 @@ func fitting(s Spec, proto string) Spec {
 	if !Fits(KindWebhook, proto) {
 		s.Webhook = nil
 	}
+	if !Fits(PhaseTCPConnect, proto) {
+		s.OnTCPConnect = nil
+	}
+	if !Fits(PhaseHTTPRequest, proto) {
+		s.OnHTTPRequest = nil
+	}
+	if !Fits(PhaseHTTPResponse, proto) {
+		s.OnHTTPResponse = nil
+	}
 	return s
+}
+
+// cloneRules copies rules, deep enough that the result shares no memory
+// with them.
+func cloneRules(rules []Rule) []Rule {
+	out := make([]Rule, 0, len(rules))
+	for _, r := range rules {
+		c := Rule{Name: r.Name, Expressions: slices.Clone(r.Expressions)}
+		for _, a := range r.Actions {
+			c.Actions = append(c.Actions, Action{Type: a.Type, Config: slices.Clone(a.Config)})
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// chain returns first's rules then then's, copied; nil for none.
+func chain(first, then []Rule) []Rule {
+	if len(first)+len(then) == 0 {
+		return nil
+	}
+	return append(cloneRules(first), cloneRules(then)...)
 }
 
 // one returns a copy of whichever of op and agent is set; both is a

@@ -33,6 +33,14 @@ func FuzzParse(f *testing.F) {
 		`{"unknown":1}`, `{"basic_auth":{"credentials":["a:b"],"x":1}}`, `{"rate_limit":{"requests":1},"rate_limit":{}}`,
 		`{"cidr_deny":["1.2.3.4/33"]}`, `{"request_headers":{"add":["Host: x"]}}`, `{"rate_limit":{"requests":1e3}}`,
 		`{"cidr_allow":[]}`, `{"basic_auth":null}`, `{"Basic_Auth":{}}`,
+		`{"on_http_request":[{"name":"admin","expressions":["req.url.path.startsWith('/admin')"],"actions":[{"type":"deny","config":{"status_code":404}}]}]}`,
+		`{"on_http_request":[{"actions":[{"type":"redirect","config":{"from":"/old/(.*)","to":"/new/$1","status_code":301}}]}]}`,
+		`{"on_http_request":[{"actions":[{"type":"custom-response","config":{"status_code":503,"headers":{"Retry-After":"60"},"body":"down ${req.url.path}"}}]}]}`,
+		`{"on_http_response":[{"actions":[{"type":"add-headers","config":{"headers":{"Access-Control-Allow-Origin":"*"}}}]}]}`,
+		`{"on_tcp_connect":[{"actions":[{"type":"restrict-ips","config":{"allow":["10.0.0.0/8"]}}]}]}`,
+		`{"on_http_request":[{"actions":[{"type":"rate-limit","config":{"name":"k","algorithm":"sliding_window","capacity":10,"rate":"60s","bucket_key":["req.headers['x-api-key']"]}}]}]}`,
+		`{"on_http_request":[{"actions":[{"type":"dney"}]}]}`, `{"on_http_request":[{"actions":[{"type":"deny","config":{"x":1}}]}]}`,
+		`{"on_http_request":[{"actions":[{"type":"url-rewrite","config":{"from":"(","to":"/"}}]}]}`, `{"on_http_request":{}}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -65,12 +73,40 @@ func FuzzParse(f *testing.F) {
 			switch {
 			case verr != nil && err == nil:
 				t.Fatalf("%s: Compile accepted what Validate refused: %v", proto, verr)
-			case verr == nil && err != nil && !(s.OIDC != nil && errors.Is(err, ErrUnsupported)):
+			case verr == nil && err != nil && !((s.OIDC != nil || len(s.OnTCPConnect)+len(s.OnHTTPRequest)+len(s.OnHTTPResponse) > 0) && errors.Is(err, ErrUnsupported)):
 				t.Fatalf("%s: Compile refused what Validate accepted: %v", proto, err)
 			case err == nil:
 				p.AllowAddr(mustAddr("10.1.2.3"))
 				p.AcceptConn(mustAddr("2001:db8::1"))
 			}
+		}
+	})
+}
+
+// FuzzInterpolations checks that splitting "${...}" loses no byte: the
+// parts, put back together, are the input.
+func FuzzInterpolations(f *testing.F) {
+	for _, seed := range []string{"", "plain", "${a}", "a${b}c", "${ {'k': 1}['k'] }", `${"}"}`, "${", "$${x}", "${a}${b}", "${'\\''}"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		parts, err := splitInterpolations(s)
+		if err != nil {
+			return
+		}
+		var b strings.Builder
+		for _, p := range parts {
+			if p.expr {
+				if strings.TrimSpace(p.text) == "" {
+					t.Fatalf("%q: an empty expression", s)
+				}
+				b.WriteString("${" + p.text + "}")
+			} else {
+				b.WriteString(p.text)
+			}
+		}
+		if b.String() != s {
+			t.Fatalf("%q split and joined is %q", s, b.String())
 		}
 	})
 }

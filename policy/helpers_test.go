@@ -105,3 +105,20 @@ func mustAddr(s string) (a netip.Addr) {
 	}
 	return netip.MustParseAddr(s)
 }
+
+// findAct returns the first action of type T of p's steps.
+func findAct[T act](t testing.TB, p *Policy) T {
+	t.Helper()
+	for _, steps := range [][]step{p.conn, p.req, p.resp} {
+		for _, st := range steps {
+			for _, a := range st.acts {
+				if a, ok := a.(T); ok {
+					return a
+				}
+			}
+		}
+	}
+	var zero T
+	t.Fatalf("no %T in the policy", zero)
+	return zero
+}

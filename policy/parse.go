@@ -37,11 +37,29 @@ func Parse(data []byte) (Spec, error) {
 // inside a caller's own configuration is read as strictly.
 func (s *Spec) UnmarshalJSON(data []byte) error {
 	type plain Spec
-	var p plain
+	// The phases are read apart, so that their errors name the rule: the
+	// shallower fields take their members.
+	var p struct {
+		plain
+		OnTCPConnect   json.RawMessage `json:"on_tcp_connect"`
+		OnHTTPRequest  json.RawMessage `json:"on_http_request"`
+		OnHTTPResponse json.RawMessage `json:"on_http_response"`
+	}
 	if err := decodeStrict(data, "", specFields, &p); err != nil {
 		return err
 	}
-	*s = Spec(p)
+	out := Spec(p.plain)
+	var err error
+	if out.OnTCPConnect, err = parsePhase(PhaseTCPConnect, p.OnTCPConnect); err != nil {
+		return err
+	}
+	if out.OnHTTPRequest, err = parsePhase(PhaseHTTPRequest, p.OnHTTPRequest); err != nil {
+		return err
+	}
+	if out.OnHTTPResponse, err = parsePhase(PhaseHTTPResponse, p.OnHTTPResponse); err != nil {
+		return err
+	}
+	*s = out
 	return nil
 }
 

@@ -94,6 +94,7 @@ func TestKindsAreJSONNames(t *testing.T) {
 	all := Spec{
 		CIDRAllow: []netip.Prefix{{}}, CIDRDeny: []netip.Prefix{{}}, BasicAuth: &BasicAuth{}, OIDC: &OIDC{},
 		MutualTLS: &MutualTLS{}, RateLimit: &RateLimit{}, RequestHeaders: &Headers{}, ResponseHeaders: &Headers{}, Webhook: &Webhook{},
+		OnTCPConnect: []Rule{{}}, OnHTTPRequest: []Rule{{}}, OnHTTPResponse: []Rule{{}},
 	}
 	got := all.Kinds()
 	if len(got) != len(kinds) {

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -39,6 +42,7 @@ const (
 	CodeBodyTooLarge   = "body_too_large"  // 413: a webhook body over Options.MaxWebhookBody
 	CodeLoginFailed    = "login_failed"    // 403: an oidc callback that does not complete a login
 	CodeBadRequest     = "bad_request"     // 400: a webhook body that could not be read
+	CodePolicyError    = "policy_error"    // 500: a rule could not be evaluated (over its cost limit, say)
 )
 
 // Refusal is a policy's answer to a request or connection it does not let
@@ -88,9 +92,19 @@ type Options struct {
 	// Nil: time.Now.
 	Now func() time.Time
 
-	// Logger gets failed logins at Debug (clients choose their volume);
+	// Logger gets failed logins at Debug (clients choose their volume),
+	// and rules that fail to evaluate at Warn, at most once a second;
 	// never a credential. Nil: no logging.
 	Logger *slog.Logger
+
+	// Engine compiles the expressions of rules. Nil: a spec whose rules
+	// have expressions, interpolations or bucket keys is refused with
+	// ErrUnsupported (rules without any run without one).
+	Engine Engine
+
+	// Endpoint describes the endpoint, for the endpoint.* variables of
+	// rules. Its Protocol defaults to Compile's proto.
+	Endpoint Endpoint
 }
 
 // Policy is a compiled Spec, for one endpoint: what the edge consults
@@ -98,27 +112,32 @@ type Options struct {
 // concurrent use; a nil *Policy lets everything through (and still strips
 // reserved headers in Check). It holds no goroutine: drop it when the
 // endpoint goes.
+//
+// A Policy is three lists of steps, one per phase: the kinds first, each
+// compiled to the action it equals, in the order of the package
+// documentation, then the rules. Every check runs through them.
 type Policy struct {
-	allow, deny *prefixSet
-	rate        *rateTable
-	basic       *basicAuth
-	oidc        *oidcLogin
-	mtls        *mutualTLS
-	reqHeaders  *headerOps
-	respHeaders *headerOps
-	webhook     *webhook
-	maxBody     int64
+	conn, req, resp []step
+
+	mtls      *mutualTLS // for the handshake's client CAs
+	readsBody bool
+	maxBody   int64
+	endpoint  Endpoint
 
 	refuseFunc func(http.ResponseWriter, *http.Request, Refusal)
 	clock      func() time.Time
 	epoch      time.Time
 	log        *slog.Logger
+
+	lastFailLog   atomic.Int64
+	failsUnlogged atomic.Int64
 }
 
 // Compile validates spec for an endpoint of protocol proto (see Validate)
 // and compiles it, once per bind. ctx bounds what it fetches (an oidc
 // kind's provider discovery). The spec is not kept: its passwords are
-// kept only as keyed hashes.
+// kept only as keyed hashes. Rules with expressions or interpolations need
+// Options.Engine (ErrUnsupported without one).
 func Compile(ctx context.Context, proto string, spec Spec, opts Options) (*Policy, error) {
 	if err := spec.Validate(proto); err != nil {
 		return nil, err
@@ -128,6 +147,7 @@ func Compile(ctx context.Context, proto string, spec Spec, opts Options) (*Polic
 		clock:      opts.Now,
 		log:        opts.Logger,
 		maxBody:    opts.MaxWebhookBody,
+		endpoint:   opts.Endpoint,
 	}
 	if p.refuseFunc == nil {
 		p.refuseFunc = WriteRefusal
@@ -141,71 +161,134 @@ func Compile(ctx context.Context, proto string, spec Spec, opts Options) (*Polic
 	if p.maxBody <= 0 {
 		p.maxBody = DefaultMaxWebhookBody
 	}
-	p.epoch = p.clock()
-	if len(spec.CIDRAllow) > 0 {
-		p.allow = newPrefixSet(spec.CIDRAllow)
+	if p.endpoint.Protocol == "" {
+		p.endpoint.Protocol = proto
 	}
-	if len(spec.CIDRDeny) > 0 {
-		p.deny = newPrefixSet(spec.CIDRDeny)
+	p.epoch = p.clock()
+
+	// The kinds, as the steps they equal, in the documented order.
+	kind := func(name string, a act) step { return step{at: name, acts: []act{a}} }
+	var first []step
+	if len(spec.CIDRAllow) > 0 || len(spec.CIDRDeny) > 0 {
+		a := &restrictAct{enforce: true}
+		if len(spec.CIDRAllow) > 0 {
+			a.allow = newPrefixSet(spec.CIDRAllow)
+		}
+		if len(spec.CIDRDeny) > 0 {
+			a.deny = newPrefixSet(spec.CIDRDeny)
+		}
+		first = append(first, kind(KindCIDRAllow+"/"+KindCIDRDeny, a))
 	}
 	if spec.RateLimit != nil {
-		p.rate = newRateTable(spec.RateLimit, opts.RateLimitClients)
+		first = append(first, kind(KindRateLimit, &rateAct{table: newRateTable(spec.RateLimit, opts.RateLimitClients), enforce: true}))
 	}
-	if spec.BasicAuth != nil {
-		p.basic = newBasicAuth(spec.BasicAuth)
+	if proto == ProtoTCP || proto == ProtoTLS {
+		p.conn = first
+	} else {
+		p.req = first
 	}
 	if spec.MutualTLS != nil {
 		var err error
 		if p.mtls, err = newMutualTLS(spec.MutualTLS); err != nil {
 			return nil, err
 		}
+		p.req = append(p.req, kind(KindMutualTLS, &mtlsAct{p.mtls}))
 	}
-	p.reqHeaders = newHeaderOps(spec.RequestHeaders)
-	p.respHeaders = newHeaderOps(spec.ResponseHeaders)
-	if spec.Webhook != nil {
-		p.webhook = newWebhook(spec.Webhook)
+	if spec.BasicAuth != nil {
+		p.req = append(p.req, kind(KindBasicAuth, &basicAct{auth: newBasicAuth(spec.BasicAuth), challenge: basicChallenge, enforce: true}))
 	}
 	if spec.OIDC != nil {
-		var err error
-		if p.oidc, err = newOIDCLogin(ctx, spec.OIDC, &opts); err != nil {
+		l, err := newOIDCLogin(ctx, spec.OIDC, &opts)
+		if err != nil {
 			return nil, err
 		}
+		p.req = append(p.req, kind(KindOIDC, &oidcAct{l}))
+	}
+	if spec.Webhook != nil {
+		p.req = append(p.req, kind(KindWebhook, &webhookAct{wh: newWebhook(spec.Webhook), enforce: true}))
+		p.readsBody = true
+	}
+	if ops := newHeaderOps(spec.RequestHeaders); ops != nil {
+		p.req = append(p.req, kind(KindRequestHeaders, &headerOpsAct{ops}))
+	}
+
+	// The rules.
+	c := compiler{engine: opts.Engine, opts: &opts, clients: opts.RateLimitClients}
+	for _, ph := range spec.phases() {
+		c.phase = ph.name
+		for i := range ph.rules {
+			st, err := c.rule(&ph.rules[i], i)
+			if err != nil {
+				return nil, err
+			}
+			switch ph.name {
+			case PhaseTCPConnect:
+				p.conn = append(p.conn, st)
+			case PhaseHTTPRequest:
+				p.req = append(p.req, st)
+			case PhaseHTTPResponse:
+				p.resp = append(p.resp, st)
+			}
+			for _, a := range st.acts {
+				if _, ok := a.(*webhookAct); ok {
+					p.readsBody = true
+				}
+			}
+		}
+	}
+	if ops := newHeaderOps(spec.ResponseHeaders); ops != nil {
+		p.resp = append(p.resp, kind(KindResponseHeaders, &headerOpsAct{ops}))
 	}
 	return p, nil
 }
 
-// AllowAddr reports whether the address lists let client in: it is in
-// cidr_allow (when there is one) and not in cidr_deny. IPv4-mapped IPv6
-// addresses are matched as IPv4; an invalid address is refused by any
-// list. It is pure and allocates nothing.
+// AllowAddr reports whether the policy's address checks on connections
+// let client in: the cidr kinds and restrict-ips actions of rules that
+// need no expression (cidr_allow and cidr_deny, for tls and tcp
+// endpoints). It spends nothing of a rate limit.
 func (p *Policy) AllowAddr(client netip.Addr) bool {
 	if p == nil {
 		return true
 	}
-	if p.allow != nil && !p.allow.contains(client) {
-		return false
-	}
-	if p.deny != nil && (!client.IsValid() || p.deny.contains(client)) {
-		return false
+	for _, steps := range [2][]step{p.conn, p.req} {
+		for i := range steps {
+			if len(steps[i].conds) > 0 {
+				continue
+			}
+			for _, a := range steps[i].acts {
+				if r, ok := a.(*restrictAct); ok && r.enforce && !r.allows(client) {
+					return false
+				}
+			}
+		}
 	}
 	return true
 }
 
-// AcceptConn decides a connection to a tls or tcp endpoint, before the edge
-// dials the agent: the address lists, then the rate limit (a connection
-// spends a token). When ok is false the edge closes the connection; the
-// Refusal says why, for its logs and metrics.
+// AcceptConn is Accept for a connection known by its client's address
+// alone.
 func (p *Policy) AcceptConn(client netip.Addr) (ref Refusal, ok bool) {
-	if p == nil {
+	return p.Accept(Conn{Client: netip.AddrPortFrom(client, 0)})
+}
+
+// Accept decides a connection to a tls or tcp endpoint, before the edge
+// dials the agent: the on_tcp_connect phase (the address kinds, the rate
+// limit, then the rules). When ok is false the edge closes the
+// connection; the Refusal says why, for its logs and metrics.
+func (p *Policy) Accept(c Conn) (ref Refusal, ok bool) {
+	if p == nil || len(p.conn) == 0 {
 		return Refusal{}, true
 	}
-	if !p.AllowAddr(client) {
-		return refusedAddr, false
-	}
-	if p.rate != nil {
-		if ok, _ := p.rate.allow(client, p.nanos()); !ok {
-			return refusedRate, false
-		}
+	x := getRun()
+	defer putRun(x)
+	*x = run{p: p, vars: Vars{Phase: PhaseTCPConnect, Conn: c, Endpoint: p.endpoint, Now: p.clock()}}
+	answered, err := runPhase(p.conn, x)
+	switch {
+	case err != nil:
+		p.failed(err, "client", c.Client.String())
+		return refusedRule, false
+	case answered:
+		return x.ref, false
 	}
 	return Refusal{}, true
 }
@@ -216,14 +299,15 @@ var (
 )
 
 // Check runs the policy on a request to an http or https endpoint, from
-// client, before the edge opens a stream to the agent; the order of the
-// checks is in the package documentation. It returns served true when it
-// answered the request itself (a refusal through Options.Refuse, a redirect
-// to the login, the login callback): the edge is done with it. Otherwise
-// the request goes on to the app with its headers rewritten in place
-// (reserved headers removed, identity headers set, request_headers
-// applied) and, with a webhook kind, its body read and replaced by the
-// same bytes, with their length (no longer chunked, unless it has
+// client, before the edge opens a stream to the agent: the
+// on_http_request phase, whose order is in the package documentation. It
+// returns served true when it answered the request itself (a refusal
+// through Options.Refuse, a redirect, a custom response, a step of a
+// login): the edge is done with it. Otherwise the request goes on to the
+// app with its headers rewritten in place (reserved headers removed,
+// identity headers set, header changes applied), its URL as url-rewrite
+// left it and, when a webhook is checked, its body read and replaced by
+// the same bytes, with their length (no longer chunked, unless it has
 // trailers). Call Check on every request, on a nil *Policy too: that
 // removes the reserved headers a client sent.
 //
@@ -236,62 +320,60 @@ var (
 // spelled, is removed too: those the request announces at once, those
 // that come as its body ends (r.Body is wrapped for that, when trailers
 // may come).
+//
+// A rule that fails to evaluate (over its cost limit, say) answers 500
+// policy_error: the policy fails closed.
 func (p *Policy) Check(w http.ResponseWriter, r *http.Request, client netip.Addr) (served bool) {
 	stripReserved(r.Header)
-	if p == nil {
+	if p == nil || len(p.req) == 0 {
 		holdTrailers(r)
 		return false
 	}
-	if !p.AllowAddr(client) {
-		p.refuse(w, r, refusedAddr)
+	x := getRun()
+	defer putRun(x)
+	*x = run{p: p, w: w, r: r, vars: Vars{
+		Phase:    PhaseHTTPRequest,
+		Conn:     connOf(r, client),
+		Endpoint: p.endpoint,
+		Request:  r,
+		Now:      p.clock(),
+	}}
+	answered, err := runPhase(p.req, x)
+	switch {
+	case err != nil:
+		p.failed(err, "host", r.Host, "client", client.String())
+		p.refuse(w, r, refusedRule)
+		return true
+	case answered:
 		return true
 	}
-	if p.rate != nil {
-		if ok, wait := p.rate.allow(client, p.nanos()); !ok {
-			secs := max(int64((wait+time.Second-1)/time.Second), 1)
-			w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-			p.refuse(w, r, refusedRate)
-			return true
-		}
-	}
-	if p.mtls != nil {
-		subject, ok := p.mtls.verify(r.TLS)
-		if !ok {
-			p.refuse(w, r, Refusal{http.StatusForbidden, CodePolicyDenied, "this endpoint needs a client certificate from its CAs"})
-			return true
-		}
-		r.Header[HeaderClientCertSubject] = []string{subject}
-	}
-	if p.basic != nil {
-		i := p.basic.check(r.Header)
-		if i < 0 {
-			w.Header()["Www-Authenticate"] = basicChallenge
-			p.refuse(w, r, Refusal{http.StatusUnauthorized, CodeUnauthorized, "this endpoint needs a user and password"})
-			return true
-		}
-		if !p.basic.pass {
-			delete(r.Header, "Authorization")
-		}
-		r.Header[HeaderAuthUser] = p.basic.users[i]
-	}
-	if p.oidc != nil && p.oidc.serve(p, w, r) {
-		return true
-	}
-	if p.webhook != nil && p.checkWebhook(w, r) {
-		return true
-	}
-	p.reqHeaders.apply(r.Header)
 	holdTrailers(r)
 	return false
 }
 
-// checkWebhook reads the body, bounded, verifies its signature, and puts
-// the same bytes back as the body. It returns true when it refused.
-func (p *Policy) checkWebhook(w http.ResponseWriter, r *http.Request) (served bool) {
+// connOf describes a request's connection.
+func connOf(r *http.Request, client netip.Addr) Conn {
+	c := Conn{Client: clientAddrPort(client, r.RemoteAddr)}
+	if r.TLS != nil {
+		c.ServerName = r.TLS.ServerName
+	}
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr); ok {
+		c.ServerPort = a.Port
+	}
+	c.ClientCertSubject = r.Header.Get(HeaderClientCertSubject)
+	return c
+}
+
+// readBody reads the body, bounded, and puts the same bytes back as the
+// body. It returns false when it refused the request.
+func (p *Policy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if rb, ok := r.Body.(*readBack); ok {
+		return rb.b, true // read by an action before
+	}
 	tooLarge := Refusal{http.StatusRequestEntityTooLarge, CodeBodyTooLarge, fmt.Sprintf("a webhook body may be at most %d bytes", p.maxBody)}
 	if r.ContentLength > p.maxBody {
 		p.refuse(w, r, tooLarge)
-		return true
+		return nil, false
 	}
 	var body []byte
 	if r.Body != nil && r.Body != http.NoBody {
@@ -301,45 +383,78 @@ func (p *Policy) checkWebhook(w http.ResponseWriter, r *http.Request) (served bo
 		switch {
 		case int64(len(body)) > p.maxBody:
 			p.refuse(w, r, tooLarge)
-			return true
+			return nil, false
 		case err != nil:
 			p.refuse(w, r, Refusal{http.StatusBadRequest, CodeBadRequest, "the request body could not be read"})
-			return true
+			return nil, false
 		}
 		stripReservedTrailers(r.Trailer) // come with the body's end
-	}
-	if !p.webhook.verify(r.Header, body, p.clock()) {
-		p.refuse(w, r, Refusal{http.StatusForbidden, CodeWebhookInvalid, "no valid " + p.webhook.provider + " webhook signature"})
-		return true
 	}
 	r.ContentLength = int64(len(body))
 	if len(r.Trailer) == 0 {
 		// Known now: the app gets a Content-Length, not chunks.
 		r.TransferEncoding = nil
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.Body = &readBack{Reader: bytes.NewReader(body), b: body}
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	if len(body) == 0 {
-		r.Body = http.NoBody
-	}
-	return false
+	return body, true
 }
 
-// RewriteResponse applies response_headers to the header of the app's
-// response, before the edge writes it (httputil.ReverseProxy's
-// ModifyResponse). A nil *Policy does nothing.
-func (p *Policy) RewriteResponse(h http.Header) {
-	if p == nil {
+// readBack is a body read whole by the policy, to be read again.
+type readBack struct {
+	*bytes.Reader
+	b []byte
+}
+
+func (*readBack) Close() error { return nil }
+
+// Response runs the on_http_response phase on the app's response to in,
+// the client's request as Check left it, from client, before the edge
+// writes it (httputil.ReverseProxy's ModifyResponse): the rules (the
+// agent's, then the operator's), then the response_headers kind. A
+// custom-response replaces the response, closing the app's body. A rule
+// that fails to evaluate replaces it with a 500 policy_error. A nil
+// *Policy does nothing.
+func (p *Policy) Response(resp *http.Response, in *http.Request, client netip.Addr) {
+	if p == nil || len(p.resp) == 0 {
 		return
 	}
-	p.respHeaders.apply(h)
+	x := getRun()
+	defer putRun(x)
+	*x = run{p: p, r: in, resp: resp, vars: Vars{
+		Phase:    PhaseHTTPResponse,
+		Conn:     connOf(in, client),
+		Endpoint: p.endpoint,
+		Request:  in,
+		Response: resp,
+		Now:      p.clock(),
+		Auth:     Auth{User: in.Header.Get(HeaderAuthUser), Email: in.Header.Get(HeaderAuthEmail), Subject: in.Header.Get(HeaderAuthSubject)},
+	}}
+	if _, err := runPhase(p.resp, x); err != nil {
+		p.failed(err, "host", in.Host, "client", client.String())
+		body := CodePolicyError + ": " + refusedRule.Message + "\n"
+		if resp.Body != nil {
+			resp.Body.Close()
+		}
+		resp.StatusCode = refusedRule.Status
+		resp.Status = "500 Internal Server Error"
+		resp.Header = http.Header{
+			"Content-Type":           {"text/plain; charset=utf-8"},
+			"X-Content-Type-Options": {"nosniff"},
+			"Tunnelkit-Error":        {CodePolicyError},
+			"Content-Length":         {strconv.Itoa(len(body))},
+		}
+		resp.Trailer, resp.TransferEncoding = nil, nil
+		resp.ContentLength = int64(len(body))
+		resp.Body = io.NopCloser(strings.NewReader(body))
+	}
 }
 
 // ReadsBody reports whether Check reads the request body (a webhook kind
 // does, up to Options.MaxWebhookBody bytes), so that the caller can bound
 // the time that read may take. False for a nil *Policy.
 func (p *Policy) ReadsBody() bool {
-	return p != nil && p.webhook != nil
+	return p != nil && p.readsBody
 }
 
 // ClientCAs returns the pool of the mutual_tls CAs, to ask for and verify a

@@ -41,7 +41,7 @@ func TestBehindReverseProxy(t *testing.T) {
 			pr.Out.Host = pr.In.Host
 		},
 		ModifyResponse: func(resp *http.Response) error {
-			pol.RewriteResponse(resp.Header)
+			pol.Response(resp, resp.Request, netip.Addr{})
 			return nil
 		},
 	}

@@ -94,7 +94,11 @@ func sourceKey(a netip.Addr) rateKey {
 // allow spends a token of a's bucket at now (ns since the epoch). When the
 // bucket is empty it returns false and how long until a token is there.
 func (t *rateTable) allow(a netip.Addr, now int64) (bool, time.Duration) {
-	k := sourceKey(a)
+	return t.allowKey(sourceKey(a), now)
+}
+
+// allowKey is allow for the bucket of k.
+func (t *rateTable) allowKey(k rateKey, now int64) (bool, time.Duration) {
 	h := maphash.Comparable(t.seed, k)
 	s := &t.shards[h>>(64-rateShardBits)]
 	s.mu.Lock()

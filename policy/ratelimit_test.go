@@ -14,7 +14,7 @@ func TestRateTableBounded(t *testing.T) {
 	const n = 200_000
 	const clients = 4096
 	p := mustCompile(t, ProtoTCP, Spec{RateLimit: &RateLimit{Requests: 10}}, Options{RateLimitClients: clients})
-	tab := p.rate
+	tab := findAct[*rateAct](t, p).table
 	addr := func(i int) netip.Addr {
 		if i%2 == 0 {
 			var b [4]byte
@@ -102,7 +102,7 @@ func TestSourceKey(t *testing.T) {
 // holds nothing else.
 func TestRateTableIndex(t *testing.T) {
 	p := mustCompile(t, ProtoTCP, Spec{RateLimit: &RateLimit{Requests: 1}}, Options{RateLimitClients: 64})
-	tab := p.rate
+	tab := findAct[*rateAct](t, p).table
 	for i := range 5000 {
 		p.AcceptConn(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}))
 		if i%97 != 0 {

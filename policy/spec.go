@@ -118,6 +118,18 @@ type Spec struct {
 	// Webhook accepts only requests signed by a webhook provider (http,
 	// https).
 	Webhook *Webhook `json:"webhook,omitempty"`
+
+	// OnTCPConnect are the rules run on each connection (tls, tcp), after
+	// the kinds.
+	OnTCPConnect []Rule `json:"on_tcp_connect,omitempty"`
+
+	// OnHTTPRequest are the rules run on each request (http, https),
+	// after the kinds, before the app.
+	OnHTTPRequest []Rule `json:"on_http_request,omitempty"`
+
+	// OnHTTPResponse are the rules run on each response of the app
+	// (http, https), before the response_headers kind.
+	OnHTTPResponse []Rule `json:"on_http_response,omitempty"`
 }
 
 // BasicAuth is HTTP basic authentication (RFC 7617). A compiled Policy keeps
@@ -195,12 +207,13 @@ type Webhook struct {
 	Secret   string `json:"secret"`
 }
 
-// IsZero reports whether s declares no kind.
+// IsZero reports whether s declares no kind and no rule.
 func (s *Spec) IsZero() bool {
 	return s == nil || len(s.Kinds()) == 0
 }
 
-// Kinds returns the kinds s declares, in the order of the Spec's fields.
+// Kinds returns the kinds s declares, in the order of the Spec's fields;
+// a phase with rules counts as a kind (Operator.Kinds caps them too).
 func (s *Spec) Kinds() []string {
 	if s == nil {
 		return nil
@@ -220,6 +233,9 @@ func (s *Spec) Kinds() []string {
 	add(s.RequestHeaders != nil, KindRequestHeaders)
 	add(s.ResponseHeaders != nil, KindResponseHeaders)
 	add(s.Webhook != nil, KindWebhook)
+	add(len(s.OnTCPConnect) > 0, PhaseTCPConnect)
+	add(len(s.OnHTTPRequest) > 0, PhaseHTTPRequest)
+	add(len(s.OnHTTPResponse) > 0, PhaseHTTPResponse)
 	return k
 }
 
@@ -264,6 +280,11 @@ func (s Spec) String() string {
 	}
 	if s.Webhook != nil {
 		n(KindWebhook, -1)
+	}
+	for _, ph := range s.phases() {
+		if len(ph.rules) > 0 {
+			n(ph.name, len(ph.rules))
+		}
 	}
 	b.WriteByte('}')
 	return b.String()

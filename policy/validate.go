@@ -31,6 +31,9 @@ var kindProtos = map[string]string{
 	KindWebhook:         "http https",
 	KindOIDC:            "https", // cookies must be Secure
 	KindMutualTLS:       "https", // the edge terminates TLS
+	PhaseTCPConnect:     "tls tcp",
+	PhaseHTTPRequest:    "http https",
+	PhaseHTTPResponse:   "http https",
 }
 
 // Fits reports whether kind applies to endpoints of protocol proto.
@@ -78,6 +81,7 @@ func (s *Spec) Validate(proto string) error {
 		func() error { return s.RequestHeaders.validate(KindRequestHeaders, reservedRequest) },
 		func() error { return s.ResponseHeaders.validate(KindResponseHeaders, reservedResponse) },
 		func() error { return s.Webhook.validate() },
+		func() error { return s.validateRules(proto) },
 	}
 	for _, check := range checks {
 		if err := check(); err != nil {
