@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/internal/pipe"
+	"github.com/tunnelkit/tunnelkit/internal/wire"
+	"github.com/tunnelkit/tunnelkit/policy"
 	"github.com/tunnelkit/tunnelkit/router"
 )
 
@@ -61,7 +63,14 @@ func (s *Server) proxyRoutesWrapped(c net.Conn, proto, name, host string, routes
 		return
 	}
 	info := ConnInfo{Client: addrPort(c.RemoteAddr()), Host: host}
-	if !s.acceptPolicy(proto, name, routes, info.Client.Addr()) {
+	conn := policy.Conn{Client: info.Client}
+	if la, ok := c.LocalAddr().(*net.TCPAddr); ok {
+		conn.ServerPort = la.Port
+	}
+	if proto == wire.ProtoTLS {
+		conn.ServerName = name
+	}
+	if !s.acceptPolicy(proto, name, routes, conn) {
 		return
 	}
 	release, ok := s.acquireShare(routes, info.Client)

@@ -775,7 +775,7 @@ func (s *Server) bindPolicy(ctx context.Context, r *router.Route, raw []byte) (*
 	if err != nil {
 		return nil, policy.Spec{}, policyFailure(err)
 	}
-	pol, combined, err := s.compilePolicy(ctx, r.Proto, r.Identity, spec)
+	pol, combined, err := s.compilePolicy(ctx, *r, spec)
 	if err != nil {
 		return nil, policy.Spec{}, policyFailure(err)
 	}

@@ -276,6 +276,9 @@ func TestErrorAnswersShowNoDetail(t *testing.T) {
 	bind(a, ca, agent.Endpoint{URL: "http://login", Policy: &policy.Spec{BasicAuth: &policy.BasicAuth{Credentials: []string{"ann:s3cret"}}}}, httpServe(echoInfo))
 	bind(a, ca, agent.Endpoint{URL: "http://limited", Policy: &policy.Spec{RateLimit: &policy.RateLimit{Requests: 1, Seconds: 3600}}}, httpServe(echoInfo))
 	bind(a, ca, agent.Endpoint{URL: "http://hook", Policy: &policy.Spec{Webhook: &policy.Webhook{Provider: policy.WebhookGitHub, Secret: "s"}}}, httpServe(echoInfo))
+	// A rule that fails at run time: a url-rewrite may not change the host.
+	bind(a, ca, agent.Endpoint{URL: "http://badrule", Policy: &policy.Spec{OnHTTPRequest: []policy.Rule{{Name: "to elsewhere", Actions: []policy.Action{
+		{Type: policy.ActionURLRewrite, Config: []byte(`{"to":"http://elsewhere.test/"}`)}}}}}}, httpServe(echoInfo))
 	for _, p := range []string{"h1", "h2"} {
 		bind(a, nil, agent.Endpoint{URL: "http://busy-" + p}, httpServe(heldApp))
 		bind(b, nil, agent.Endpoint{URL: "http://share-" + p}, httpServe(heldApp))
@@ -403,6 +406,9 @@ func TestErrorAnswersShowNoDetail(t *testing.T) {
 				return rawHTTPOpen(t, a.httpAddr, "POST / HTTP/1.1\r\nHost: hook.example.test\r\nContent-Length: 104857600\r\n\r\n")
 			}
 			return send(t, plain(a, h2), request("POST", "http://hook.example.test/", newStalled("", end), 100<<20))
+		}},
+		{reason: edge.ReasonPolicyError, name: "a rule that fails", send: func(t *testing.T, h2 bool) (*http.Response, string) {
+			return send(t, plain(a, h2), request("GET", "http://badrule.example.test/", nil, 0))
 		}},
 		{reason: edge.ReasonPolicyUnavailable, name: "an OIDC provider out of reach", send: func(t *testing.T, h2 bool) (*http.Response, string) {
 			return send(t, overTLS(h2, "nopolicy.example.test"), request("GET", "https://nopolicy.example.test/", nil, 0))

@@ -81,6 +81,7 @@ const (
 	ReasonWebhookInvalid Reason = "webhook_invalid" // 403: no valid webhook signature
 	ReasonBodyTooLarge   Reason = "body_too_large"  // 413: a webhook body larger than the edge verifies
 	ReasonLoginFailed    Reason = "login_failed"    // 403: an OIDC login callback that does not complete a login
+	ReasonPolicyError    Reason = "policy_error"    // 500: a rule of the policy could not be evaluated (over its cost limit, say): fail closed
 
 	// ReasonPolicyUnavailable: the policy of an endpoint that another
 	// edge bound could not be set up on this one (an OIDC provider out of
@@ -154,7 +155,7 @@ func Reasons() []Reason {
 		ReasonRoutingUnavailable, ReasonProxyUntrusted, ReasonConnLimit, ReasonHandshakeLimit,
 		ReasonACMEBudget, ReasonRelayRefused,
 		ReasonPolicyDenied, ReasonUnauthorized, ReasonRateLimited, ReasonWebhookInvalid, ReasonBodyTooLarge,
-		ReasonLoginFailed, ReasonPolicyUnavailable,
+		ReasonLoginFailed, ReasonPolicyUnavailable, ReasonPolicyError,
 	}
 }
 
@@ -182,6 +183,8 @@ func (r Reason) status() int {
 		return http.StatusServiceUnavailable
 	case ReasonAppTimeout:
 		return http.StatusGatewayTimeout
+	case ReasonPolicyError:
+		return http.StatusInternalServerError
 	case ReasonAgentOffline, ReasonAppUnreachable, ReasonAppError:
 		return http.StatusBadGateway
 	}
@@ -205,7 +208,15 @@ const headerRequestID = "Tunnelkit-Request-Id"
 // with the Reason and the ID. It logs the ID with err, the cause, which
 // the client gets only with verbose (the route's VerboseErrors).
 func (s *Server) answer(w http.ResponseWriter, r *http.Request, reason Reason, msg string, err error, verbose bool) {
-	status := reason.status()
+	s.answerStatus(w, r, reason, 0, msg, err, verbose)
+}
+
+// answerStatus is answer with the status given, when not 0, rather than
+// the reason's (a policy's deny with a status_code of its own).
+func (s *Server) answerStatus(w http.ResponseWriter, r *http.Request, reason Reason, status int, msg string, err error, verbose bool) {
+	if status == 0 {
+		status = reason.status()
+	}
 	if status == 0 {
 		status = http.StatusBadGateway
 	}

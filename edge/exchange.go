@@ -403,7 +403,7 @@ func (x *exchange) rewrite(pr *httputil.ProxyRequest) {
 // modifyResponse applies the policy's response headers, and notes what
 // the client gets.
 func (x *exchange) modifyResponse(resp *http.Response) error {
-	x.pol.RewriteResponse(resp.Header)
+	x.pol.Response(resp, x.in, x.info.Client.Addr())
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		if x.aw != nil {
 			x.aw.Upgraded()

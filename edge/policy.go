@@ -99,22 +99,25 @@ func (s *Server) policyOptions() policy.Options {
 		Refuse:    s.refusePolicy,
 		Now:       s.Clock,
 		Logger:    s.log(),
+		Engine:    s.PolicyEngine,
 	}
 }
 
 // compilePolicy combines the agent's spec for an endpoint of proto owned
 // by identity with the operator's policy, and compiles the result (nil for
 // a combination that checks nothing); it returns the combination too.
-func (s *Server) compilePolicy(ctx context.Context, proto, identity string, spec policy.Spec) (*policy.Policy, policy.Spec, error) {
+func (s *Server) compilePolicy(ctx context.Context, r router.Route, spec policy.Spec) (*policy.Policy, policy.Spec, error) {
 	var op policy.Operator
 	if s.Policy != nil {
-		op = s.Policy(identity)
+		op = s.Policy(r.Identity)
 	}
-	combined, err := policy.Combine(proto, op, spec)
+	combined, err := policy.Combine(r.Proto, op, spec)
 	if err != nil || combined.IsZero() {
 		return nil, combined, err
 	}
-	pol, err := policy.Compile(ctx, proto, combined, s.policyOptions())
+	opts := s.policyOptions()
+	opts.Endpoint = policy.Endpoint{URL: r.Proto + "://" + r.Name + r.Path, Host: r.Name, Protocol: r.Proto}
+	pol, err := policy.Compile(ctx, r.Proto, combined, opts)
 	return pol, combined, err
 }
 
@@ -175,7 +178,7 @@ func (s *Server) routePolicy(ctx context.Context, r router.Route) (*policies.Com
 		spec, err := policy.Parse(raw)
 		var pol *policy.Policy
 		if err == nil {
-			pol, _, err = s.compilePolicy(ctx, r.Proto, r.Identity, spec)
+			pol, _, err = s.compilePolicy(ctx, r, spec)
 		}
 		if err != nil {
 			s.log().Warn("traffic policy of an endpoint refused", "proto", r.Proto, "name", r.Name, "edge", r.Edge, "err", err)
@@ -231,18 +234,18 @@ func (s *Server) sameHost(serverName, hostport string) bool {
 // refusePolicy writes a policy's refusal as the edge's own, logged and
 // counted.
 func (s *Server) refusePolicy(w http.ResponseWriter, r *http.Request, ref policy.Refusal) {
-	reason, msg := Reason(ref.Code), ref.Message
+	reason, status, msg := Reason(ref.Code), ref.Status, ref.Message
 	if b, ok := r.Body.(*policyBody); ok && b.timedOut() {
-		reason, msg = ReasonBodyTimeout, "the request body stopped arriving"
+		reason, status, msg = ReasonBodyTimeout, 0, "the request body stopped arriving"
 	}
-	s.refuse(w, r, reason, msg, nil)
+	s.answerStatus(w, r, reason, status, msg, nil, false)
 }
 
 // acceptPolicy runs the traffic policy of routes on a tls or tcp
 // connection from client, before the agent is dialled, and reports
 // whether it may go on; a refusal is counted and logged at the Debug
 // level (clients choose how many there are).
-func (s *Server) acceptPolicy(proto, name string, routes []router.Route, client netip.Addr) bool {
+func (s *Server) acceptPolicy(proto, name string, routes []router.Route, conn policy.Conn) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg().handshake)
 	cp, err := s.routePolicy(ctx, routes[0])
 	cancel()
@@ -251,9 +254,9 @@ func (s *Server) acceptPolicy(proto, name string, routes []router.Route, client 
 		s.obs().Refused(ReasonPolicyUnavailable)
 		return false
 	}
-	ref, ok := cp.Policy().AcceptConn(client)
+	ref, ok := cp.Policy().Accept(conn)
 	if !ok {
-		s.log().Debug("connection refused by the endpoint's policy", "proto", proto, "name", name, "client", client.String(), "code", ref.Code)
+		s.log().Debug("connection refused by the endpoint's policy", "proto", proto, "name", name, "client", conn.Client.String(), "code", ref.Code)
 		s.obs().Refused(Reason(ref.Code))
 	}
 	return ok

@@ -181,6 +181,14 @@ type Server struct {
 	// refused as unsupported (bad_request).
 	OIDC func(ctx context.Context, cfg policy.OIDCConfig) (policy.Provider, error)
 
+	// PolicyEngine compiles the expressions of traffic policy rules (see
+	// policy.Engine; package github.com/tunnelkit/tunnelkit/policy/rules, a
+	// module of its own, has one: rules.Engine). Nil: an endpoint whose
+	// rules have expressions or interpolations is refused (bad_request,
+	// naming the rule); the kinds, and rules without expressions, need
+	// none.
+	PolicyEngine policy.Engine
+
 	// Clock is the edge's clock for what it dates and lets expire: the
 	// tickets it issues, the names it keeps for their holders (the grace
 	// of a session's names, Timeouts.Grace, and the restart grace of
