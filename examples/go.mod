@@ -6,6 +6,7 @@ replace (
 	github.com/tunnelkit/tunnelkit => ../
 	github.com/tunnelkit/tunnelkit/metrics => ../metrics
 	github.com/tunnelkit/tunnelkit/policy/oidc => ../policy/oidc
+	github.com/tunnelkit/tunnelkit/policy/rules => ../policy/rules
 	github.com/tunnelkit/tunnelkit/router/etcdrouter => ../router/etcdrouter
 )
 
@@ -14,6 +15,7 @@ require (
 	github.com/tunnelkit/tunnelkit v0.0.0-20261201190621-e537fa9625c8
 	github.com/tunnelkit/tunnelkit/metrics v0.0.0-20261201190626-6a5522650f5a
 	github.com/tunnelkit/tunnelkit/policy/oidc v0.0.0-20261201190626-6a5522650f5a
+	github.com/tunnelkit/tunnelkit/policy/rules v0.0.0-20261201190626-6a5522650f5a
 	github.com/tunnelkit/tunnelkit/router/etcdrouter v0.0.0-20261201190626-6a5522650f5a
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.yaml.in/yaml/v3 v3.0.6
@@ -23,6 +25,8 @@ require (
 )
 
 require (
+	cel.dev/expr v0.25.2 // indirect
+	github.com/antlr4-go/antlr/v4 v4.13.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -35,6 +39,7 @@ require (
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
+	github.com/google/cel-go v0.31.0 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/websocket v1.5.3 // indirect
@@ -71,6 +76,7 @@ require (
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.27.1 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
+	golang.org/x/exp v0.0.0-20240823005443-9b4947da3948 // indirect
 	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/oauth2 v0.38.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect

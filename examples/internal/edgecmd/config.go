@@ -101,7 +101,7 @@ func (c *fileConfig) readPolicy(f *yamlcfg.File, n *yaml.Node) error {
 var errUseFlag = fmt.Errorf("the flag's value")
 
 // listFlags take a list as one comma-separated value.
-var listFlags = []string{"etcd", "policy-kinds", "proxy-protocol-from"}
+var listFlags = []string{"etcd", "policy-kinds", "policy-actions", "proxy-protocol-from"}
 
 // applyConfig reads the file at path into fs's flags, leaving those given
 // on the command line (given) as they are, and returns what the file

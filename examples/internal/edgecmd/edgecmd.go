@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -36,6 +37,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/examples/internal/cli"
 	"github.com/tunnelkit/tunnelkit/examples/internal/logbuf"
 	"github.com/tunnelkit/tunnelkit/internal/safefile"
+	"github.com/tunnelkit/tunnelkit/policy/rules"
 
 	"golang.org/x/crypto/acme/autocert"
 
@@ -145,7 +147,8 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	echKeygen := fs.String("ech-keygen", "", "write a new ECH key for -public-name to this PEM file, print its ECHConfigList in base64 (for the DNS HTTPS record's ech= parameter) and exit")
 	publicName := fs.String("public-name", "", "the public name of the key -ech-keygen makes: the name clients show in clear (an operator's name under the domain, covered by -cert)")
 	fs.String("policy", "", "file of the operator's traffic policy, in the JSON form agents send (docs/PROTOCOL.md, bind.policy), enforced on every endpoint beside the agent's: allow lists intersect, deny lists add up, the lower rate limit holds, the operator's headers come last; a login, client CAs or webhook check here leaves none to agents (empty: none)")
-	fs.String("policy-kinds", "", "the kinds of traffic policy agents may declare, comma separated (cidr_allow,cidr_deny,rate_limit,basic_auth,oidc,mutual_tls,request_headers,response_headers,webhook); others are refused (empty: every kind)")
+	fs.String("policy-kinds", "", "the kinds of traffic policy agents may declare, comma separated (cidr_allow,cidr_deny,rate_limit,basic_auth,oidc,mutual_tls,request_headers,response_headers,webhook, and the phases of rules: on_tcp_connect,on_http_request,on_http_response); others are refused (empty: every kind)")
+	fs.String("policy-actions", "", "the actions agents' traffic policy rules may use, comma separated (deny,custom-response,redirect,url-rewrite,add-headers,remove-headers,rate-limit,restrict-ips,basic-auth,verify-webhook); others are refused (empty: every action)")
 	adminAddr := fs.String("admin", "", "address of the admin API: /healthz (200 while serving, 503 while draining, for load balancers), and with -admin-token-file the control plane's /v1/ (empty: none)")
 	fs.String("admin-token-file", "", "file whose first line is the bearer token of the admin API's /v1/ (16 bytes at least; a file others may read or write is refused)")
 	drainTimeout := fs.Duration("drain-timeout", 30*time.Second, "how long SIGTERM (or POST /v1/drain) gives the edge to drain: its agents move to other edges of the cluster and what is in flight finishes, then it exits")
@@ -239,6 +242,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 		return errors.New("-public-tls-port is the public port of -tls: give -tls too")
 	}
 	srv := &edge.Server{
+		PolicyEngine:      rules.Engine{},
 		HTTPPort:          *publicHTTP,
 		TLSPort:           *publicTLS,
 		ID:                *id,
@@ -491,7 +495,7 @@ func (l *stringList) repeats() {}
 // operatorPolicy returns the operator's policy of -policy (or the policy
 // of the -config file, inline), -policy-kinds and -oidc-issuer-allowed: the
 // same for every identity; any reports whether they set one at all.
-func operatorPolicy(file string, inline *policy.Spec, kinds string, issuers []string) (op policy.Operator, any bool, err error) {
+func operatorPolicy(file string, inline *policy.Spec, kinds, actions string, issuers []string) (op policy.Operator, any bool, err error) {
 	if inline != nil {
 		op.Policy, file = *inline, "(the -config file's policy)"
 	} else if file != "" {
@@ -502,8 +506,10 @@ func operatorPolicy(file string, inline *policy.Spec, kinds string, issuers []st
 		if op.Policy, err = policy.Parse(b); err != nil {
 			return op, false, fmt.Errorf("-policy %s: %w", file, err)
 		}
-		if p := op.Policy; p.BasicAuth != nil && len(p.BasicAuth.Credentials) > 0 || p.OIDC != nil && p.OIDC.ClientSecret != "" || p.Webhook != nil && p.Webhook.Secret != "" {
-			if err := safefile.Private(file, info, "it holds passwords or secrets (basic_auth, oidc client_secret, webhook secret)"); err != nil {
+		types := op.Policy.ActionTypes()
+		if p := op.Policy; p.BasicAuth != nil && len(p.BasicAuth.Credentials) > 0 || p.OIDC != nil && p.OIDC.ClientSecret != "" || p.Webhook != nil && p.Webhook.Secret != "" ||
+			slices.Contains(types, policy.ActionBasicAuth) || slices.Contains(types, policy.ActionVerifyWebhook) {
+			if err := safefile.Private(file, info, "it holds passwords or secrets (basic_auth, oidc client_secret, webhook secret, or such actions of rules)"); err != nil {
 				return op, false, fmt.Errorf("-policy: %w", err)
 			}
 		}
@@ -520,11 +526,20 @@ func operatorPolicy(file string, inline *policy.Spec, kinds string, issuers []st
 		op.Kinds = []string{}
 		for k := range strings.SplitSeq(kinds, ",") {
 			k = strings.TrimSpace(k)
-			// Every kind fits http or https.
-			if !policy.Fits(k, policy.ProtoHTTP) && !policy.Fits(k, policy.ProtoHTTPS) {
+			if !policy.Fits(k, policy.ProtoHTTP) && !policy.Fits(k, policy.ProtoHTTPS) && !policy.Fits(k, policy.ProtoTCP) {
 				return op, false, fmt.Errorf("-policy-kinds: %q is not a kind of traffic policy", k)
 			}
 			op.Kinds = append(op.Kinds, k)
+		}
+	}
+	if actions != "" {
+		op.Actions = []string{}
+		for a := range strings.SplitSeq(actions, ",") {
+			a = strings.TrimSpace(a)
+			if !slices.Contains(policy.Actions(), a) {
+				return op, false, fmt.Errorf("-policy-actions: %q is not an action of traffic policy rules (%s)", a, strings.Join(policy.Actions(), ", "))
+			}
+			op.Actions = append(op.Actions, a)
 		}
 	}
 	for _, iss := range issuers {
@@ -533,7 +548,7 @@ func operatorPolicy(file string, inline *policy.Spec, kinds string, issuers []st
 		}
 		op.OIDCIssuers = append(op.OIDCIssuers, iss)
 	}
-	return op, file != "" || kinds != "" || len(issuers) > 0, nil
+	return op, file != "" || kinds != "" || actions != "" || len(issuers) > 0, nil
 }
 
 // identities maps the SHA-256 of each token to its identity: looking up a

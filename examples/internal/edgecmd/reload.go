@@ -25,7 +25,7 @@ import (
 type live struct {
 	tokensGiven bool       // -token, -tokens or the file's tokens: agents need one
 	ids         identities // the tokens (none: every agent is refused)
-	hasPolicy   bool       // -policy, -policy-kinds, -oidc-issuer-allowed or the file's policy
+	hasPolicy   bool       // -policy, -policy-kinds, -policy-actions, -oidc-issuer-allowed or the file's policy
 	op          policy.Operator
 	limits      edge.Limits
 	adminToken  [32]byte // zero: no -admin-token-file
@@ -34,7 +34,7 @@ type live struct {
 
 // liveFlags are the flags whose changes a SIGHUP applies.
 var liveFlags = []string{
-	"token", "tokens", "policy", "policy-kinds", "oidc-issuer-allowed", "admin-token-file", "log-level",
+	"token", "tokens", "policy", "policy-kinds", "policy-actions", "oidc-issuer-allowed", "admin-token-file", "log-level",
 	"max-pending", "max-pending-per-source", "max-endpoints", "max-endpoints-per-identity",
 	"max-endpoints-per-source", "max-endpoints-total", "max-reservations", "max-reservations-per-identity",
 	"max-auth-failures", "max-refused-binds", "client-share", "conns-per-source", "handshakes-per-source",
@@ -92,7 +92,7 @@ func readLive(fs *flag.FlagSet, file *fileConfig) (*live, error) {
 	}
 	issuers := fs.Lookup("oidc-issuer-allowed").Value.(flag.Getter).Get().([]string)
 	var err error
-	l.op, l.hasPolicy, err = operatorPolicy(stringFlag(fs, "policy"), file.policy, stringFlag(fs, "policy-kinds"), issuers)
+	l.op, l.hasPolicy, err = operatorPolicy(stringFlag(fs, "policy"), file.policy, stringFlag(fs, "policy-kinds"), stringFlag(fs, "policy-actions"), issuers)
 	if err != nil {
 		return nil, err
 	}

@@ -85,7 +85,7 @@ func Parse(name string, b []byte, lookup func(string) (string, bool)) (*File, er
 	if root.Kind != yaml.MappingNode {
 		return nil, f.At(root, "want a mapping of keys to values at the top (key: value)")
 	}
-	if err := f.expand(root, lookup); err != nil {
+	if err := f.expand(root, lookup, false); err != nil {
 		return nil, err
 	}
 	f.Root = root
@@ -99,8 +99,10 @@ var variable = regexp.MustCompile(`\$\{([^}]*)\}`)
 var validName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // expand replaces ${VAR} in every scalar value under n (not in keys),
-// and refuses a key given twice in a mapping.
-func (f *File) expand(n *yaml.Node, lookup func(string) (string, bool)) error {
+// and refuses a key given twice in a mapping. Under a policy's phases
+// (inRules), a ${...} that is not a variable's name is a rule's CEL
+// interpolation (${req.url.path}), left for the edge.
+func (f *File) expand(n *yaml.Node, lookup func(string) (string, bool), inRules bool) error {
 	switch n.Kind {
 	case yaml.MappingNode:
 		seen := map[string]int{}
@@ -110,13 +112,14 @@ func (f *File) expand(n *yaml.Node, lookup func(string) (string, bool)) error {
 				return f.At(k, "%q given twice (first at line %d)", k.Value, first)
 			}
 			seen[k.Value] = k.Line
-			if err := f.expand(n.Content[i+1], lookup); err != nil {
+			rules := inRules || k.Value == policy.PhaseTCPConnect || k.Value == policy.PhaseHTTPRequest || k.Value == policy.PhaseHTTPResponse
+			if err := f.expand(n.Content[i+1], lookup, rules); err != nil {
 				return err
 			}
 		}
 	case yaml.SequenceNode:
 		for _, c := range n.Content {
-			if err := f.expand(c, lookup); err != nil {
+			if err := f.expand(c, lookup, inRules); err != nil {
 				return err
 			}
 		}
@@ -127,13 +130,17 @@ func (f *File) expand(n *yaml.Node, lookup func(string) (string, bool)) error {
 			return nil
 		}
 		var failed error
-		f.expanded[n] = n.Value
-		n.Value = variable.ReplaceAllStringFunc(n.Value, func(ref string) string {
+		written, subst := n.Value, false
+		value := variable.ReplaceAllStringFunc(n.Value, func(ref string) string {
 			name := ref[2 : len(ref)-1]
 			if !validName.MatchString(name) {
+				if inRules {
+					return ref // a rule's ${expression}
+				}
 				failed = f.At(n, "%s: a variable's name is letters, digits and _, not starting with a digit", ref)
 				return ref
 			}
+			subst = true
 			v, ok := lookup(name)
 			if !ok && failed == nil {
 				failed = f.At(n, "%s: the environment does not set %s", ref, name)
@@ -143,6 +150,11 @@ func (f *File) expand(n *yaml.Node, lookup func(string) (string, bool)) error {
 		if failed != nil {
 			return failed
 		}
+		if !subst {
+			return nil
+		}
+		f.expanded[n] = written
+		n.Value = value
 		// The value is a string, whatever it spells, until settle finds
 		// it goes where a number or a bool goes.
 		n.Tag, n.Style = "!!str", 0
@@ -498,7 +510,34 @@ func (f *File) Policy(n *yaml.Node) (*policy.Spec, error) {
 	return &spec, nil
 }
 
-var specType = reflect.TypeFor[policy.Spec]()
+var (
+	specType   = reflect.TypeFor[policy.Spec]()
+	actionType = reflect.TypeFor[policy.Action]()
+)
+
+// actionSecrets checks the secrets of the config n of an action of type
+// typ: basic-auth's credentials, verify-webhook's secret.
+func (f *File) actionSecrets(typ string, n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		switch {
+		case typ == policy.ActionBasicAuth && k.Value == "credentials" && v.Kind == yaml.SequenceNode:
+			for _, c := range v.Content {
+				if err := f.secret(c, "a basic-auth password", credentialsSecret); err != nil {
+					return err
+				}
+			}
+		case typ == policy.ActionVerifyWebhook && k.Value == "secret":
+			if err := f.secret(v, "a verify-webhook secret", wholeSecret); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
 // policySecrets are the members of a policy that hold a secret, and what
 // each is.
@@ -517,6 +556,27 @@ func (f *File) policyValues(n *yaml.Node, t reflect.Type, where string) error {
 		t = t.Elem()
 	}
 	switch {
+	case n.Kind == yaml.MappingNode && t == actionType:
+		// A rule's action: its config is the action type's, which
+		// policy.Parse reads; only its secrets are looked at here.
+		var typ string
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == "type" {
+				typ = n.Content[i+1].Value
+			}
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			switch k.Value {
+			case "type":
+			case "config":
+				if err := f.actionSecrets(typ, v); err != nil {
+					return err
+				}
+			default:
+				return f.unknownPolicyKey(k, where, map[string]reflect.Type{"type": nil, "config": nil})
+			}
+		}
 	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Struct:
 		fields := map[string]reflect.Type{}
 		for field := range t.Fields() {
