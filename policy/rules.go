@@ -284,6 +284,13 @@ func (s *Spec) phases() [3]struct {
 	}
 }
 
+// Rules returns the rules of s alone, without its kinds: what an edge
+// compiles first to check an agent's rules, so that an error names the
+// agent's own rule (in the combined spec, the operator's come first).
+func (s *Spec) Rules() Spec {
+	return Spec{OnTCPConnect: s.OnTCPConnect, OnHTTPRequest: s.OnHTTPRequest, OnHTTPResponse: s.OnHTTPResponse}
+}
+
 // ActionTypes returns the action types s's rules use, each once, sorted.
 func (s *Spec) ActionTypes() []string {
 	var types []string

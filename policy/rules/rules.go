@@ -214,7 +214,7 @@ func issuesError(iss *cel.Issues) error {
 		return iss.Err()
 	}
 	e := errs[0]
-	msg := e.Message
+	msg := strings.TrimSuffix(e.Message, " (in container '')")
 	if e.Location != nil && e.Location.Line() > 0 {
 		msg = fmt.Sprintf("column %d: %s", e.Location.Column()+1, msg)
 	}
