@@ -241,3 +241,5 @@ func TestRuntimeCostLimit(t *testing.T) {
 		t.Errorf("a cheap request after: %d", resp.StatusCode)
 	}
 }
+
+func engine() rules.Engine { return rules.Engine{} }
