@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -418,6 +419,9 @@ func (*readBack) Close() error { return nil }
 func (p *Policy) Response(resp *http.Response, in *http.Request, client netip.Addr) {
 	if p == nil || len(p.resp) == 0 {
 		return
+	}
+	if in == nil {
+		in = &http.Request{Method: http.MethodGet, URL: &url.URL{Path: "/"}, Header: http.Header{}}
 	}
 	x := getRun()
 	defer putRun(x)

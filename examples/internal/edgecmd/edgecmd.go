@@ -515,10 +515,17 @@ func operatorPolicy(file string, inline *policy.Spec, kinds, actions string, iss
 		}
 	}
 	if file != "" {
-		// The kinds that fit some protocol must fit it as they are.
+		// The kinds that fit some protocol must fit it as they are, and
+		// its rules must compile: found now, not at every bind.
 		for _, proto := range []string{policy.ProtoHTTP, policy.ProtoHTTPS, policy.ProtoTLS, policy.ProtoTCP} {
-			if _, err := policy.Combine(proto, policy.Operator{Policy: op.Policy}, policy.Spec{}); err != nil {
+			fitted, err := policy.Combine(proto, policy.Operator{Policy: op.Policy}, policy.Spec{})
+			if err != nil {
 				return op, false, fmt.Errorf("-policy %s: %w", file, err)
+			}
+			if own := fitted.Rules(); !own.IsZero() {
+				if _, err := policy.Compile(context.Background(), proto, own, policy.Options{Engine: rules.Engine{}}); err != nil {
+					return op, false, fmt.Errorf("-policy %s: %w", file, err)
+				}
 			}
 		}
 	}

@@ -146,10 +146,18 @@ func TestPolicyFlags(t *testing.T) {
 	if !slices.Equal(op.Kinds, []string{policy.KindBasicAuth, policy.KindRateLimit}) || !slices.Equal(op.OIDCIssuers, []string{"https://id.example.com"}) {
 		t.Errorf("caps %v, %v", op.Kinds, op.OIDCIssuers)
 	}
+	srv = configured(t, "-policy", file, "-policy-actions", "deny, redirect", "-policy-kinds", "on_http_request,on_tcp_connect")
+	if op := srv.Policy("anyone"); !slices.Equal(op.Actions, []string{policy.ActionDeny, policy.ActionRedirect}) || !slices.Equal(op.Kinds, []string{policy.PhaseHTTPRequest, policy.PhaseTCPConnect}) {
+		t.Errorf("-policy-actions %v, -policy-kinds %v", op.Actions, op.Kinds)
+	}
+	if err := Run(context.Background(), "edge", []string{"-agents", "127.0.0.1:0", "-http", "127.0.0.1:0", "-policy-actions", "jwt-validation"}, io.Discard, io.Discard, nil); err == nil || !strings.Contains(err.Error(), `-policy-actions: "jwt-validation" is not an action`) {
+		t.Errorf("an unknown action: %v", err)
+	}
 	for name, content := range map[string]string{
 		"unknown kind": `{"ip_reputation":{}}`,
 		"bad header":   `{"request_headers":{"add":["Host: evil"]}}`,
 		"clash":        `{"oidc":{"issuer":"https://id.example.com","client_id":"c","allow_domains":["example.com"]},"basic_auth":{"credentials":["a:b"]}}`,
+		"rule":         `{"on_http_request":[{"name":"typo","expressions":["req.uri.path == '/'"],"actions":[{"type":"deny"}]}]}`,
 	} {
 		bad := filepath.Join(dir, "bad.json")
 		os.WriteFile(bad, []byte(content), 0o600)
