@@ -27,7 +27,8 @@ type Operator struct {
 	// agent's rule.)
 	Actions []string
 
-	// OIDCIssuers, when not nil, are the only issuer URLs (compared
+	// OIDCIssuers, when not nil, are the only issuer URLs (and the only
+	// origins of jwt-validation's JWKS URLs) (compared
 	// exactly) agents' oidc kinds may name; others get ErrForbidden. Nil:
 	// any https issuer, which lets agents make the edge fetch any URL (see
 	// package policy/oidc for what it fetches and how it is bounded).
@@ -55,6 +56,13 @@ func Combine(proto string, op Operator, agent Spec) (Spec, error) {
 		for _, a := range agent.ActionTypes() {
 			if !slices.Contains(op.Actions, a) {
 				return Spec{}, fmt.Errorf("%w: agents may not use the action %s here", ErrForbidden, a)
+			}
+		}
+	}
+	if op.OIDCIssuers != nil {
+		for _, u := range agent.jwks() {
+			if !slices.ContainsFunc(op.OIDCIssuers, func(iss string) bool { return sameOrigin(iss, u) }) {
+				return Spec{}, fmt.Errorf("%w: JWKS URL %s: not at an issuer the operator allows", ErrForbidden, quote(u))
 			}
 		}
 	}

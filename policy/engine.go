@@ -61,6 +61,14 @@ type Vars struct {
 
 	// Now is when the phase started.
 	Now time.Time
+
+	// JWT holds the claims of the token a jwt-validation action of this
+	// request accepted; nil before one did.
+	JWT map[string]any
+
+	// Memo is the Engine's, for one phase: what its programs keep
+	// between evaluations (nil at the start of each phase).
+	Memo any
 }
 
 // Conn describes a client's connection.

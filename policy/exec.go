@@ -310,6 +310,29 @@ func (c *compiler) action(cfg any) (act, error) {
 		}, nil
 	case *verifyWebhookConfig:
 		return &webhookAct{wh: newWebhook(&Webhook{Provider: cfg.Provider, Secret: cfg.Secret}), enforce: enforced(cfg.Enforce)}, nil
+	case *JWTValidation:
+		je, ok := c.engine.(JWTEngine)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s: this edge has no engine that validates tokens (see Options.Engine)", ErrUnsupported, c.at)
+		}
+		verify, err := je.JWT(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c.at, err)
+		}
+		a := &jwtAct{verify: verify}
+		for _, t := range cfg.HTTP.Tokens {
+			if t.Method == "" {
+				t.Method = "header"
+			}
+			if t.Method == "header" && t.Name == "" {
+				t.Name, t.Prefix = "Authorization", "Bearer "
+			}
+			a.tokens = append(a.tokens, t)
+		}
+		if len(a.tokens) == 0 {
+			a.tokens = []JWTToken{{Method: "header", Name: "Authorization", Prefix: "Bearer "}}
+		}
+		return a, nil
 	}
 	return nil, fmt.Errorf("%w: %s: not an action", ErrInvalid, c.at)
 }

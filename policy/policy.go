@@ -44,6 +44,10 @@ const (
 	CodeLoginFailed    = "login_failed"    // 403: an oidc callback that does not complete a login
 	CodeBadRequest     = "bad_request"     // 400: a webhook body that could not be read
 	CodePolicyError    = "policy_error"    // 500: a rule could not be evaluated (over its cost limit, say)
+
+	// CodePolicyUnavailable: 503, what the policy needs cannot be had
+	// now (a jwt-validation's keys).
+	CodePolicyUnavailable = "policy_unavailable"
 )
 
 // Refusal is a policy's answer to a request or connection it does not let

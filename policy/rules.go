@@ -52,6 +52,7 @@ const (
 	ActionRestrictIPs    = "restrict-ips"    // {allow, deny, enforce}
 	ActionBasicAuth      = "basic-auth"      // {credentials, realm, enforce}
 	ActionVerifyWebhook  = "verify-webhook"  // {provider, secret, enforce}
+	ActionJWTValidation  = "jwt-validation"  // {issuer, audience, http, jws}: see JWTValidation
 )
 
 // actionPhases says in which phases each action runs.
@@ -66,6 +67,7 @@ var actionPhases = map[string][]string{
 	ActionRestrictIPs:    {PhaseTCPConnect, PhaseHTTPRequest},
 	ActionBasicAuth:      {PhaseHTTPRequest},
 	ActionVerifyWebhook:  {PhaseHTTPRequest},
+	ActionJWTValidation:  {PhaseHTTPRequest},
 }
 
 // Actions returns the names of the actions rules may use, sorted.
@@ -173,6 +175,7 @@ var actionConfigs = map[string]func() any{
 	ActionRestrictIPs:    func() any { return new(restrictIPsConfig) },
 	ActionBasicAuth:      func() any { return new(basicAuthConfig) },
 	ActionVerifyWebhook:  func() any { return new(verifyWebhookConfig) },
+	ActionJWTValidation:  func() any { return new(JWTValidation) },
 }
 
 var (
@@ -265,6 +268,12 @@ func (a *Action) config(at string) (any, error) {
 	known := jsonFields(reflect.TypeOf(c).Elem())
 	if err := decodeStrict(raw, at+" ("+a.Type+") config", known, c); err != nil {
 		return nil, err
+	}
+	// Members of nested objects (jwt-validation's) are checked too.
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(mk()); err != nil {
+		return nil, fmt.Errorf("%w: %s (%s) config: %v", ErrInvalid, at, a.Type, err)
 	}
 	return c, nil
 }
@@ -492,6 +501,8 @@ func validateAction(at, phase, proto string, c any) error {
 		if err := w.validate(); err != nil {
 			return fmt.Errorf("%s: %w", at, err)
 		}
+	case *JWTValidation:
+		return c.validate(at)
 	}
 	return nil
 }
