@@ -12,6 +12,7 @@ import (
 	"github.com/tunnelkit/tunnelkit/edge"
 	"github.com/tunnelkit/tunnelkit/examples/internal/edgecmd"
 	"github.com/tunnelkit/tunnelkit/policy/oidc"
+	"github.com/tunnelkit/tunnelkit/policy/rules"
 )
 
 // logins lets agents declare OpenID Connect logins (package policy/oidc,
@@ -27,8 +28,8 @@ func (l *logins) extension() *edgecmd.Extension {
 
 func (l *logins) flags(fs *flag.FlagSet) {
 	l.enable = fs.Bool("oidc", false, "let agents declare OpenID Connect logins (-oidc-issuer of the agent; https endpoints): the edge fetches the discovery document of the issuer an agent names (public addresses only, bounded in time and size; -oidc-issuer-allowed names the only ones) and keeps people's sessions in cookies sealed under a key derived from -ticket-key (without it, logins end with a restart)")
-	l.ca = fs.String("oidc-ca", "", "with -oidc, PEM file of the CA that signs the OpenID providers' HTTPS certificates (a test CA; default: the system's roots)")
-	l.private = fs.Bool("oidc-allow-private", false, "with -oidc, let OpenID providers be at loopback and private addresses (a test provider; an agent could then make the edge reach into its network)")
+	l.ca = fs.String("oidc-ca", "", "with -oidc, PEM file of the CA that signs the OpenID providers' and the JWKS servers' HTTPS certificates (a test CA; default: the system's roots)")
+	l.private = fs.Bool("oidc-allow-private", false, "with -oidc, let OpenID providers, and the JWKS URLs of jwt-validation rules, be at loopback and private addresses (a test provider; an agent could then make the edge reach into its network)")
 }
 
 func (l *logins) configure(_ context.Context, srv *edge.Server, log *slog.Logger) (func(), error) {
@@ -53,6 +54,9 @@ func (l *logins) configure(_ context.Context, srv *edge.Server, log *slog.Logger
 		log.Warn("-oidc without -ticket-key: people's logins end when the edge restarts")
 	}
 	srv.OIDC = ps.Provider
+	// jwt-validation's JWKS fetches obey the same: private addresses
+	// with -oidc-allow-private alone, the CA of -oidc-ca.
+	srv.PolicyEngine = rules.Engine{AllowPrivate: ps.AllowPrivateNetworks, RootCAs: ps.RootCAs}
 	return ps.CloseIdleConnections, nil
 }
 

@@ -5,6 +5,7 @@ go 1.26.0
 replace github.com/tunnelkit/tunnelkit => ../../
 
 require (
+	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/google/cel-go v0.31.0
 	github.com/tunnelkit/tunnelkit v0.0.0-20261201190621-e537fa9625c8
 )

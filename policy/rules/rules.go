@@ -39,6 +39,7 @@
 //	req.user_agent             string
 //	auth.user                  string   basic auth's user, once a login ran
 //	auth.email, auth.subject   string   an oidc login's
+//	actions.jwt.claims         map(string, dyn)  the claims of the token a jwt-validation accepted (on_http_request); {} before
 //	res.status_code            int      (on_http_response)
 //	res.headers                map(string, list(string))  names in lower case
 //
@@ -63,12 +64,14 @@
 package rules
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/checker"
@@ -117,6 +120,19 @@ type Engine struct {
 	// MaxEstimatedCost bounds an expression's estimated worst cost at
 	// compile time. Zero: DefaultMaxEstimatedCost.
 	MaxEstimatedCost uint64
+
+	// AllowPrivate lets jwt-validation fetch JWKS URLs at loopback,
+	// private and other non-public addresses (a test server; a tenant
+	// could then make the edge reach into its network). False: such URLs
+	// are refused at bind, and connections to such addresses at dial.
+	AllowPrivate bool
+
+	// RootCAs verifies the JWKS servers' certificates. Nil: the system's.
+	RootCAs *x509.CertPool
+
+	// JWKSRefresh is the least time between fetches of a JWKS for a key
+	// ID it does not hold. Zero: DefaultJWKSRefresh.
+	JWKSRefresh time.Duration
 }
 
 var _ policy.Engine = Engine{}
@@ -160,7 +176,11 @@ func (e Engine) String(phase, expr string) (policy.StringProgram, error) {
 }
 
 func eval(prg cel.Program, v *policy.Vars) (ref.Val, error) {
-	act := &activation{v: v}
+	act, ok := v.Memo.(*activation)
+	if !ok || act.v != v {
+		act = &activation{v: v}
+		v.Memo = act
+	}
 	out, _, err := prg.Eval(act)
 	if err != nil {
 		return nil, err
@@ -308,6 +328,9 @@ var (
 		cel.Variable("auth.email", cel.StringType),
 		cel.Variable("auth.subject", cel.StringType),
 	}
+	jwtVars = []cel.EnvOption{
+		cel.Variable("actions.jwt.claims", cel.MapType(cel.StringType, cel.DynType)),
+	}
 	resVars = []cel.EnvOption{
 		cel.Variable("res.status_code", cel.IntType),
 		cel.Variable("res.headers", multiMap),
@@ -326,7 +349,7 @@ func envOf(phase string) (*cel.Env, error) {
 		envs = map[string]*cel.Env{}
 		for phase, vars := range map[string][][]cel.EnvOption{
 			policy.PhaseTCPConnect:   {connVars},
-			policy.PhaseHTTPRequest:  {connVars, reqVars},
+			policy.PhaseHTTPRequest:  {connVars, reqVars, jwtVars},
 			policy.PhaseHTTPResponse: {connVars, reqVars, resVars},
 		} {
 			opts := []cel.EnvOption{
@@ -420,7 +443,8 @@ func inRanges(ip ref.Val, cidrs []ref.Val) ref.Val {
 // activation resolves the variables from a policy.Vars, computing each
 // when an expression first reads it.
 type activation struct {
-	v *policy.Vars
+	v        *policy.Vars
+	clientIP string // conn.client_ip, once read (it does not change within a phase)
 }
 
 func (a *activation) Parent() interpreter.Activation { return nil }
@@ -430,7 +454,10 @@ func (a *activation) ResolveName(name string) (any, bool) {
 	r := v.Request
 	switch name {
 	case "conn.client_ip":
-		return v.Conn.Client.Addr().Unmap().String(), true
+		if a.clientIP == "" {
+			a.clientIP = v.Conn.Client.Addr().Unmap().String()
+		}
+		return a.clientIP, true
 	case "conn.client_port":
 		return int64(v.Conn.Client.Port()), true
 	case "conn.server_port":
@@ -453,6 +480,11 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		return v.Auth.Email, true
 	case "auth.subject":
 		return v.Auth.Subject, true
+	case "actions.jwt.claims":
+		if v.JWT == nil {
+			return map[string]any{}, true
+		}
+		return v.JWT, true
 	}
 	if r == nil {
 		return nil, false
