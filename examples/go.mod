@@ -11,6 +11,7 @@ replace (
 )
 
 require (
+	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/prometheus/client_golang v1.25.0
 	github.com/tunnelkit/tunnelkit v0.0.0-20261201190621-e537fa9625c8
 	github.com/tunnelkit/tunnelkit/metrics v0.0.0-20261201190626-6a5522650f5a
@@ -34,7 +35,6 @@ require (
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
-	github.com/go-jose/go-jose/v4 v4.1.9 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect

@@ -1,15 +1,25 @@
 package examples_test
 
 import (
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/json"
+	"encoding/pem"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
 
 	"github.com/tunnelkit/tunnelkit/internal/testwait"
 )
@@ -148,5 +158,88 @@ func TestRulesWithTheBinaries(t *testing.T) {
 	out, err := exec.Command(filepath.Join(bin, "tunnelkit"), "agent", "-config", f).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "agents may not use the action verify-webhook here") {
 		t.Errorf("a forbidden action: %v\n%s", err, out)
+	}
+}
+
+// TestJWTRecipeWithTheBinaries runs the JWT recipe of docs/policy.md, as
+// written there but for its issuer's JWKS URL (a real JWKS server of the
+// test's, on loopback over TLS: the edge runs with -oidc-allow-private and
+// -oidc-ca) and the endpoint's URL and app, with curl: no token, a bad
+// one, a good one whose subject the app gets.
+func TestJWTRecipeWithTheBinaries(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds binaries")
+	}
+	doc, err := os.ReadFile("../docs/policy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(doc), "<!-- jwt-recipe -->\n```yaml\n")
+	recipe, _, ok2 := strings.Cut(after, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/policy.md has no JWT recipe after <!-- jwt-recipe -->")
+	}
+
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwks := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &key.PublicKey, KeyID: "k1", Algorithm: "RS256", Use: "sig"}}})
+	}))
+	t.Cleanup(jwks.Close)
+	dir := t.TempDir()
+	ca := writeFile(t, dir, "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: jwks.Certificate().Raw})))
+
+	app := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "user="+r.Header.Get("X-User"))
+	})}
+	appLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go app.Serve(appLn)
+	t.Cleanup(func() { app.Close() })
+
+	bin := build(t, "tunnelkit")
+	agents, pub := freePort(t), freePort(t)
+	startCmd(t, nil, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", pub, "-domain", "example.test",
+		"-oidc", "-oidc-allow-private", "-oidc-ca", ca)
+	waitListening(t, agents)
+	waitListening(t, pub)
+	r := strings.NewReplacer(
+		"https://id.example.com/.well-known/jwks.json", jwks.URL+"/jwks",
+		"url: https://shop", "url: http://shop",
+		"to: 3000", "to: "+appLn.Addr().String())
+	config := writeFile(t, dir, "agent.yml", "edge: "+agents+"\nstate: \"\"\n"+r.Replace(recipe))
+	shop := startCmd(t, nil, filepath.Join(bin, "tunnelkit"), "agent", "-config", config).line(t)
+
+	sign := func(claims map[string]any) string {
+		signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: jose.JSONWebKey{Key: key, KeyID: "k1"}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := jwt.Signed(signer).Claims(claims).Serialize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	now := time.Now()
+	good := map[string]any{"iss": "https://id.example.com/", "aud": "shop-api", "sub": "alice", "exp": now.Add(time.Hour).Unix()}
+	expired := map[string]any{"iss": "https://id.example.com/", "aud": "shop-api", "sub": "alice", "exp": now.Add(-time.Hour).Unix()}
+
+	if code, h, _ := curlVia(t, pub, shop+"/api/orders"); code != "401" || h.Get("Www-Authenticate") != "Bearer" {
+		t.Errorf("no token: %s %v", code, h)
+	}
+	if code, h, _ := curlVia(t, pub, shop+"/api/orders", "-H", "Authorization: Bearer "+sign(expired)); code != "401" || !strings.Contains(h.Get("Www-Authenticate"), "invalid_token") {
+		t.Errorf("an expired token: %s %v", code, h)
+	}
+	if code, _, body := curlVia(t, pub, shop+"/api/orders", "-H", "Authorization: Bearer "+sign(good)); code != "200" || body != "user=alice" {
+		t.Errorf("a good token: %s %q", code, body)
+	}
+	if code, _, body := curlVia(t, pub, shop+"/"); code != "200" || body != "user=" {
+		t.Errorf("a path outside /api/: %s %q", code, body)
 	}
 }

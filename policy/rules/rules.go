@@ -224,7 +224,7 @@ func (e Engine) compile(phase, expr string, wantBool bool) (cel.Program, error) 
 	}
 	// CostLimit tracks cost without OptTrackState, which would ignore
 	// the limit (cel-go #1425).
-	return env.Program(a, cel.CostLimit(limit), cel.InterruptCheckFrequency(100), cel.EvalOptions(cel.OptOptimize))
+	return env.Program(a, cel.CostLimit(limit), cel.EvalOptions(cel.OptOptimize))
 }
 
 // issuesError is the first error of iss, with its column (1-based).
