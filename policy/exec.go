@@ -199,6 +199,16 @@ func (c *compiler) rule(r *Rule, i int) (step, error) {
 		}
 		st.conds = append(st.conds, prog)
 	}
+	if all, ok := c.engine.(interface {
+		All(phase string, exprs []string) (BoolProgram, error)
+	}); ok && len(st.conds) > 1 {
+		// One program for them all: one evaluation per request.
+		prog, err := all.All(c.phase, r.Expressions)
+		if err != nil {
+			return st, fmt.Errorf("%w: %s: expressions: %v", ErrInvalid, st.at, err)
+		}
+		st.conds = []BoolProgram{prog}
+	}
 	for j := range r.Actions {
 		a := &r.Actions[j]
 		c.at = fmt.Sprintf("%s: actions[%d] (%s)", st.at, j, a.Type)

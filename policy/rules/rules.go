@@ -139,7 +139,11 @@ var _ policy.Engine = Engine{}
 
 // Bool implements policy.Engine.
 func (e Engine) Bool(phase, expr string) (policy.BoolProgram, error) {
-	prg, err := e.compile(phase, expr, true)
+	return e.compileBool(phase, expr, policy.MaxExpressionBytes)
+}
+
+func (e Engine) compileBool(phase, expr string, maxBytes int) (policy.BoolProgram, error) {
+	prg, err := e.compile(phase, expr, true, maxBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -156,9 +160,24 @@ func (e Engine) Bool(phase, expr string) (policy.BoolProgram, error) {
 	}, nil
 }
 
+// All compiles exprs, each of which Bool compiled, as one condition that
+// holds when they all do (CEL's &&): one evaluation per request rather
+// than one per expression.
+func (e Engine) All(phase string, exprs []string) (policy.BoolProgram, error) {
+	parts := make([]string, len(exprs))
+	for i, x := range exprs {
+		parts[i] = "(" + x + "\n)"
+	}
+	joined := strings.Join(parts, " && ")
+	if len(joined) > policy.MaxRuleExpressions*(policy.MaxExpressionBytes+8) {
+		return nil, fmt.Errorf("%d bytes of expressions", len(joined))
+	}
+	return e.compileBool(phase, joined, len(joined))
+}
+
 // String implements policy.Engine.
 func (e Engine) String(phase, expr string) (policy.StringProgram, error) {
-	prg, err := e.compile(phase, expr, false)
+	prg, err := e.compile(phase, expr, false, policy.MaxExpressionBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -189,13 +208,13 @@ func eval(prg cel.Program, v *policy.Vars) (ref.Val, error) {
 }
 
 // compile parses, checks, bounds and plans expr.
-func (e Engine) compile(phase, expr string, wantBool bool) (cel.Program, error) {
+func (e Engine) compile(phase, expr string, wantBool bool, maxBytes int) (cel.Program, error) {
 	env, err := envOf(phase)
 	if err != nil {
 		return nil, err
 	}
-	if len(expr) > policy.MaxExpressionBytes {
-		return nil, fmt.Errorf("%d bytes (at most %d)", len(expr), policy.MaxExpressionBytes)
+	if len(expr) > maxBytes {
+		return nil, fmt.Errorf("%d bytes (at most %d)", len(expr), maxBytes)
 	}
 	a, iss := env.Compile(expr)
 	if iss.Err() != nil {
@@ -355,7 +374,9 @@ func envOf(phase string) (*cel.Env, error) {
 			opts := []cel.EnvOption{
 				ext.Strings(),
 				cel.ParserRecursionLimit(MaxRecursion),
-				cel.ParserExpressionSizeLimit(policy.MaxExpressionBytes),
+				// Each expression is bounded by compile; a rule's
+				// joined by All are up to MaxRuleExpressions of them.
+				cel.ParserExpressionSizeLimit(policy.MaxRuleExpressions * (policy.MaxExpressionBytes + 8)),
 				cel.ASTValidators(cel.ValidateComprehensionNestingLimit(MaxComprehensionNesting)),
 				cidrFunctions,
 			}
