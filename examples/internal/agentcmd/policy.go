@@ -1,6 +1,7 @@
 package agentcmd
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tunnelkit/tunnelkit/examples/internal/yamlcfg"
 	"github.com/tunnelkit/tunnelkit/policy"
 )
 
@@ -33,6 +35,7 @@ type policyFlags struct {
 	reqAdd, reqRemove                 listFlag
 	respAdd, respRemove               listFlag
 	webhook, webhookSecret            string
+	file                              string
 }
 
 func (pf *policyFlags) register(fs *flag.FlagSet) {
@@ -53,6 +56,7 @@ func (pf *policyFlags) register(fs *flag.FlagSet) {
 	fs.Var(&pf.respRemove, "response-header-remove", "traffic policy: a header to remove from responses from the app (repeat for more)")
 	fs.StringVar(&pf.webhook, "verify-webhook", "", "traffic policy: accept only requests signed by this webhook provider: github, stripe or slack (http and https URLs)")
 	fs.StringVar(&pf.webhookSecret, "verify-webhook-secret", "", "with -verify-webhook, the provider's signing secret")
+	fs.StringVar(&pf.file, "traffic-policy-file", "", "traffic policy: a YAML or JSON file of rules (on_tcp_connect, on_http_request, on_http_response, as ngrok's --traffic-policy-file takes) and kinds, with the flags above; a kind given by a flag and the file is an error")
 }
 
 // spec returns the policy the flags declare; nil for none. readFile reads
@@ -109,10 +113,43 @@ func (pf *policyFlags) spec(readFile func(string) ([]byte, error)) (*policy.Spec
 	case pf.webhookSecret != "":
 		return nil, errors.New("-verify-webhook-secret: only with -verify-webhook")
 	}
+	if pf.file != "" {
+		f, err := yamlcfg.Load(pf.file, nil)
+		if err != nil {
+			return nil, fmt.Errorf("-traffic-policy-file: %w", err)
+		}
+		fromFile, err := f.Policy(f.Root)
+		if err != nil {
+			return nil, fmt.Errorf("-traffic-policy-file: %w", err)
+		}
+		if fromFile != nil {
+			if s, err = mergeSpecs(s, *fromFile); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if s.IsZero() {
 		return nil, nil
 	}
 	return &s, nil
+}
+
+// mergeSpecs puts the kinds and phases of the flags' spec and the file's
+// together; one that both set is an error.
+func mergeSpecs(flags, file policy.Spec) (policy.Spec, error) {
+	a, _ := json.Marshal(flags)
+	b, _ := json.Marshal(file)
+	var ma, mb map[string]json.RawMessage
+	json.Unmarshal(a, &ma)
+	json.Unmarshal(b, &mb)
+	for k, v := range mb {
+		if _, both := ma[k]; both {
+			return policy.Spec{}, fmt.Errorf("-traffic-policy-file: %s is given by a flag too: give it once", k)
+		}
+		ma[k] = v
+	}
+	merged, _ := json.Marshal(ma)
+	return policy.Parse(merged)
 }
 
 // parsePrefixes reads CIDR prefixes; an address alone is its /32 or /128.

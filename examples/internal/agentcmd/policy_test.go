@@ -6,6 +6,8 @@ import (
 	"io"
 	"io/fs"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -108,5 +110,50 @@ func TestRunRefusesPolicyForURL(t *testing.T) {
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%q: %v; want %v", tc.args, err, tc.want)
 		}
+	}
+}
+
+// -traffic-policy-file reads a policy file as ngrok's --traffic-policy-file
+// takes it (YAML or JSON), beside the flags' kinds; a kind in both, a
+// malformed rule, or a file open to others that holds a secret are
+// refused, naming the file's line.
+func TestTrafficPolicyFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, mode)
+		return p
+	}
+	yml := write("policy.yml", `on_http_request:
+  - name: old
+    actions:
+      - type: redirect
+        config: {from: "/old/(.*)", to: "/new/$1", status_code: 301}
+  - expressions: ["req.url.path == '/echo'"]
+    actions:
+      - type: custom-response
+        config: {status_code: 200, body: "${req.url.path}"}
+`, 0o644)
+	got, err := parsePolicyFlags("-traffic-policy-file", yml, "-rate-limit", "5/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.OnHTTPRequest) != 2 || got.OnHTTPRequest[0].Name != "old" || got.RateLimit == nil || !strings.Contains(string(got.OnHTTPRequest[1].Actions[0].Config), "${req.url.path}") {
+		t.Errorf("file and flags: %+v", got)
+	}
+	js := write("policy.json", `{"on_http_response":[{"actions":[{"type":"add-headers","config":{"headers":{"X-A":"1"}}}]}],"rate_limit":{"requests":1}}`, 0o600)
+	if _, err := parsePolicyFlags("-traffic-policy-file", js, "-rate-limit", "5/s"); err == nil || !strings.Contains(err.Error(), "rate_limit is given by a flag too") {
+		t.Errorf("a kind in both: %v", err)
+	}
+	bad := write("bad.yml", "on_http_request:\n  - actions:\n      - type: dney\n", 0o600)
+	if _, err := parsePolicyFlags("-traffic-policy-file", bad); err == nil || !strings.Contains(err.Error(), `bad.yml:1`) || !strings.Contains(err.Error(), `did you mean "deny"`) {
+		t.Errorf("a misspelt action: %v", err)
+	}
+	secret := write("secret.yml", "on_http_request:\n  - actions:\n      - type: basic-auth\n        config: {credentials: [\"ann:correct-horse\"]}\n", 0o644)
+	if _, err := parsePolicyFlags("-traffic-policy-file", secret); err == nil || !strings.Contains(err.Error(), "basic-auth password") {
+		t.Errorf("a password in a file others read: %v", err)
 	}
 }
