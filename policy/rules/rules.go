@@ -60,7 +60,10 @@
 // string of a request at its bound: MaxEntries entries, MaxStringBytes
 // bytes) is over Engine.MaxEstimatedCost. Evaluating stops at
 // Engine.CostLimit: the request gets a 500 policy_error (package policy
-// fails closed).
+// fails closed). An expression whose estimate, with every value at the
+// most net/http lets a request or a response hold (WorstStringBytes,
+// WorstEntries), is within the limit cannot reach it, and runs without
+// counting its cost, which is about half of a cheap evaluation's.
 package rules
 
 import (
@@ -241,8 +244,14 @@ func (e Engine) compile(phase, expr string, wantBool bool, maxBytes int) (cel.Pr
 	if limit == 0 {
 		limit = DefaultCostLimit
 	}
-	// CostLimit tracks cost without OptTrackState, which would ignore
-	// the limit (cel-go #1425).
+	// An expression that cannot cost more than the limit whatever the
+	// request (its estimate with every value at the most a request can
+	// hold) runs without tracking its cost, which is a good part of an
+	// evaluation's; the others are tracked, without OptTrackState, which
+	// would ignore the limit (cel-go #1425).
+	if worst, err := env.EstimateCost(a, estimator{worst: true}); err == nil && worst.Max <= limit {
+		return env.Program(a, cel.EvalOptions(cel.OptOptimize))
+	}
 	return env.Program(a, cel.CostLimit(limit), cel.EvalOptions(cel.OptOptimize))
 }
 
@@ -290,15 +299,30 @@ func checkRegexes(a *cel.Ast) error {
 	return bad
 }
 
-// estimator sizes the request's values at their bounds.
-type estimator struct{}
+// estimator sizes the request's values at their bounds: the typical ones
+// (MaxEntries, MaxStringBytes), or with worst, the most a request may
+// hold (WorstEntries, WorstStringBytes).
+type estimator struct{ worst bool }
 
-func (estimator) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
+// The most a request's or a response's values may hold: net/http reads
+// at most 1 MiB of a request's header (http.DefaultMaxHeaderBytes, with
+// its slack) and 10 MiB of a response's (http.Transport's default), so no
+// string, and no count of headers, cookies or query parameters, is larger.
+const (
+	WorstStringBytes = 16 << 20
+	WorstEntries     = 16 << 20
+)
+
+func (e estimator) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
+	strs, lists := uint64(MaxStringBytes), uint64(MaxEntries)
+	if e.worst {
+		strs, lists = WorstStringBytes, WorstEntries
+	}
 	switch n.Type().Kind() {
 	case types.StringKind, types.BytesKind:
-		return &checker.SizeEstimate{Min: 0, Max: MaxStringBytes}
+		return &checker.SizeEstimate{Min: 0, Max: strs}
 	case types.ListKind, types.MapKind:
-		return &checker.SizeEstimate{Min: 0, Max: MaxEntries}
+		return &checker.SizeEstimate{Min: 0, Max: lists}
 	}
 	return nil
 }
