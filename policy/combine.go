@@ -66,6 +66,13 @@ func Combine(proto string, op Operator, agent Spec) (Spec, error) {
 			}
 		}
 	}
+	if op.OIDCIssuers != nil {
+		for _, iss := range agent.oidcIssuers() {
+			if !slices.Contains(op.OIDCIssuers, iss) {
+				return Spec{}, fmt.Errorf("%w: OIDC issuer %s", ErrForbidden, quote(iss))
+			}
+		}
+	}
 	if agent.OIDC != nil && op.OIDCIssuers != nil && !slices.Contains(op.OIDCIssuers, agent.OIDC.Issuer) {
 		return Spec{}, fmt.Errorf("%w: OIDC issuer %s", ErrForbidden, quote(agent.OIDC.Issuer))
 	}

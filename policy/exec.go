@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -141,6 +142,8 @@ func (in *interp) eval(v *Vars, escape func(string) string) (string, error) {
 
 // compiler compiles a spec's rules for one policy.
 type compiler struct {
+	ctx     context.Context // of Compile: an oidc action's discovery
+	login   *oidcLogin      // an oidc action's, once compiled
 	engine  Engine
 	opts    *Options
 	phase   string
@@ -320,6 +323,16 @@ func (c *compiler) action(cfg any) (act, error) {
 		}, nil
 	case *verifyWebhookConfig:
 		return &webhookAct{wh: newWebhook(&Webhook{Provider: cfg.Provider, Secret: cfg.Secret}), enforce: enforced(cfg.Enforce)}, nil
+	case *oidcActionConfig:
+		if c.login != nil {
+			return nil, fmt.Errorf("%w: %s: one oidc login per endpoint (its callback is the host's)", ErrProtocol, c.at)
+		}
+		l, err := newOIDCLogin(c.ctx, cfg.oidc(), c.opts)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c.at, err)
+		}
+		c.login = l
+		return &oidcAct{l}, nil
 	case *JWTValidation:
 		je, ok := c.engine.(JWTEngine)
 		if !ok {

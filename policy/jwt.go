@@ -279,3 +279,21 @@ func sameOrigin(a, b string) bool {
 	ub, err2 := url.Parse(b)
 	return err1 == nil && err2 == nil && ua.Scheme == ub.Scheme && strings.EqualFold(ua.Host, ub.Host)
 }
+
+// oidcIssuers returns the issuers of s's oidc actions.
+func (s *Spec) oidcIssuers() []string {
+	var out []string
+	for _, ph := range s.phases() {
+		for _, r := range ph.rules {
+			for _, a := range r.Actions {
+				if a.Type != ActionOIDC {
+					continue
+				}
+				if c, err := a.config(""); err == nil {
+					out = append(out, c.(*oidcActionConfig).IssuerURL)
+				}
+			}
+		}
+	}
+	return out
+}

@@ -92,6 +92,7 @@ type oidcLogin struct {
 	clientID string
 	emails   map[string]bool // lower case
 	domains  map[string]bool // lower case
+	anyone   bool            // no lists: any account the issuer verified (an oidc action)
 	lifetime time.Duration
 }
 
@@ -133,6 +134,7 @@ func newOIDCLogin(ctx context.Context, o *OIDC, opts *Options) (*oidcLogin, erro
 	if l.lifetime <= 0 {
 		l.lifetime = DefaultSessionLifetime
 	}
+	l.anyone = len(o.AllowEmails)+len(o.AllowDomains) == 0
 	for _, e := range o.AllowEmails {
 		l.emails[strings.ToLower(e)] = true
 	}
@@ -144,6 +146,9 @@ func newOIDCLogin(ctx context.Context, o *OIDC, opts *Options) (*oidcLogin, erro
 
 // allowed reports whether a verified e-mail address may in.
 func (l *oidcLogin) allowed(email string) bool {
+	if l.anyone {
+		return true
+	}
 	email = strings.ToLower(email)
 	if l.emails[email] {
 		return true

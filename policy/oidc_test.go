@@ -460,3 +460,55 @@ func TestOIDCSharedKey(t *testing.T) {
 		t.Error("the second edge does not accept the first's session")
 	}
 }
+
+// The oidc action: a login of any account the issuer verified (its later
+// rules say who may in), whose callback the policy answers before any
+// rule, even one that would take the callback's path.
+func TestOIDCAction(t *testing.T) {
+	clk := newClock()
+	idp := &fakeIdP{}
+	spec := mustParse(t, `{"on_http_request":[
+		{"name":"catch","actions":[{"type":"redirect","config":{"from":"/\\.tunnelkit/","to":"/caught/"}}]},
+		{"name":"login","actions":[{"type":"oidc","config":{"issuer_url":"https://idp.example","client_id":"app","scopes":["openid","email"]}}]}]}`)
+	opts := Options{
+		OIDC:      func(context.Context, OIDCConfig) (Provider, error) { return idp, nil },
+		CookieKey: []byte("0123456789abcdef0123456789abcdef"),
+		Now:       clk.Now,
+	}
+	p := mustCompile(t, ProtoHTTPS, spec, opts)
+	b := newBrowser(t, p, clk)
+	bob := Identity{Subject: "user-2", Email: "bob@anywhere.example", EmailVerified: true}
+	r := b.loginAs(idp, "/private?x=1", bob)
+	if r.Header.Get(HeaderAuthEmail) != bob.Email || r.Header.Get(HeaderAuthSubject) != bob.Subject {
+		t.Errorf("after the login: %v", r.Header)
+	}
+	// An unverified address is refused, list or no list.
+	b2 := newBrowser(t, p, clk)
+	w, _ := b2.get("GET", "/private")
+	cb := idp.login(w.Header().Get("Location"), Identity{Subject: "user-3", Email: "eve@anywhere.example"})
+	if w, _ = b2.get("GET", cb); w.Code != http.StatusForbidden {
+		t.Errorf("an unverified e-mail address: %d", w.Code)
+	}
+
+	for _, tc := range []struct {
+		proto, js string
+		want      error
+	}{
+		{ProtoHTTP, `{"on_http_request":[{"actions":[{"type":"oidc","config":{"issuer_url":"https://idp.example","client_id":"app"}}]}]}`, ErrProtocol},
+		{ProtoHTTPS, `{"on_http_request":[{"actions":[{"type":"oidc","config":{"issuer_url":"https://idp.example","client_id":"app","scopes":["offline_access"]}}]}]}`, ErrInvalid},
+		{ProtoHTTPS, `{"on_http_request":[{"actions":[{"type":"oidc","config":{"issuer_url":"http://idp.example","client_id":"app"}}]}]}`, ErrInvalid},
+		{ProtoHTTPS, `{"on_http_request":[{"actions":[{"type":"oidc","config":{"issuer_url":"https://idp.example","client_id":"app"}},{"type":"oidc","config":{"issuer_url":"https://idp.example","client_id":"b"}}]}]}`, ErrProtocol},
+		{ProtoHTTPS, `{"oidc":{"issuer":"https://idp.example","client_id":"app","allow_domains":["a.example"]},"on_http_request":[{"actions":[{"type":"oidc","config":{"issuer_url":"https://idp.example","client_id":"app"}}]}]}`, ErrProtocol},
+	} {
+		s, err := Parse([]byte(tc.js))
+		if err == nil {
+			_, err = Compile(t.Context(), tc.proto, s, opts)
+		}
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s %s: %v; want %v", tc.proto, tc.js, err, tc.want)
+		}
+	}
+	if _, err := Combine(ProtoHTTPS, Operator{OIDCIssuers: []string{"https://other.example"}}, spec); !errors.Is(err, ErrForbidden) {
+		t.Errorf("an oidc action's issuer the operator does not allow: %v", err)
+	}
+}

@@ -125,6 +125,7 @@ type Policy struct {
 	conn, req, resp []step
 
 	mtls      *mutualTLS // for the handshake's client CAs
+	login     *oidcLogin // an oidc action's, whose callback it answers first
 	readsBody bool
 	maxBody   int64
 	endpoint  Endpoint
@@ -218,7 +219,10 @@ func Compile(ctx context.Context, proto string, spec Spec, opts Options) (*Polic
 	}
 
 	// The rules.
-	c := compiler{engine: opts.Engine, opts: &opts, clients: opts.RateLimitClients}
+	c := compiler{ctx: ctx, engine: opts.Engine, opts: &opts, clients: opts.RateLimitClients}
+	if spec.OIDC != nil {
+		c.login = &oidcLogin{} // the kind's: an action may not add another
+	}
 	for _, ph := range spec.phases() {
 		c.phase = ph.name
 		for i := range ph.rules {
@@ -243,6 +247,9 @@ func Compile(ctx context.Context, proto string, spec Spec, opts Options) (*Polic
 	}
 	if ops := newHeaderOps(spec.ResponseHeaders); ops != nil {
 		p.resp = append(p.resp, kind(KindResponseHeaders, &headerOpsAct{ops}))
+	}
+	if spec.OIDC == nil {
+		p.login = c.login
 	}
 	return p, nil
 }
@@ -333,6 +340,11 @@ func (p *Policy) Check(w http.ResponseWriter, r *http.Request, client netip.Addr
 	if p == nil || len(p.req) == 0 {
 		holdTrailers(r)
 		return false
+	}
+	if p.login != nil && (r.URL.Path == CallbackPath || r.URL.Path == LogoutPath) {
+		// An oidc action's callback, whatever its rule's expressions
+		// say of this path: the login it started comes back here.
+		return p.login.serve(p, w, r)
 	}
 	x := getRun()
 	defer putRun(x)

@@ -53,6 +53,7 @@ const (
 	ActionBasicAuth      = "basic-auth"      // {credentials, realm, enforce}
 	ActionVerifyWebhook  = "verify-webhook"  // {provider, secret, enforce}
 	ActionJWTValidation  = "jwt-validation"  // {issuer, audience, http, jws}: see JWTValidation
+	ActionOIDC           = "oidc"            // {issuer_url, client_id, client_secret, scopes, allow_emails, allow_domains} (https)
 )
 
 // actionPhases says in which phases each action runs.
@@ -68,6 +69,7 @@ var actionPhases = map[string][]string{
 	ActionBasicAuth:      {PhaseHTTPRequest},
 	ActionVerifyWebhook:  {PhaseHTTPRequest},
 	ActionJWTValidation:  {PhaseHTTPRequest},
+	ActionOIDC:           {PhaseHTTPRequest},
 }
 
 // Actions returns the names of the actions rules may use, sorted.
@@ -156,6 +158,14 @@ type (
 		Realm       string   `json:"realm,omitempty"`
 		Enforce     *bool    `json:"enforce,omitempty"`
 	}
+	oidcActionConfig struct {
+		IssuerURL    string   `json:"issuer_url"`
+		ClientID     string   `json:"client_id"`
+		ClientSecret string   `json:"client_secret,omitempty"`
+		Scopes       []string `json:"scopes,omitempty"`
+		AllowEmails  []string `json:"allow_emails,omitempty"`
+		AllowDomains []string `json:"allow_domains,omitempty"`
+	}
 	verifyWebhookConfig struct {
 		Provider string `json:"provider"`
 		Secret   string `json:"secret"`
@@ -176,6 +186,7 @@ var actionConfigs = map[string]func() any{
 	ActionBasicAuth:      func() any { return new(basicAuthConfig) },
 	ActionVerifyWebhook:  func() any { return new(verifyWebhookConfig) },
 	ActionJWTValidation:  func() any { return new(JWTValidation) },
+	ActionOIDC:           func() any { return new(oidcActionConfig) },
 }
 
 var (
@@ -503,8 +514,25 @@ func validateAction(at, phase, proto string, c any) error {
 		}
 	case *JWTValidation:
 		return c.validate(at)
+	case *oidcActionConfig:
+		if proto != ProtoHTTPS {
+			return fmt.Errorf("%w: %s: an oidc login is for https endpoints (its cookies are Secure)", ErrProtocol, at)
+		}
+		for _, sc := range c.Scopes {
+			if sc != "openid" && sc != "email" && sc != "profile" {
+				return fmt.Errorf("%w: %s: scope %s: the login asks for openid and email (profile is taken too)", ErrInvalid, at, quote(sc))
+			}
+		}
+		if err := c.oidc().validateLogin(len(c.AllowEmails)+len(c.AllowDomains) == 0); err != nil {
+			return fmt.Errorf("%s: %w", at, err)
+		}
 	}
 	return nil
+}
+
+// oidc is the login an oidc action runs, as the kind declares one.
+func (c *oidcActionConfig) oidc() *OIDC {
+	return &OIDC{Issuer: c.IssuerURL, ClientID: c.ClientID, ClientSecret: c.ClientSecret, AllowEmails: c.AllowEmails, AllowDomains: c.AllowDomains}
 }
 
 // period is the rate limit's period: a duration of whole seconds, 1s to

@@ -147,6 +147,12 @@ func (o *OIDC) validate() error {
 	if o == nil {
 		return nil
 	}
+	return o.validateLogin(false)
+}
+
+// validateLogin checks o; anyone lets its allow lists be empty (an oidc
+// action, whose later rules say who may in).
+func (o *OIDC) validateLogin(anyone bool) error {
 	if len(o.Issuer) > MaxURLBytes {
 		return fmt.Errorf("%w: %s: issuer of %d bytes (at most %d)", ErrTooLarge, KindOIDC, len(o.Issuer), MaxURLBytes)
 	}
@@ -166,7 +172,7 @@ func (o *OIDC) validate() error {
 	}
 	n := len(o.AllowEmails) + len(o.AllowDomains)
 	switch {
-	case n == 0:
+	case n == 0 && !anyone:
 		return fmt.Errorf("%w: %s: say who may log in (allow_emails or allow_domains)", ErrInvalid, KindOIDC)
 	case n > MaxOIDCAllow:
 		return fmt.Errorf("%w: %s: %d allowed e-mails and domains (at most %d)", ErrTooLarge, KindOIDC, n, MaxOIDCAllow)

@@ -148,7 +148,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	publicName := fs.String("public-name", "", "the public name of the key -ech-keygen makes: the name clients show in clear (an operator's name under the domain, covered by -cert)")
 	fs.String("policy", "", "file of the operator's traffic policy, in the JSON form agents send (docs/PROTOCOL.md, bind.policy), enforced on every endpoint beside the agent's: allow lists intersect, deny lists add up, the lower rate limit holds, the operator's headers come last; a login, client CAs or webhook check here leaves none to agents (empty: none)")
 	fs.String("policy-kinds", "", "the kinds of traffic policy agents may declare, comma separated (cidr_allow,cidr_deny,rate_limit,basic_auth,oidc,mutual_tls,request_headers,response_headers,webhook, and the phases of rules: on_tcp_connect,on_http_request,on_http_response); others are refused (empty: every kind)")
-	fs.String("policy-actions", "", "the actions agents' traffic policy rules may use, comma separated (deny,custom-response,redirect,url-rewrite,add-headers,remove-headers,rate-limit,restrict-ips,basic-auth,verify-webhook); others are refused (empty: every action)")
+	fs.String("policy-actions", "", "the actions agents' traffic policy rules may use, comma separated (deny,custom-response,redirect,url-rewrite,add-headers,remove-headers,rate-limit,restrict-ips,basic-auth,verify-webhook,jwt-validation,oidc); others are refused (empty: every action)")
 	adminAddr := fs.String("admin", "", "address of the admin API: /healthz (200 while serving, 503 while draining, for load balancers), and with -admin-token-file the control plane's /v1/ (empty: none)")
 	fs.String("admin-token-file", "", "file whose first line is the bearer token of the admin API's /v1/ (16 bytes at least; a file others may read or write is refused)")
 	drainTimeout := fs.Duration("drain-timeout", 30*time.Second, "how long SIGTERM (or POST /v1/drain) gives the edge to drain: its agents move to other edges of the cluster and what is in flight finishes, then it exits")
@@ -508,7 +508,7 @@ func operatorPolicy(file string, inline *policy.Spec, kinds, actions string, iss
 		}
 		types := op.Policy.ActionTypes()
 		if p := op.Policy; p.BasicAuth != nil && len(p.BasicAuth.Credentials) > 0 || p.OIDC != nil && p.OIDC.ClientSecret != "" || p.Webhook != nil && p.Webhook.Secret != "" ||
-			slices.Contains(types, policy.ActionBasicAuth) || slices.Contains(types, policy.ActionVerifyWebhook) {
+			slices.Contains(types, policy.ActionBasicAuth) || slices.Contains(types, policy.ActionVerifyWebhook) || slices.Contains(types, policy.ActionOIDC) {
 			if err := safefile.Private(file, info, "it holds passwords or secrets (basic_auth, oidc client_secret, webhook secret, or such actions of rules)"); err != nil {
 				return op, false, fmt.Errorf("-policy: %w", err)
 			}

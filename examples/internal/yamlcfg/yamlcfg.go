@@ -516,7 +516,8 @@ var (
 )
 
 // actionSecrets checks the secrets of the config n of an action of type
-// typ: basic-auth's credentials, verify-webhook's secret.
+// typ: basic-auth's credentials, oidc's client_secret, verify-webhook's
+// secret.
 func (f *File) actionSecrets(typ string, n *yaml.Node) error {
 	if n.Kind != yaml.MappingNode {
 		return nil
@@ -529,6 +530,10 @@ func (f *File) actionSecrets(typ string, n *yaml.Node) error {
 				if err := f.secret(c, "a basic-auth password", credentialsSecret); err != nil {
 					return err
 				}
+			}
+		case typ == policy.ActionOIDC && k.Value == "client_secret":
+			if err := f.secret(v, "an oidc client_secret", wholeSecret); err != nil {
+				return err
 			}
 		case typ == policy.ActionVerifyWebhook && k.Value == "secret":
 			if err := f.secret(v, "a verify-webhook secret", wholeSecret); err != nil {
