@@ -150,7 +150,7 @@ func TestPolicyFlags(t *testing.T) {
 	if op := srv.Policy("anyone"); !slices.Equal(op.Actions, []string{policy.ActionDeny, policy.ActionRedirect}) || !slices.Equal(op.Kinds, []string{policy.PhaseHTTPRequest, policy.PhaseTCPConnect}) {
 		t.Errorf("-policy-actions %v, -policy-kinds %v", op.Actions, op.Kinds)
 	}
-	if err := Run(context.Background(), "edge", []string{"-agents", "127.0.0.1:0", "-http", "127.0.0.1:0", "-policy-actions", "jwt-validation"}, io.Discard, io.Discard, nil); err == nil || !strings.Contains(err.Error(), `-policy-actions: "jwt-validation" is not an action`) {
+	if err := Run(context.Background(), "edge", []string{"-agents", "127.0.0.1:0", "-http", "127.0.0.1:0", "-policy-actions", "compress-response"}, io.Discard, io.Discard, nil); err == nil || !strings.Contains(err.Error(), `-policy-actions: "compress-response" is not an action`) {
 		t.Errorf("an unknown action: %v", err)
 	}
 	for name, content := range map[string]string{
