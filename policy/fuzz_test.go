@@ -41,6 +41,8 @@ func FuzzParse(f *testing.F) {
 		`{"on_http_request":[{"actions":[{"type":"rate-limit","config":{"name":"k","algorithm":"sliding_window","capacity":10,"rate":"60s","bucket_key":["req.headers['x-api-key']"]}}]}]}`,
 		`{"on_http_request":[{"actions":[{"type":"dney"}]}]}`, `{"on_http_request":[{"actions":[{"type":"deny","config":{"x":1}}]}]}`,
 		`{"on_http_request":[{"actions":[{"type":"url-rewrite","config":{"from":"(","to":"/"}}]}]}`, `{"on_http_request":{}}`,
+		`{"on_http_request":[{"actions":[{"type":"jwt-validation","config":{"issuer":{"allow_list":[{"value":"https://i/"}]},"audience":{"allow_list":[{"value":"a"}]},"http":{"tokens":[{"type":"jwt","method":"cookie","name":"t"}]},"jws":{"allowed_algorithms":["RS256"],"keys":{"sources":{"additional_jkus":["https://i/jwks"]}}}}}]}]}`,
+		`{"on_http_request":[{"actions":[{"type":"oidc","config":{"issuer_url":"https://idp.example","client_id":"c","allow_domains":["example.com"]}}]}]}`,
 	} {
 		f.Add([]byte(seed))
 	}
