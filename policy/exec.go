@@ -192,25 +192,27 @@ func (c *compiler) stringProg(expr, what string) (StringProgram, error) {
 func (c *compiler) rule(r *Rule, i int) (step, error) {
 	st := step{at: ruleAt(c.phase, i, r.Name)}
 	c.at = st.at
-	for k, e := range r.Expressions {
-		if c.engine == nil {
-			return st, c.noEngine()
-		}
-		prog, err := c.engine.Bool(c.phase, e)
-		if err != nil {
-			return st, fmt.Errorf("%w: %s: expressions[%d]: %v", ErrInvalid, st.at, k, err)
-		}
-		st.conds = append(st.conds, prog)
+	if len(r.Expressions) > 0 && c.engine == nil {
+		return st, c.noEngine()
 	}
 	if all, ok := c.engine.(interface {
 		All(phase string, exprs []string) (BoolProgram, error)
-	}); ok && len(st.conds) > 1 {
-		// One program for them all: one evaluation per request.
+	}); ok && len(r.Expressions) > 1 {
+		// One program for them all: one evaluation per request. Its
+		// errors name the expression ("expressions[1]: ...").
 		prog, err := all.All(c.phase, r.Expressions)
 		if err != nil {
-			return st, fmt.Errorf("%w: %s: expressions: %v", ErrInvalid, st.at, err)
+			return st, fmt.Errorf("%w: %s: %v", ErrInvalid, st.at, err)
 		}
 		st.conds = []BoolProgram{prog}
+	} else {
+		for k, e := range r.Expressions {
+			prog, err := c.engine.Bool(c.phase, e)
+			if err != nil {
+				return st, fmt.Errorf("%w: %s: expressions[%d]: %v", ErrInvalid, st.at, k, err)
+			}
+			st.conds = append(st.conds, prog)
+		}
 	}
 	for j := range r.Actions {
 		a := &r.Actions[j]

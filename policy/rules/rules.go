@@ -163,19 +163,30 @@ func (e Engine) compileBool(phase, expr string, maxBytes int) (policy.BoolProgra
 	}, nil
 }
 
-// All compiles exprs, each of which Bool compiled, as one condition that
-// holds when they all do (CEL's &&): one evaluation per request rather
-// than one per expression.
+// All compiles exprs as one condition that holds when they all do
+// (CEL's &&): one evaluation per request rather than one per expression,
+// and one parse per bind. The bounds hold for them together. An error
+// names the expression at fault when one is ("expressions[1]: column 5:
+// ..."), checking each on its own.
 func (e Engine) All(phase string, exprs []string) (policy.BoolProgram, error) {
 	parts := make([]string, len(exprs))
 	for i, x := range exprs {
+		if len(x) > policy.MaxExpressionBytes {
+			return nil, fmt.Errorf("expressions[%d]: %d bytes (at most %d)", i, len(x), policy.MaxExpressionBytes)
+		}
 		parts[i] = "(" + x + "\n)"
 	}
 	joined := strings.Join(parts, " && ")
-	if len(joined) > policy.MaxRuleExpressions*(policy.MaxExpressionBytes+8) {
-		return nil, fmt.Errorf("%d bytes of expressions", len(joined))
+	prog, err := e.compileBool(phase, joined, len(joined))
+	if err == nil {
+		return prog, nil
 	}
-	return e.compileBool(phase, joined, len(joined))
+	for i, x := range exprs {
+		if _, _, err := e.check(phase, x, true, policy.MaxExpressionBytes); err != nil {
+			return nil, fmt.Errorf("expressions[%d]: %w", i, err)
+		}
+	}
+	return nil, fmt.Errorf("expressions, together: %w", err)
 }
 
 // String implements policy.Engine.
@@ -212,33 +223,9 @@ func eval(prg cel.Program, v *policy.Vars) (ref.Val, error) {
 
 // compile parses, checks, bounds and plans expr.
 func (e Engine) compile(phase, expr string, wantBool bool, maxBytes int) (cel.Program, error) {
-	env, err := envOf(phase)
+	env, a, err := e.check(phase, expr, wantBool, maxBytes)
 	if err != nil {
 		return nil, err
-	}
-	if len(expr) > maxBytes {
-		return nil, fmt.Errorf("%d bytes (at most %d)", len(expr), maxBytes)
-	}
-	a, iss := env.Compile(expr)
-	if iss.Err() != nil {
-		return nil, issuesError(iss)
-	}
-	if wantBool && !a.OutputType().IsExactType(types.BoolType) && !a.OutputType().IsExactType(types.DynType) {
-		return nil, fmt.Errorf("yields %s, not a bool", a.OutputType())
-	}
-	if err := checkRegexes(a); err != nil {
-		return nil, err
-	}
-	maxCost := e.MaxEstimatedCost
-	if maxCost == 0 {
-		maxCost = DefaultMaxEstimatedCost
-	}
-	est, err := env.EstimateCost(a, estimator{})
-	if err != nil {
-		return nil, fmt.Errorf("its cost cannot be estimated: %v", err)
-	}
-	if est.Max > maxCost {
-		return nil, fmt.Errorf("its estimated cost, up to %d, is over the bound of %d (a comprehension over a request's lists, nested?)", est.Max, maxCost)
 	}
 	limit := e.CostLimit
 	if limit == 0 {
@@ -253,6 +240,39 @@ func (e Engine) compile(phase, expr string, wantBool bool, maxBytes int) (cel.Pr
 		return env.Program(a, cel.EvalOptions(cel.OptOptimize))
 	}
 	return env.Program(a, cel.CostLimit(limit), cel.EvalOptions(cel.OptOptimize))
+}
+
+// check parses and checks expr, and holds it to the bounds.
+func (e Engine) check(phase, expr string, wantBool bool, maxBytes int) (*cel.Env, *cel.Ast, error) {
+	env, err := envOf(phase)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(expr) > maxBytes {
+		return nil, nil, fmt.Errorf("%d bytes (at most %d)", len(expr), maxBytes)
+	}
+	a, iss := env.Compile(expr)
+	if iss.Err() != nil {
+		return nil, nil, issuesError(iss)
+	}
+	if wantBool && !a.OutputType().IsExactType(types.BoolType) && !a.OutputType().IsExactType(types.DynType) {
+		return nil, nil, fmt.Errorf("yields %s, not a bool", a.OutputType())
+	}
+	if err := checkRegexes(a); err != nil {
+		return nil, nil, err
+	}
+	maxCost := e.MaxEstimatedCost
+	if maxCost == 0 {
+		maxCost = DefaultMaxEstimatedCost
+	}
+	est, err := env.EstimateCost(a, estimator{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("its cost cannot be estimated: %v", err)
+	}
+	if est.Max > maxCost {
+		return nil, nil, fmt.Errorf("its estimated cost, up to %d, is over the bound of %d (a comprehension over a request's lists, nested?)", est.Max, maxCost)
+	}
+	return env, a, nil
 }
 
 // issuesError is the first error of iss, with its column (1-based).

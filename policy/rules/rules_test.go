@@ -201,6 +201,7 @@ func TestRefusedAtCompile(t *testing.T) {
 		{"http", `{"on_http_request":[{"expressions":["res.status_code == 200"],"actions":[{"type":"deny"}]}]}`, `undeclared reference to 'res'`},
 		{"tcp", `{"on_tcp_connect":[{"expressions":["req.method == 'GET'"],"actions":[{"type":"deny"}]}]}`, `undeclared reference to 'req'`},
 		{"http", `{"on_http_request":[{"expressions":["req.url.path"],"actions":[{"type":"deny"}]}]}`, `yields string, not a bool`},
+		{"http", `{"on_http_request":[{"name":"two","expressions":["req.method == 'GET'","req.url.pth == '/'"],"actions":[{"type":"deny"}]}]}`, `on_http_request[0] "two": expressions[1]: column 8: type 'string' does not support field selection`},
 		{"http", `{"on_http_request":[{"name":"nested","expressions":["req.headers.all(k, req.headers.all(j, req.headers[j].all(v, v.size() < 5)))"],"actions":[{"type":"deny"}]}]}`, `on_http_request[0] "nested": expressions[0]`},
 		{"http", `{"on_http_request":[{"name":"cost","expressions":["req.headers.all(k, req.url.query_params.all(j, k + j != req.url.path))"],"actions":[{"type":"deny"}]}]}`, `estimated cost`},
 		{"http", `{"on_http_request":[{"name":"re","expressions":["req.url.path.matches('` + strings.Repeat("a", 1100) + `')"],"actions":[{"type":"deny"}]}]}`, `matches() pattern of 1100 bytes`},
