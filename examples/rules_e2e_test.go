@@ -1,10 +1,15 @@
 package examples_test
 
 import (
+	"bufio"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -241,5 +247,143 @@ func TestJWTRecipeWithTheBinaries(t *testing.T) {
 	}
 	if code, _, body := curlVia(t, pub, shop+"/"); code != "200" || body != "user=" {
 		t.Errorf("a path outside /api/: %s %q", code, body)
+	}
+}
+
+// adjacentPorts returns two free loopback ports, one after the other.
+func adjacentPorts(t *testing.T) (int, int) {
+	t.Helper()
+	for range 100 {
+		_, p, _ := net.SplitHostPort(freePort(t))
+		n, _ := strconv.Atoi(p)
+		if ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(n+1))); err == nil {
+			ln.Close()
+			return n, n + 1
+		}
+	}
+	t.Fatal("no two adjacent free ports")
+	return 0, 0
+}
+
+// TestMoreRulesWithTheBinaries: the actions the first test does not run,
+// through the binaries: on tcp endpoints, deny, restrict-ips and
+// rate-limit on connect; on http, url-rewrite, remove-headers,
+// restrict-ips, basic-auth and verify-webhook, with curl.
+func TestMoreRulesWithTheBinaries(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds binaries")
+	}
+	bin := build(t, "tunnelkit")
+	p1, p2 := adjacentPorts(t)
+	agents, pub := freePort(t), freePort(t)
+	startCmd(t, nil, filepath.Join(bin, "tunnelkit"), "edge", "-agents", agents, "-http", pub, "-domain", "example.test",
+		"-tcp-ports", fmt.Sprintf("%d-%d", p1, p2))
+	waitListening(t, agents)
+	waitListening(t, pub)
+
+	app := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s debug=%q user=%q", r.URL.RequestURI(), r.Header.Get("X-Debug"), r.Header.Get("Tunnelkit-Auth-User"))
+	})}
+	appLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go app.Serve(appLn)
+	t.Cleanup(func() { app.Close() })
+	echo := echoServer(t)
+
+	dir := t.TempDir()
+	config := writeFile(t, dir, "agent.yml", fmt.Sprintf(`edge: %s
+state: ""
+endpoints:
+  - url: tcp://:%d
+    to: %s
+    policy:
+      on_tcp_connect:
+        - name: closed
+          actions: [{type: deny}]
+  - url: tcp://:%d
+    to: %s
+    policy:
+      on_tcp_connect:
+        - name: loopback only
+          actions: [{type: restrict-ips, config: {allow: [127.0.0.0/8]}}]
+        - name: two a minute
+          expressions: ["conn.server_port == %d"]
+          actions: [{type: rate-limit, config: {name: conns, capacity: 2, rate: 60s}}]
+  - url: http://more
+    to: %s
+    policy:
+      on_http_request:
+        - name: v1 to v2
+          actions: [{type: url-rewrite, config: {from: "/v1/", to: "/v2/"}}]
+        - name: no debug
+          actions: [{type: remove-headers, config: {headers: [X-Debug]}}]
+        - name: office
+          expressions: ["req.url.path.startsWith('/office')"]
+          actions: [{type: restrict-ips, config: {allow: [10.0.0.0/8]}}]
+        - name: login
+          expressions: ["req.url.path.startsWith('/private')"]
+          actions: [{type: basic-auth, config: {realm: Private, credentials: ["ann:correct-horse"]}}]
+        - name: hooks
+          expressions: ["req.url.path == '/hook'"]
+          actions: [{type: verify-webhook, config: {provider: github, secret: s3cret}}]
+`, agents, p1, echo, p2, echo, p2, appLn.Addr().String()))
+	if err := os.Chmod(config, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := startCmd(t, nil, filepath.Join(bin, "tunnelkit"), "agent", "-config", config)
+	var more string
+	for range 3 {
+		if u := a.line(t); strings.HasPrefix(u, "http://") {
+			more = u
+		}
+	}
+
+	talk := func(port int) string {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 5*time.Second)
+		if err != nil {
+			return "dial: " + err.Error()
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, "hi\n")
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return "closed"
+		}
+		return line
+	}
+	if got := talk(p1); got != "closed" {
+		t.Errorf("deny on connect: %q", got)
+	}
+	for i, want := range []string{"echo: hi\n", "echo: hi\n", "closed"} {
+		if got := talk(p2); got != want {
+			t.Errorf("rate-limit on connect, connection %d: %q; want %q", i, got, want)
+		}
+	}
+
+	if code, _, body := curlVia(t, pub, more+"/v1/items?a=1", "-H", "X-Debug: 1"); code != "200" || body != `/v2/items?a=1 debug="" user=""` {
+		t.Errorf("url-rewrite and remove-headers: %s %q", code, body)
+	}
+	if code, _, _ := curlVia(t, pub, more+"/office/plan"); code != "403" {
+		t.Errorf("restrict-ips on a request: %s", code)
+	}
+	if code, h, _ := curlVia(t, pub, more+"/private/x"); code != "401" || h.Get("Www-Authenticate") != `Basic realm="Private", charset="UTF-8"` {
+		t.Errorf("basic-auth without credentials: %s %v", code, h)
+	}
+	if code, _, body := curlVia(t, pub, more+"/private/x", "-u", "ann:correct-horse"); code != "200" || body != `/private/x debug="" user="ann"` {
+		t.Errorf("basic-auth: %s %q", code, body)
+	}
+	payload := `{"zen":"Keep it logically awesome."}`
+	mac := hmac.New(sha256.New, []byte("s3cret"))
+	mac.Write([]byte(payload))
+	sig := "sha256=" + hex.EncodeToString(mac.Sum(nil))
+	if code, _, _ := curlVia(t, pub, more+"/hook", "--data-binary", payload, "-H", "X-Hub-Signature-256: "+sig); code != "200" {
+		t.Errorf("verify-webhook, signed: %s", code)
+	}
+	if code, h, _ := curlVia(t, pub, more+"/hook", "--data-binary", payload, "-H", "X-Hub-Signature-256: sha256=00"); code != "403" || h.Get("Tunnelkit-Error") != "webhook_invalid" {
+		t.Errorf("verify-webhook, badly signed: %s %v", code, h)
 	}
 }
