@@ -283,6 +283,11 @@ func TestMoreRulesWithTheBinaries(t *testing.T) {
 	waitListening(t, pub)
 
 	app := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Powered-By", "PHP/5.1")
+		if r.URL.Path == "/boom" {
+			http.Error(w, "panic: a stack trace with secrets", http.StatusInternalServerError)
+			return
+		}
 		fmt.Fprintf(w, "%s debug=%q user=%q", r.URL.RequestURI(), r.Header.Get("X-Debug"), r.Header.Get("Tunnelkit-Auth-User"))
 	})}
 	appLn, err := net.Listen("tcp", "127.0.0.1:0")
@@ -329,6 +334,12 @@ endpoints:
         - name: hooks
           expressions: ["req.url.path == '/hook'"]
           actions: [{type: verify-webhook, config: {provider: github, secret: s3cret}}]
+      on_http_response:
+        - name: hide errors
+          expressions: ["res.status_code >= 500"]
+          actions: [{type: custom-response, config: {status_code: 502, body: "something went wrong"}}]
+        - name: quiet
+          actions: [{type: remove-headers, config: {headers: [X-Powered-By]}}]
 `, agents, p1, echo, p2, echo, p2, appLn.Addr().String()))
 	if err := os.Chmod(config, 0o600); err != nil {
 		t.Fatal(err)
@@ -366,6 +377,12 @@ endpoints:
 
 	if code, _, body := curlVia(t, pub, more+"/v1/items?a=1", "-H", "X-Debug: 1"); code != "200" || body != `/v2/items?a=1 debug="" user=""` {
 		t.Errorf("url-rewrite and remove-headers: %s %q", code, body)
+	}
+	if code, h, body := curlVia(t, pub, more+"/boom"); code != "502" || body != "something went wrong" || h.Get("X-Powered-By") != "" {
+		t.Errorf("custom-response on a response: %s %q %v", code, body, h)
+	}
+	if _, h, _ := curlVia(t, pub, more+"/v2/x"); h.Get("X-Powered-By") != "" {
+		t.Errorf("remove-headers on a response: %v", h)
 	}
 	if code, _, _ := curlVia(t, pub, more+"/office/plan"); code != "403" {
 		t.Errorf("restrict-ips on a request: %s", code)

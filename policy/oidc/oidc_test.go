@@ -436,3 +436,38 @@ func mustURL(s string) *url.URL {
 	}
 	return u
 }
+
+// The oidc action of traffic policy rules, against the real provider: a
+// login of any account the provider verified, whose callback the policy
+// answers before a rule that would take its path; a later visit holds the
+// session.
+func TestOIDCActionLogin(t *testing.T) {
+	w := newWorld(t)
+	spec, err := policy.Parse([]byte(`{"on_http_request":[
+		{"name":"would take the callback","actions":[{"type":"redirect","config":{"from":"/\\.tunnelkit/","to":"/taken/"}}]},
+		{"name":"login","actions":[{"type":"oidc","config":{"issuer_url":"` + w.issuer + `","client_id":"` + clientID + `","client_secret":"` + clientSecret + `","scopes":["openid","email","profile"]}}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := policy.Compile(t.Context(), policy.ProtoHTTPS, spec, policy.Options{
+		OIDC:      w.providers().Provider,
+		CookieKey: []byte("a key of 32 bytes or more, secret"),
+		Now:       w.clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.pol.Store(pol)
+	c := w.browser(true)
+	status, body, _ := w.login(c, "/reports?q=1", w.user2())
+	if status != 200 || !strings.HasPrefix(body, "email=test-user2@zitadel.ch subject=id2 ") {
+		t.Fatalf("after the login: %d %q; want the app, with the identity", status, body)
+	}
+	resp, err := c.Get(w.edgeURL + "/other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := read(t, resp); !strings.HasPrefix(body, "email=test-user2@zitadel.ch") {
+		t.Errorf("the session on another path: %q", body)
+	}
+}
