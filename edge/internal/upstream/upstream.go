@@ -79,7 +79,15 @@ func (up *Upstream) H2() bool { return up.h2 }
 
 // Refusal returns the agent's refusal of the upstream's conn (an error
 // Pool.IsRefusal said yes to), if its conn read one.
-func (up *Upstream) Refusal() error { return up.conn.refusal() }
+//
+// A request whose write failed (the agent refused and closed the stream)
+// may fail before the read of the agent's reply returned: Refusal then
+// waits for the reply, up to replyWait.
+func (up *Upstream) Refusal() error { return up.conn.refusalAfter(replyWait) }
+
+// replyWait bounds how long Refusal waits for an agent's reply that is
+// on its way.
+const replyWait = 500 * time.Millisecond
 
 // ResetConn cuts the upstream's conn short, so that the agent drops its
 // connection to the app (see reset).
@@ -522,6 +530,33 @@ func (c *exchangeConn) refusal() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.refused
+}
+
+// refusalAfter is refusal, once the agent's reply is in, waiting up to d
+// for it when the conn is one that reads a reply.
+func (c *exchangeConn) refusalAfter(d time.Duration) error {
+	if err := c.refusal(); err != nil {
+		return err
+	}
+	r, ok := c.Conn.(interface {
+		Replied() <-chan struct{}
+		ReadReply() error
+	})
+	if !ok {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-r.Replied():
+	case <-t.C:
+		return nil
+	}
+	// Read already: ReadReply returns what it said, without reading.
+	if err := r.ReadReply(); err != nil && c.isRefusal != nil && c.isRefusal(err) {
+		return err
+	}
+	return nil
 }
 
 func (c *exchangeConn) Read(b []byte) (int, error) {
