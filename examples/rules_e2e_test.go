@@ -145,14 +145,15 @@ func TestRulesWithTheBinaries(t *testing.T) {
 		t.Errorf("/about has CORS headers: %v", h)
 	}
 
-	// A reload whose rule names a variable that is not there: the edge
-	// refuses it, naming the rule and the column; the old rules hold.
+	// A reload whose rule names a variable that is not there: the agent
+	// refuses the file as it reads it (as the edge would refuse the
+	// bind), naming the rule and the column; the old rules hold.
 	bad := strings.Replace(rules, "req.url.path == '/deploying'", "req.uri.path == '/deploying'", 1)
 	writeFile(t, dir, "agent.yml", "edge: "+agents+"\nstate: \"\"\nendpoints:\n  - url: http://shop\n    to: "+app+"\n    policy:"+bad)
 	a.cmd.Process.Signal(syscall.SIGHUP)
 	testwait.Within(t, 30*time.Second, "the agent said the endpoint stays", func() bool {
 		s := a.stderr.String()
-		return strings.Contains(s, "SIGHUP: endpoint not changed; it stays as it was") && strings.Contains(s, `on_http_request[0] \"maintenance\": expressions[0]: column 1: undeclared reference to 'req'`)
+		return strings.Contains(s, "SIGHUP: the file was not read again; the endpoints stay as they were") && strings.Contains(s, `on_http_request[0] \"maintenance\": expressions[0]: column 1: undeclared reference to 'req'`)
 	})
 	if code, _, _ := curlVia(t, pub, shop+"/deploying"); code != "503" {
 		t.Errorf("the old rules after a refused reload: %s", code)

@@ -325,7 +325,11 @@ func (e *endpointSpec) check(readFile func(string) ([]byte, error)) error {
 		}
 	}
 	if e.Policy != nil {
-		if err := e.Policy.Validate(scheme); err != nil {
+		err := e.Policy.Validate(scheme)
+		if err == nil {
+			err = checkRules(scheme, e.Policy)
+		}
+		if err != nil {
 			if e.flags {
 				return fmt.Errorf("traffic policy for a %s URL: %w", scheme, err)
 			}

@@ -1,6 +1,7 @@
 package agentcmd
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/examples/internal/yamlcfg"
 	"github.com/tunnelkit/tunnelkit/policy"
+	"github.com/tunnelkit/tunnelkit/policy/rules"
 )
 
 // listFlag collects the values of a flag that may repeat.
@@ -178,4 +180,36 @@ func parseRate(v string) (*policy.RateLimit, error) {
 		return nil, fmt.Errorf("-rate-limit %q: want N/s, N/m or N/h, N at least 1", v)
 	}
 	return &policy.RateLimit{Requests: requests, Seconds: seconds}, nil
+}
+
+// checkRules compiles the expressions of s's rules for an endpoint of
+// proto as the edge will, so that a CEL error is found when the agent
+// reads its settings, naming the file's line, rather than at the bind.
+// What only the edge can set up (jwt-validation's keys, an oidc login's
+// provider) is left to it.
+func checkRules(proto string, s *policy.Spec) error {
+	own := s.Rules()
+	if own.IsZero() {
+		return nil
+	}
+	_, err := policy.Compile(context.Background(), proto, own, policy.Options{Engine: expressionsOnly{}})
+	if errors.Is(err, policy.ErrUnsupported) {
+		return nil
+	}
+	return err
+}
+
+// expressionsOnly is the rules engine without what reaches the network.
+type expressionsOnly struct{ e rules.Engine }
+
+func (x expressionsOnly) Bool(phase, expr string) (policy.BoolProgram, error) {
+	return x.e.Bool(phase, expr)
+}
+
+func (x expressionsOnly) String(phase, expr string) (policy.StringProgram, error) {
+	return x.e.String(phase, expr)
+}
+
+func (x expressionsOnly) All(phase string, exprs []string) (policy.BoolProgram, error) {
+	return x.e.All(phase, exprs)
 }

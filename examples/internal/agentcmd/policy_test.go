@@ -157,3 +157,19 @@ func TestTrafficPolicyFile(t *testing.T) {
 		t.Errorf("a password in a file others read: %v", err)
 	}
 }
+
+// A rule's CEL error is found when the agent reads its settings, with the
+// file's line; what needs the edge (a jwt-validation's keys) is left to it.
+func TestRulesCheckedAtLoad(t *testing.T) {
+	bad := &policy.Spec{OnHTTPRequest: []policy.Rule{{Name: "typo", Expressions: []string{"req.uri.path == '/'"}, Actions: []policy.Action{{Type: policy.ActionDeny}}}}}
+	if err := checkRules("http", bad); err == nil || !strings.Contains(err.Error(), `on_http_request[0] "typo": expressions[0]: column 1: undeclared reference to 'req'`) {
+		t.Errorf("a rule naming a variable that is not: %v", err)
+	}
+	jwt, err := policy.Parse([]byte(`{"on_http_request":[{"actions":[{"type":"jwt-validation","config":{"issuer":{"allow_list":[{"value":"https://i/"}]},"audience":{"allow_list":[{"value":"a"}]},"jws":{"allowed_algorithms":["RS256"],"keys":{"sources":{"additional_jkus":["https://127.0.0.1/jwks"]}}}}}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkRules("http", &jwt); err != nil {
+		t.Errorf("a jwt-validation whose keys only the edge may fetch: %v", err)
+	}
+}
