@@ -27,6 +27,8 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 
+	"github.com/tunnelkit/tunnelkit/internal/testchrome"
+	"github.com/tunnelkit/tunnelkit/internal/testtools"
 	"github.com/tunnelkit/tunnelkit/internal/testwait"
 )
 
@@ -143,6 +145,23 @@ func TestRulesWithTheBinaries(t *testing.T) {
 	}
 	if _, h, _ := curlVia(t, pub, shop+"/about"); h.Get("Access-Control-Allow-Origin") != "" {
 		t.Errorf("/about has CORS headers: %v", h)
+	}
+
+	// A browser follows the rule's 301 to the app, and shows the
+	// maintenance page as the page it is.
+	testtools.Need(t, "chromium")
+	page := testchrome.Start(t, shop+"/old/shoes?size=42", "--host-resolver-rules=MAP *.example.test 127.0.0.1")
+	page.WaitLoad(t, `document.body && document.body.textContent === 'the app'`, 30*time.Second)
+	var href, heading string
+	json.Unmarshal([]byte(page.Eval(t, `location.href`)), &href)
+	if href != shop+"/new/shoes?size=42" {
+		t.Errorf("Chromium after the redirect: %s", href)
+	}
+	page.Navigate(t, shop+"/deploying")
+	page.WaitLoad(t, `document.querySelector('h1') !== null`, 30*time.Second)
+	json.Unmarshal([]byte(page.Eval(t, `document.querySelector('h1').textContent + '|' + document.body.textContent`)), &heading)
+	if heading != "Back soon|Back soon /deploying" {
+		t.Errorf("Chromium on the maintenance page: %q", heading)
 	}
 
 	// A reload whose rule names a variable that is not there: the agent
