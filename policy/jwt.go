@@ -185,9 +185,23 @@ func PrivateJKU(raw string) bool {
 	if err != nil {
 		return false
 	}
-	a = a.Unmap()
-	return !a.IsGlobalUnicast() || a.IsPrivate() || netip.MustParsePrefix("100.64.0.0/10").Contains(a)
+	return !PublicAddr(a)
 }
+
+// PublicAddr reports whether a is an address of the public Internet: not
+// loopback, private (RFC 1918, ULA), link-local, carrier-grade NAT (RFC
+// 6598), "this network" (0.0.0.0/8), multicast or unspecified. What the
+// edge fetches for a tenant (an OIDC issuer, a JWKS) is only dialled at
+// such an address, unless the operator allows private ones.
+func PublicAddr(a netip.Addr) bool {
+	a = a.Unmap()
+	return a.IsGlobalUnicast() && !a.IsPrivate() && !cgnat.Contains(a) && !thisNet.Contains(a)
+}
+
+var (
+	cgnat   = netip.MustParsePrefix("100.64.0.0/10") // RFC 6598
+	thisNet = netip.MustParsePrefix("0.0.0.0/8")     // RFC 791
+)
 
 // JWTEngine is an Engine that validates JWTs: without it, a
 // jwt-validation action is refused with ErrUnsupported.

@@ -304,3 +304,22 @@ func TestCombineRules(t *testing.T) {
 		t.Errorf("rules where the operator allows only basic_auth: %v", err)
 	}
 }
+
+// PublicAddr: what the edge dials for a tenant (an OIDC issuer, a JWKS).
+func TestPublicAddr(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"93.184.215.14": true, "2606:2800:21f:cb07:6820:80da:af6b:8b2c": true,
+		"127.0.0.1": false, "10.1.2.3": false, "192.168.0.1": false, "172.16.0.1": false,
+		"100.64.0.1": false, "0.1.2.3": false, "169.254.169.254": false, "::1": false,
+		"fd00::1": false, "fe80::1": false, "::ffff:127.0.0.1": false, "224.0.0.1": false, "0.0.0.0": false,
+	} {
+		if got := PublicAddr(netip.MustParseAddr(addr)); got != want {
+			t.Errorf("PublicAddr(%s) = %v", addr, got)
+		}
+	}
+	for u, want := range map[string]bool{"https://0.1.2.3/jwks": true, "https://id.example.com/jwks": false, "https://[::1]/k": true, "https://a.localhost/k": true} {
+		if got := PrivateJKU(u); got != want {
+			t.Errorf("PrivateJKU(%s) = %v", u, got)
+		}
+	}
+}

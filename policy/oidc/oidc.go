@@ -209,17 +209,11 @@ func refusePrivate(network, address string, _ syscall.RawConn) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s", ErrPrivateAddress, address)
 	}
-	a := ap.Addr().Unmap()
-	if !a.IsGlobalUnicast() || a.IsPrivate() || cgnat.Contains(a) || thisNet.Contains(a) {
+	if a := ap.Addr().Unmap(); !policy.PublicAddr(a) {
 		return fmt.Errorf("%w: %s", ErrPrivateAddress, a)
 	}
 	return nil
 }
-
-var (
-	cgnat   = netip.MustParsePrefix("100.64.0.0/10") // RFC 6598
-	thisNet = netip.MustParsePrefix("0.0.0.0/8")     // RFC 791
-)
 
 // limitBody bounds the body of every response.
 type limitBody struct{ rt http.RoundTripper }

@@ -161,8 +161,7 @@ func publicOnly(_, address string, _ syscall.RawConn) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s", ErrPrivateJWKS, address)
 	}
-	a := ap.Addr().Unmap()
-	if !a.IsGlobalUnicast() || a.IsPrivate() || netip.MustParsePrefix("100.64.0.0/10").Contains(a) {
+	if a := ap.Addr().Unmap(); !policy.PublicAddr(a) {
 		return fmt.Errorf("%w: %s", ErrPrivateJWKS, a)
 	}
 	return nil
