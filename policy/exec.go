@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
+	"maps"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -370,7 +372,7 @@ type header struct {
 
 func (c *compiler) headers(m map[string]string) ([]header, error) {
 	var hs []header
-	for _, name := range sortedKeys(m) {
+	for _, name := range slices.Sorted(maps.Keys(m)) {
 		in, err := c.interp(m[name])
 		if err != nil {
 			return nil, err
@@ -466,8 +468,9 @@ func (a *customAct) run(x *run) (bool, error) {
 	return true, nil
 }
 
-// fullURL is the URL the client asked for: scheme, host, path and query.
-func fullURL(r *http.Request) string {
+// RequestURL is the URL the client asked for, as rules see it (req.url,
+// redirect's and url-rewrite's from): scheme, Host, path and query.
+func RequestURL(r *http.Request) string {
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
@@ -505,7 +508,7 @@ type redirectAct struct {
 }
 
 func (a *redirectAct) run(x *run) (bool, error) {
-	u := fullURL(x.r)
+	u := RequestURL(x.r)
 	loc, ok, err := rewriteURL(a.from, a.to, &x.vars, u)
 	if err != nil || !ok || loc == u {
 		return false, err
@@ -532,7 +535,7 @@ type rewriteAct struct {
 }
 
 func (a *rewriteAct) run(x *run) (bool, error) {
-	u := fullURL(x.r)
+	u := RequestURL(x.r)
 	out, ok, err := rewriteURL(a.from, a.to, &x.vars, u)
 	if err != nil || !ok || out == u {
 		return false, err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/netip"
 	"reflect"
@@ -548,21 +549,13 @@ func (c *rateLimitConfig) period() (time.Duration, error) {
 	return d, nil
 }
 
+// mapValues returns m's values in the order of their keys.
 func mapValues(m map[string]string) []string {
 	var v []string
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		v = append(v, m[k])
 	}
 	return v
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // validHeaderMap checks names and the literal parts of values.

@@ -558,7 +558,7 @@ func (a *activation) ResolveName(name string) (any, bool) {
 	case "req.method":
 		return r.Method, true
 	case "req.url", "req.url.raw":
-		return fullURL(r), true
+		return policy.RequestURL(r), true
 	case "req.url.scheme":
 		if r.TLS != nil {
 			return "https", true
@@ -614,12 +614,4 @@ func lowerHeaders(h http.Header) map[string][]string {
 		m[l] = append(m[l], vs...)
 	}
 	return m
-}
-
-func fullURL(r *http.Request) string {
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	return scheme + "://" + r.Host + r.URL.RequestURI()
 }
