@@ -271,17 +271,8 @@ func (a *jwtAct) run(x *run) (bool, error) {
 // jwks returns the JWKS URLs of s's jwt-validation actions.
 func (s *Spec) jwks() []string {
 	var urls []string
-	for _, ph := range s.phases() {
-		for _, r := range ph.rules {
-			for _, a := range r.Actions {
-				if a.Type != ActionJWTValidation {
-					continue
-				}
-				if c, err := a.config(""); err == nil {
-					urls = append(urls, c.(*JWTValidation).JWS.Keys.Sources.AdditionalJKUs...)
-				}
-			}
-		}
+	for c := range configsOf[*JWTValidation](s, ActionJWTValidation) {
+		urls = append(urls, c.JWS.Keys.Sources.AdditionalJKUs...)
 	}
 	return urls
 }
@@ -297,17 +288,8 @@ func sameOrigin(a, b string) bool {
 // oidcIssuers returns the issuers of s's oidc actions.
 func (s *Spec) oidcIssuers() []string {
 	var out []string
-	for _, ph := range s.phases() {
-		for _, r := range ph.rules {
-			for _, a := range r.Actions {
-				if a.Type != ActionOIDC {
-					continue
-				}
-				if c, err := a.config(""); err == nil {
-					out = append(out, c.(*oidcActionConfig).IssuerURL)
-				}
-			}
-		}
+	for c := range configsOf[*oidcActionConfig](s, ActionOIDC) {
+		out = append(out, c.IssuerURL)
 	}
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"iter"
 	"maps"
 	"net/http"
 	"net/netip"
@@ -315,17 +316,42 @@ func (s *Spec) Rules() Spec {
 // ActionTypes returns the action types s's rules use, each once, sorted.
 func (s *Spec) ActionTypes() []string {
 	var types []string
-	for _, ph := range s.phases() {
-		for _, r := range ph.rules {
-			for _, a := range r.Actions {
-				if !slices.Contains(types, a.Type) {
-					types = append(types, a.Type)
-				}
-			}
+	for a := range s.actions() {
+		if !slices.Contains(types, a.Type) {
+			types = append(types, a.Type)
 		}
 	}
 	slices.Sort(types)
 	return types
+}
+
+// actions yields every action of s's rules, phase by phase.
+func (s *Spec) actions() iter.Seq[*Action] {
+	return func(yield func(*Action) bool) {
+		for _, ph := range s.phases() {
+			for _, r := range ph.rules {
+				for i := range r.Actions {
+					if !yield(&r.Actions[i]) {
+						return
+					}
+				}
+			}
+		}
+	}
+}
+
+// configsOf yields the configs of s's actions of type typ that read.
+func configsOf[T any](s *Spec, typ string) iter.Seq[T] {
+	return func(yield func(T) bool) {
+		for a := range s.actions() {
+			if a.Type != typ {
+				continue
+			}
+			if c, err := a.config(""); err == nil && !yield(c.(T)) {
+				return
+			}
+		}
+	}
 }
 
 // validateRules checks the rules of s for proto: phases that fit, actions
