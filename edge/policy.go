@@ -117,14 +117,14 @@ func (s *Server) compilePolicy(ctx context.Context, r router.Route, spec policy.
 	}
 	opts := s.policyOptions()
 	opts.Endpoint = policy.Endpoint{URL: r.Proto + "://" + r.Name + r.Path, Host: r.Name, Protocol: r.Proto}
-	if own := spec.Rules(); !own.IsZero() {
-		// The agent's rules alone first, so that an error names the
-		// agent's own rule: in the combination the operator's come first.
-		if _, err := policy.Compile(ctx, r.Proto, own, opts); err != nil {
-			return nil, combined, err
+	pol, err := policy.Compile(ctx, r.Proto, combined, opts)
+	if own := spec.Rules(); err != nil && !own.IsZero() {
+		// In the combination the operator's rules come first: the
+		// agent's alone say which of its own is at fault, if one is.
+		if _, ownErr := policy.Compile(ctx, r.Proto, own, opts); ownErr != nil {
+			err = ownErr
 		}
 	}
-	pol, err := policy.Compile(ctx, r.Proto, combined, opts)
 	return pol, combined, err
 }
 
