@@ -301,8 +301,9 @@ func (c *Client) sessionEnded(mux *wire.Session) {
 }
 
 // keepAlive keeps the session alive in the way of the version the edge
-// answered with: ping streams on a timer from version 3 on (no goroutine
-// at rest), a heartbeat stream before.
+// answered with: PING frames on a timer from wire.PingFrameVersion on,
+// ping streams from version 3 (no goroutine at rest), a heartbeat stream
+// before.
 func (c *Client) keepAlive(mux *wire.Session, addr string, version int) {
 	if version < wire.PingVersion {
 		c.wg.Go(func() { c.heartbeat(mux, addr) })
@@ -311,6 +312,7 @@ func (c *Client) keepAlive(mux *wire.Session, addr string, version int) {
 	p := &wire.Pinger{
 		Interval: c.HeartbeatInterval,
 		Timeout:  c.HeartbeatTimeout,
+		Frames:   version >= wire.PingFrameVersion,
 		Dead: func() {
 			c.log().Warn("edge missed its heartbeat, or its session takes no more streams; closing the session", "edge", addr)
 			mux.Close()

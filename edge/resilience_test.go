@@ -163,6 +163,26 @@ func TestGraceKeepsNameForIdentity(t *testing.T) {
 }
 
 // rawSession opens a muxado session to the edge as a hand-written agent.
+// rawWireSession is rawSession as a wire.Session, whose framer answers the
+// edge's PING frames (wire.PingFrameVersion).
+func rawWireSession(t testing.TB, addr string) *wire.Session {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wire.WritePreamble(c, wire.DefaultWindow); err != nil {
+		t.Fatal(err)
+	}
+	window, err := wire.ReadPreamble(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := wire.NewSession(c, window, true, 0)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func rawSession(t testing.TB, addr string) muxado.Session {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)

@@ -333,6 +333,10 @@ type Server struct {
 
 	moves drain.Moves[*session] // the sessions Drain asked to move, until they did or ended
 
+	// watcher keeps the agent sessions of wire.PingFrameVersion and later
+	// alive, from one goroutine for them all.
+	watcher wire.Watcher
+
 	mu          sync.Mutex
 	closed      bool
 	draining    bool                      // Drain was called
@@ -405,6 +409,7 @@ func (s *Server) init() {
 				}
 			}
 		}
+		s.watcher.Interval, s.watcher.Timeout = s.cfg().heartbeatInterval, s.cfg().heartbeatTimeout
 		s.proxyLog = slog.NewLogLogger(s.log().Handler(), slog.LevelDebug)
 		s.httpPort, s.tlsPort = s.HTTPPort, s.TLSPort
 		s.signer.Key = s.TicketKey
@@ -677,6 +682,7 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	s.closeSessions()
 	s.closeConns()
+	s.watcher.Close()
 	s.wg.Wait()
 	s.events.Close()
 	s.auth.Flush()
@@ -761,6 +767,7 @@ func (s *Server) shutdown(ctx context.Context, why string) error {
 	}
 	s.closeSessions()
 	s.closeConns()
+	s.watcher.Close()
 	s.wg.Wait()
 	s.events.Close()
 	s.auth.Flush()

@@ -387,24 +387,35 @@ func (ss *session) handleStream(st *wire.Stream) {
 }
 
 // keepAlive starts pinging the agent, and closes the session when nothing
-// comes from it for the heartbeat's interval and timeout: with ping
-// streams and a timer for an agent of version 3 (no goroutine at rest),
-// with a heartbeat stream and its goroutines for an older one.
+// comes from it for the heartbeat's interval and timeout: for an agent of
+// wire.PingFrameVersion or later, with the Server's Watcher, which answers
+// the agent's PING frames and pings it only when it is silent (no timer of
+// the session's own); with ping streams and a timer for one of version 3
+// (no goroutine at rest either), with a heartbeat stream and its
+// goroutines for an older one.
 func (ss *session) keepAlive(version int) {
 	s := ss.srv
 	if version < wire.PingVersion {
 		s.goTracked(ss.heartbeat)
 		return
 	}
-	p := &wire.Pinger{
-		Interval: s.cfg().heartbeatInterval,
-		Timeout:  s.cfg().heartbeatTimeout,
-		Dead: func() {
-			ss.log.Warn("agent missed its heartbeat, or its session takes no more streams; closing the session")
+	var stop func()
+	if version >= wire.PingFrameVersion {
+		stop = s.watcher.Watch(ss.mux, func() {
+			ss.log.Warn("agent missed its heartbeat; closing the session")
 			ss.close(s.cfg().grace)
-		},
+		})
+	} else {
+		p := &wire.Pinger{
+			Interval: s.cfg().heartbeatInterval,
+			Timeout:  s.cfg().heartbeatTimeout,
+			Dead: func() {
+				ss.log.Warn("agent missed its heartbeat, or its session takes no more streams; closing the session")
+				ss.close(s.cfg().grace)
+			},
+		}
+		stop = p.Start(ss.mux)
 	}
-	stop := p.Start(ss.mux)
 	ss.mu.Lock()
 	closed := ss.closed
 	ss.stopPing = stop

@@ -3,6 +3,7 @@ package edge_test
 import (
 	"fmt"
 	"io"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -12,9 +13,12 @@ import (
 )
 
 // TestKeepAliveFollowsTheAgentsVersion says hello to the edge as agents of
-// version 2 and 3, raw, and reads the streams the edge opens: a version 2
-// agent gets a heartbeat stream, whose pings it must echo; a version 3
-// agent gets ping streams, each a time and the end, and never a heartbeat.
+// version 2, 3, 5 and 6 (and a newer one), raw, and reads the streams the
+// edge opens: a version 2 agent gets a heartbeat stream, whose pings it
+// must echo; a version 3 to 5 agent gets ping streams, each a time and the
+// end, and never a heartbeat; an agent of wire.PingFrameVersion or later
+// gets no stream, but PING frames, which its framer answers (it pings
+// nothing of its own: the edge pings a silent agent).
 // Each session answers as its version should and outlives twice the time
 // the edge gives an agent it hears nothing from (HeartbeatInterval +
 // HeartbeatTimeout); a newer agent than the edge is answered with the
@@ -28,7 +32,7 @@ func TestKeepAliveFollowsTheAgentsVersion(t *testing.T) {
 	// The versions side by side, in this test's place among the parallel
 	// tests: each waits out the same seconds.
 	var wg sync.WaitGroup
-	for _, v := range []int{wire.MinVersion, wire.PingVersion, wire.Version + 1} {
+	for _, v := range []int{wire.MinVersion, wire.PingVersion, wire.PingFrameVersion - 1, wire.PingFrameVersion, wire.Version + 1} {
 		wg.Go(func() {
 			t.Run(fmt.Sprintf("version %d", v), func(t *testing.T) {
 				keepAliveOfVersion(t, te, v, 2*(interval+timeout))
@@ -42,8 +46,19 @@ func TestKeepAliveFollowsTheAgentsVersion(t *testing.T) {
 // and answers the streams the edge opens for at least watch, and until a
 // version 3 agent had five pings.
 func keepAliveOfVersion(t *testing.T, te *testEdge, v int, watch time.Duration) {
-	s := rawSession(t, te.agentAddr)
-	st, err := s.OpenStream()
+	var s interface {
+		Open() (net.Conn, error)
+		Accept() (net.Conn, error)
+		Close() error
+	}
+	var heard func() uint64 // frames heard from the edge, with PING frames
+	if v >= wire.PingFrameVersion {
+		ws := rawWireSession(t, te.agentAddr)
+		s, heard = ws, ws.Heard
+	} else {
+		s = rawSession(t, te.agentAddr)
+	}
+	st, err := s.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +80,7 @@ func keepAliveOfVersion(t *testing.T, te *testEdge, v int, watch time.Duration) 
 	streams := make(chan accepted, 100)
 	go func() {
 		for {
-			st, err := s.AcceptStream()
+			st, err := s.Accept()
 			streams <- accepted{st, err}
 			if err != nil {
 				return
@@ -75,7 +90,19 @@ func keepAliveOfVersion(t *testing.T, te *testEdge, v int, watch time.Duration) 
 	pings, heartbeats := 0, 0
 	watched := time.After(watch)
 	bound := time.After(watch + time.Minute) // only a failing test waits for it
-	enough := func() bool { return v < wire.PingVersion || pings >= 5 }
+	heard0 := uint64(0)
+	if heard != nil {
+		heard0 = heard()
+	}
+	enough := func() bool {
+		switch {
+		case v < wire.PingVersion:
+			return true
+		case v >= wire.PingFrameVersion:
+			return heard()-heard0 >= 5
+		}
+		return pings >= 5
+	}
 read:
 	for {
 		var a accepted
@@ -118,8 +145,11 @@ read:
 	if v < wire.PingVersion && (heartbeats != 1 || pings != 0) {
 		t.Errorf("%d heartbeat streams and %d ping streams, want one heartbeat stream", heartbeats, pings)
 	}
-	if v >= wire.PingVersion && (heartbeats != 0 || pings < 5) {
+	if v >= wire.PingVersion && v < wire.PingFrameVersion && (heartbeats != 0 || pings < 5) {
 		t.Errorf("%d heartbeat streams and %d ping streams, want pings only", heartbeats, pings)
+	}
+	if v >= wire.PingFrameVersion && (heartbeats != 0 || pings != 0 || heard()-heard0 < 5) {
+		t.Errorf("%d heartbeat streams, %d ping streams and %d frames heard, want PING frames only", heartbeats, pings, heard()-heard0)
 	}
 	s.Close()
 }

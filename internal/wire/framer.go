@@ -149,7 +149,9 @@ type framer struct {
 	hmu     sync.Mutex // guards held; taken under mu, or alone by grant
 	held    []heldInc  // window updates not sent yet, one per stream (rarely more: see addHeld)
 	heldArr [maxHeld]heldInc
-	urgent  atomic.Bool // held has an update that must go now: whoever lets go of mu writes it (see grant)
+	urgent  atomic.Bool // held has an update that must go now, or a PING or PONG is owed: whoever lets go of mu writes it (see grant)
+	ping    atomic.Bool // a PING frame is owed (Session.Ping)
+	pong    atomic.Bool // a PONG frame is owed: the peer sent a PING
 	out     *[]byte     // frames encoded and held back (see hold), from writeBuffers; nil: none
 
 	err error // the first write error, or errGoneAway: every later write fails with it
@@ -192,8 +194,30 @@ func (f *framer) ReadFrame() (frame.Frame, error) {
 		}
 	case fr.Type() == frame.TypeGoAway:
 		f.s.goneAway()
+	case fr.Type() == typePing && fr.Flags()&flagPong == 0:
+		f.owe(&f.pong)
 	}
 	return fr, err
+}
+
+// typePing is the type of PING and PONG frames (PingFrameVersion): the
+// last of the 16 a frame header has room for, which muxado v2 leaves
+// undefined, and reads as a frame of an unknown type, which it drops. A
+// PONG is a PING frame with flagPong. Both are a header alone: no stream
+// (ID 0), no payload.
+const (
+	typePing frame.Type  = 0xF
+	flagPong frame.Flags = 0x1
+)
+
+// owe marks a PING or PONG frame as owed, and writes it now if the framer
+// is free, else leaves it to whoever holds it, as grant does: neither the
+// reader nor a Pinger's timer ever waits for the framer (a write stalled
+// on the connection holds it).
+func (f *framer) owe(due *atomic.Bool) {
+	due.Store(true)
+	f.urgent.Store(true)
+	f.flushUrgent()
 }
 
 // takeData offers d's payload to the Session's take; when taken, d is packed anew
@@ -377,7 +401,7 @@ var writeBuffers = sync.Pool{New: func() any {
 // hold), unless maxOut bytes are held already.
 func (f *framer) write(head, payload []byte, later bool) error {
 	f.hmu.Lock()
-	if len(f.held) == 0 && len(head) == 0 && f.out == nil {
+	if len(f.held) == 0 && len(head) == 0 && f.out == nil && !f.ping.Load() && !f.pong.Load() {
 		f.urgent.Store(false)
 		f.hmu.Unlock()
 		return nil
@@ -396,6 +420,16 @@ func (f *framer) write(head, payload []byte, later bool) error {
 	f.held = f.held[:0]
 	f.urgent.Store(false)
 	f.hmu.Unlock()
+	for _, owed := range [...]struct {
+		due   *atomic.Bool
+		flags frame.Flags
+	}{{&f.ping, 0}, {&f.pong, flagPong}} {
+		if owed.due.Swap(false) {
+			var h [headerSize]byte
+			putHeader(h[:], 0, typePing, owed.flags, 0)
+			b = append(b, h[:]...)
+		}
+	}
 	b = append(b, head...)
 	var err error
 	if len(payload) <= copyLimit || !f.writev {

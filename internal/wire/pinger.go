@@ -7,18 +7,25 @@ import (
 	"time"
 )
 
-// Pinger keeps a version 3 session alive and tells when its peer is dead,
-// with no goroutine of its own at rest: a timer every Interval opens a
-// ping stream to the peer (StreamPing), and when nothing at all came from
-// the peer within Interval+Timeout (Session.Heard), calls Dead, once. A
-// peer busy sending bulk data is alive, even when its pings wait behind
-// the data. A ping stream that cannot be opened (the peer sent GOAWAY, or
-// the session died) calls Dead too: such a session carries no more
-// streams from this end.
+// Pinger keeps a session of version 3 or later alive and tells when its
+// peer is dead, with no goroutine of its own at rest: a timer every
+// Interval pings the peer, and when nothing at all came from the peer
+// within Interval+Timeout (Session.Heard), calls Dead, once. A peer busy
+// sending bulk data is alive, even when its pings wait behind the data.
+//
+// With Frames (sessions of PingFrameVersion or later), a tick that heard
+// something from the peer since the last one sends nothing, and one that
+// heard nothing sends a PING frame (Session.Ping), which the peer answers
+// with a PONG: on an idle session, whichever side's timer fires first
+// pings, and the other, having heard it, does not. Without Frames, each
+// tick opens a ping stream to the peer (StreamPing); one that cannot be
+// opened (the peer sent GOAWAY, or the session died) calls Dead too: such
+// a session carries no more streams from this end.
 type Pinger struct {
 	Interval time.Duration // zero: DefaultHeartbeatInterval
 	Timeout  time.Duration // zero: DefaultHeartbeatTimeout
 	Dead     func()        // called once when the peer is dead
+	Frames   bool          // ping with PING frames, not ping streams
 
 	mu      sync.Mutex
 	timer   *time.Timer
@@ -53,14 +60,23 @@ func (p *Pinger) tick(s *Session, interval, timeout time.Duration) {
 		return
 	}
 	now := time.Now()
+	heard := false
 	if h := s.Heard(); h != p.heard {
-		p.heard, p.heardAt = h, now
+		p.heard, p.heardAt, heard = h, now, true
 	} else if now.Sub(p.heardAt) >= interval+timeout {
 		p.stopped = true
 		p.mu.Unlock()
 		if p.Dead != nil {
 			p.Dead()
 		}
+		return
+	}
+	if p.Frames {
+		if !heard {
+			s.Ping()
+		}
+		p.timer.Reset(interval)
+		p.mu.Unlock()
 		return
 	}
 	p.mu.Unlock()

@@ -245,6 +245,13 @@ const defaultBacklog = 128
 // waits behind its data (see Heartbeat.Heard).
 func (s *Session) Heard() uint64 { return s.fr.frames.Load() }
 
+// Ping sends the peer a PING frame, which a peer of version
+// PingFrameVersion or later answers with a PONG frame at once (see
+// Heard); a peer of an earlier version drops it unanswered. It never
+// waits: when a write holds the framer (it may be stalled on the
+// connection), the frame goes right after that write.
+func (s *Session) Ping() { s.fr.owe(&s.fr.ping) }
+
 // LimitUnread bounds the bytes the session's streams may hold unread
 // together: bytes the peer sent that no reader took yet, at most a window
 // per stream. When a stream's data would pass max, the stream that has held

@@ -18,7 +18,7 @@ import (
 // Version is the protocol version this package speaks. An edge and an agent
 // exchange theirs in the hello and use the lower one; an edge refuses a
 // version below MinVersion.
-const Version = 5
+const Version = 6
 
 // PingVersion is the first version whose sessions keep alive with ping
 // streams (StreamPing) rather than heartbeat streams (StreamHeartbeat).
@@ -46,6 +46,17 @@ const SessionTicketVersion = 5
 // reply comes, and send them to another member of the pool when the agent
 // rejects the stream.
 const AdmitVersion = 5
+
+// PingFrameVersion is the first version whose sessions keep alive with
+// PING and PONG frames (see Session.Ping) rather than ping streams: a side
+// that heard nothing from its peer for an interval sends a PING frame,
+// which the peer's framer answers with a PONG at once. An idle session so
+// costs a frame each way per interval, and no stream, no goroutine, no
+// window update (a ping stream cost eight frames, and a goroutine at each
+// end). Every muxado v2 peer reads the frames as of an unknown type and
+// drops them; a peer of an earlier version does not answer, so neither
+// side sends them on such a session.
+const PingFrameVersion = 6
 
 // MinVersion is the oldest version an edge accepts. Version 2 added the
 // reply at the start of every proxy stream, tickets and the renew request.
