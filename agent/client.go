@@ -112,7 +112,7 @@ type Client struct {
 
 	// HeartbeatInterval and HeartbeatTimeout set how often the agent pings
 	// the edge and how long it waits, past the interval, for anything at
-	// all from the edge before it closes the session. Zero: 10 s and 15 s. The pings also keep an idle session's
+	// all from the edge before it closes the session. Zero: 30 s and 15 s. The pings also keep an idle session's
 	// connection busy: proxies, NATs and firewalls on the way drop
 	// connections idle for longer than their own timeout (often 60 s,
 	// some 30 s), so keep the interval well below it. The edge's own

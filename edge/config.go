@@ -179,7 +179,7 @@ type Timeouts struct {
 	// each agent and how long it waits, past the interval, for anything at
 	// all from the agent before it closes the session (with ping streams
 	// on a timer for agents of protocol version 3, a heartbeat stream for
-	// version 2; see docs/PROTOCOL.md). Zero: 10 s and 15 s. They cannot be
+	// version 2; see docs/PROTOCOL.md). Zero: 30 s and 15 s. They cannot be
 	// disabled.
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strings"
 	"time"
@@ -29,6 +30,7 @@ import (
 // edge command.
 type cluster struct {
 	etcd, prefix, metrics     *string
+	pprof                     *string
 	etcdCert, etcdKey, etcdCA *string
 	ttl                       *time.Duration
 }
@@ -45,6 +47,7 @@ func (c *cluster) flags(fs *flag.FlagSet) {
 	c.prefix = fs.String("etcd-prefix", "/tunnelkit/", "etcd key prefix of the cluster's name space")
 	c.ttl = fs.Duration("etcd-ttl", 10*time.Second, "lease TTL of this edge's routes in etcd: a dead edge's routes vanish within it")
 	c.metrics = fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (empty: none)")
+	c.pprof = fs.String("pprof", "", "serve Go's runtime profiles (package net/http/pprof: heap, goroutines, CPU) at http://ADDR/debug/pprof/ (empty: none); they show what the process holds and take CPU while they run: keep ADDR on loopback")
 }
 
 func (c *cluster) configure(ctx context.Context, srv *edge.Server, log *slog.Logger) (func(), error) {
@@ -69,6 +72,23 @@ func (c *cluster) configure(ctx context.Context, srv *edge.Server, log *slog.Log
 		release = append(release, func() { hs.Close() })
 		srv.Observer = m
 		log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	}
+	if *c.pprof != "" {
+		ln, err := net.Listen("tcp", *c.pprof)
+		if err != nil {
+			done()
+			return nil, fmt.Errorf("-pprof: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go hs.Serve(ln)
+		release = append(release, func() { hs.Close() })
+		log.Info("profiles", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
 	}
 	if *c.etcd != "" {
 		if srv.ID == "" {

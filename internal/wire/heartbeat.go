@@ -9,7 +9,11 @@ import (
 
 // Heartbeat defaults.
 const (
-	DefaultHeartbeatInterval = 10 * time.Second
+	// 30 s, as yamux's keepalive and frp's: well under the 60 s or more
+	// that most NATs and proxies keep an idle connection, and a third of
+	// the cost of 10 s at scale (100,000 idle sessions: docs/cluster.md,
+	// Scaling out).
+	DefaultHeartbeatInterval = 30 * time.Second
 	DefaultHeartbeatTimeout  = 15 * time.Second
 )
 

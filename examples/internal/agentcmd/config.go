@@ -36,10 +36,11 @@ type fileConfig struct {
 	ProxyCA   string          `yaml:"proxy_ca"`                            // -proxy-ca
 	EdgeCA    string          `yaml:"edge_ca"`                             // -edge-ca
 	Plaintext *bool           `yaml:"plaintext"`
-	Wait      string          `yaml:"wait"`    // -wait, a duration
-	Metrics   string          `yaml:"metrics"` // -metrics
-	Inspect   string          `yaml:"inspect"` // -inspect
-	State     *string         `yaml:"state"`   // -state
+	Wait      string          `yaml:"wait"`               // -wait, a duration
+	Heartbeat string          `yaml:"heartbeat_interval"` // -heartbeat-interval, a duration
+	Metrics   string          `yaml:"metrics"`            // -metrics
+	Inspect   string          `yaml:"inspect"`            // -inspect
+	State     *string         `yaml:"state"`              // -state
 	Endpoints []fileEndpoint  `yaml:"endpoints"`
 }
 
@@ -348,6 +349,7 @@ type globals struct {
 	edgeCA    string
 	plaintext bool
 	wait      time.Duration
+	heartbeat time.Duration // zero: agent.Client's default
 	metrics   string
 	inspect   string
 	state     string
@@ -395,6 +397,13 @@ func (g *globals) fromFile(f *yamlcfg.File) ([]endpointSpec, error) {
 			return nil, fmt.Errorf("%s: wait %q: want a duration such as 30s or 5m, or 0 for good", f.Name, fc.Wait)
 		}
 		g.wait = d
+	}
+	if fc.Heartbeat != "" {
+		d, err := time.ParseDuration(fc.Heartbeat)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("%s: heartbeat_interval %q: want a duration such as 30s", f.Name, fc.Heartbeat)
+		}
+		g.heartbeat = d
 	}
 	if f.Root == nil || len(fc.Endpoints) == 0 {
 		return nil, fmt.Errorf("%s: no endpoints: list them under endpoints, each with url and to", f.Name)

@@ -155,3 +155,45 @@ func TestProxyPasswordIsASecret(t *testing.T) {
 		}
 	}
 }
+
+// TestHeartbeatSetting: the heartbeat_interval key and the
+// -heartbeat-interval flag, which wins over it, set the client's
+// HeartbeatInterval; a bad one is refused.
+func TestHeartbeatSetting(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "agent.yml")
+	if err := os.WriteFile(file, []byte("heartbeat_interval: 45s\nendpoints:\n  - url: http://a\n    to: 3000\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad.yml")
+	if err := os.WriteFile(bad, []byte("heartbeat_interval: often\nendpoints:\n  - url: http://a\n    to: 3000\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	noEnv := func(string) (string, bool) { return "", false }
+	for _, tc := range []struct {
+		args []string
+		want string // the interval, or the error
+	}{
+		{[]string{"http", "3000"}, "0s"},
+		{[]string{"-heartbeat-interval", "10s", "http", "3000"}, "10s"},
+		{[]string{"-config", file}, "45s"},
+		{[]string{"-config", file, "-heartbeat-interval", "20s"}, "20s"},
+		{[]string{"-heartbeat-interval", "-1s", "http", "3000"}, "-heartbeat-interval -1s: want a duration"},
+		{[]string{"-config", bad}, bad + ": heartbeat_interval \"often\": want a duration"},
+	} {
+		cl, err := parseArgs(tc.args, io.Discard, io.Discard)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		var got string
+		g, _, err := cl.load(noEnv)
+		if err != nil {
+			got = err.Error()
+		} else {
+			got = g.heartbeat.String()
+		}
+		if !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%q: %s; want %s", tc.args, got, tc.want)
+		}
+	}
+}

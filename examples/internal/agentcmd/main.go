@@ -206,6 +206,7 @@ func parseArgs(args []string, stdout, stderr io.Writer) (*cmdline, error) {
 	fs.StringVar(&cl.g.proxyCA, "proxy-ca", "", "PEM file of the CA that signed an https:// proxy's certificate (default: the system's roots)")
 	fs.StringVar(&cl.g.metrics, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (empty: none)")
 	fs.DurationVar(&cl.g.wait, "wait", 0, "how long to wait for the edge at startup: while it, or the proxy on the way, cannot be reached or refuses for now, the agent tries again with backoff and logs each attempt; a token refused, a name taken or a wrong port end it at once (0: for good)")
+	fs.DurationVar(&cl.g.heartbeat, "heartbeat-interval", 0, "ping the edge when it was silent this long, and end the session after 15s more of silence, then connect again; keep it under the idle timeout of the NATs and proxies on the way, and equal to the edge's (0: 30s)")
 	fs.StringVar(&cl.g.inspect, "inspect", "", "serve the request inspector (the last requests, live, with replay) on this loopback address, e.g. 127.0.0.1:4040; http and https URLs with -log-requests (empty: none)")
 	fs.StringVar(&cl.g.state, "state", "", "the file where the agent keeps its session's and endpoints' tickets, so that it gets the same URLs back at once when it starts again, even after kill -9 (default: $XDG_STATE_HOME/tunnelkit/agent-HASH.json, or ~/.local/state/tunnelkit/..., one for each -config file or command line; -state '' keeps none)")
 	cl.pf.register(fs)
@@ -328,6 +329,12 @@ func (cl *cmdline) load(lookup func(string) (string, bool)) (globals, []endpoint
 	if given("wait") {
 		g.wait = cl.g.wait
 	}
+	if given("heartbeat-interval") {
+		g.heartbeat = cl.g.heartbeat
+	}
+	if g.heartbeat < 0 {
+		return g, nil, fmt.Errorf("-heartbeat-interval %v: want a duration, or 0 for the default", g.heartbeat)
+	}
 	if given("state") {
 		g.state, g.stateSet = cl.g.state, true
 	}
@@ -443,7 +450,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	}
 	defer state.close()
 
-	c := &agent.Client{Addrs: g.edges, Token: g.token, Plaintext: g.plaintext, Logger: log, ResumeTicket: state.session()}
+	c := &agent.Client{Addrs: g.edges, Token: g.token, Plaintext: g.plaintext, Logger: log, ResumeTicket: state.session(), HeartbeatInterval: g.heartbeat}
 	if g.proxy != "" {
 		u, err := parseProxy(g.proxy)
 		if err != nil {

@@ -105,6 +105,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	allowCatchAll := fs.Bool("allow-catch-all", false, "let agents bind * and *.DOMAIN (every name under the domain: single-tenant edges only)")
 	fs.Int("max-pending", 0, "agent connections waiting for their hello at most; past it, the oldest of the address that has the most is closed (0: 1024, negative: no bound)")
 	fs.Int("max-pending-per-source", 0, "agent connections waiting for their hello that one address (an IPv6 /64) has at most; past it, its own oldest is closed (0: 64, negative: no bound)")
+	fs.Int("max-sessions-per-identity", 0, "agent sessions one identity (one token's agents) holds on this edge at once; past it a hello is refused, and the agent tries its next edge (0: 1024; a fleet of devices sharing a token needs more, each session costing about 30 KB: negative: no bound)")
 	fs.Int("max-endpoints", 0, "endpoints per agent session at most (0: 1024, negative: no bound)")
 	fs.Int("max-endpoints-per-identity", 0, "endpoints one identity holds on this edge at most, over all its sessions (0: 4096, negative: no bound)")
 	fs.Int("max-endpoints-per-source", 0, "endpoints the anonymous agents of one address (an IPv6 /64) hold on this edge at most (0: 1024, negative: no bound)")
@@ -116,6 +117,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	fs.Float64("client-share", 0, "part of an endpoint's streams one client address may hold (0: 1/16, negative: no bound)")
 	fs.Int("conns-per-source", 0, "connections one client address (an IPv6 /64) may hold at once on -http, and on -tls (0: 1024, negative: no bound)")
 	fs.Int("handshakes-per-source", 0, "TLS handshakes for https endpoints one client address (an IPv6 /64) may have under way at once (0: 64, negative: no bound)")
+	heartbeat := fs.Duration("heartbeat-interval", 0, "ping an agent that was silent this long, and end its session after 15s more of silence (agents ping on their own -heartbeat-interval; keep the two equal, and under the idle timeout of the NATs and proxies between them) (0: 30s)")
 	bodyTimeout := fs.Duration("body-timeout", 0, "cut off an HTTP request body that stops moving this long (0: 60s, negative: never)")
 	httpIdle := fs.Duration("http-idle", 0, "end an HTTP exchange whose bytes stop moving this long, a silent response too: an event stream, a streamed long poll or a WebSocket that sends nothing for as long is cut, however alive its client; and close keep-alive connections idle as long (0: 2m, negative: never)")
 	var proxyFrom prefixList
@@ -256,7 +258,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 		AllowCatchAll:     *allowCatchAll,
 		ProxyProtocolFrom: proxyFrom,
 		Limits:            settings.limits,
-		Timeouts:          edge.Timeouts{Body: *bodyTimeout, HTTPIdle: *httpIdle, DrainNotice: *drainNotice},
+		Timeouts:          edge.Timeouts{Body: *bodyTimeout, HTTPIdle: *httpIdle, DrainNotice: *drainNotice, HeartbeatInterval: *heartbeat},
 	}
 	var tokens *atomic.Pointer[identities] // swapped at SIGHUP; nil: any agent is taken
 	switch {

@@ -97,8 +97,8 @@ func TestStateFlag(t *testing.T) {
 
 // The quota flags set the Limits of the same names.
 func TestEndpointQuotaFlags(t *testing.T) {
-	srv := configured(t, "-max-endpoints-per-identity", "7", "-max-endpoints-per-source", "-1", "-max-endpoints-total", "9")
-	want := edge.Limits{EndpointsPerIdentity: 7, EndpointsPerSource: -1, Endpoints: 9}
+	srv := configured(t, "-max-endpoints-per-identity", "7", "-max-endpoints-per-source", "-1", "-max-endpoints-total", "9", "-max-sessions-per-identity", "20000")
+	want := edge.Limits{EndpointsPerIdentity: 7, EndpointsPerSource: -1, Endpoints: 9, SessionsPerIdentity: 20000}
 	if srv.Limits != want {
 		t.Fatalf("Limits %+v, want %+v", srv.Limits, want)
 	}

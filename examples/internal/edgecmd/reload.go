@@ -35,7 +35,7 @@ type live struct {
 // liveFlags are the flags whose changes a SIGHUP applies.
 var liveFlags = []string{
 	"token", "tokens", "policy", "policy-kinds", "policy-actions", "oidc-issuer-allowed", "admin-token-file", "log-level",
-	"max-pending", "max-pending-per-source", "max-endpoints", "max-endpoints-per-identity",
+	"max-pending", "max-pending-per-source", "max-sessions-per-identity", "max-endpoints", "max-endpoints-per-identity",
 	"max-endpoints-per-source", "max-endpoints-total", "max-reservations", "max-reservations-per-identity",
 	"max-auth-failures", "max-refused-binds", "client-share", "conns-per-source", "handshakes-per-source",
 }
@@ -43,6 +43,7 @@ var liveFlags = []string{
 // limitsOf returns the edge's Limits as the flags of fs say.
 func limitsOf(fs *flag.FlagSet) edge.Limits {
 	return edge.Limits{
+		SessionsPerIdentity:      intFlag(fs, "max-sessions-per-identity"),
 		PendingSessions:          intFlag(fs, "max-pending"),
 		PendingSessionsPerSource: intFlag(fs, "max-pending-per-source"),
 		EndpointsPerSession:      intFlag(fs, "max-endpoints"),
