@@ -155,6 +155,44 @@ func TestThousandsOfIdleSessionsOverTCP(t *testing.T) {
 	t.Logf("file descriptors: %d; wall time: %v to open the sessions", lim.Cur, opened.Round(time.Millisecond))
 }
 
+// TestTenThousandIdleSessionsOverTLS holds 10,000 idle sessions of real
+// agent.Clients, over loopback TLS, from a process of their own (so that
+// all this process gains is the edge's), each with one endpoint, as the
+// scale harness's agents (examples/bench/scale) do on a cluster: the
+// per-session figure of docs/cluster.md's Scaling out, measured here with
+// TLS and the agents' own keepalive (PING frames, which the edge answers
+// without a timer or a goroutine of the session's). It fails past 2
+// goroutines a session (muxado's reader and writer) or idleMaxBytes.
+func TestTenThousandIdleSessionsOverTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10,000 sessions")
+	}
+	const n = 10_000
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if lim.Cur < n+1000 {
+		t.Skipf("%d file descriptors: too few for %d sessions", lim.Cur, n)
+	}
+	srv := &edge.Server{
+		Domain: "example.test",
+		// Every agent is anonymous, from 127.0.0.1.
+		Limits: edge.Limits{EndpointsPerSource: -1, PendingSessionsPerSource: -1, PendingSessions: -1},
+	}
+	start := time.Now()
+	d := measureIdleSessions(t, srv, n, true)
+	bytes := (d.heapAlloc + d.stackInuse) / n
+	t.Logf("%d idle sessions over TLS: %.0f B each at the edge (heap %.0f + stacks %.0f), %.3f goroutines each; %v in all",
+		n, bytes, d.heapAlloc/n, d.stackInuse/n, d.goroutines/n, time.Since(start).Round(time.Millisecond))
+	if d.goroutines > 2*n+100 {
+		t.Errorf("%.0f goroutines for %d sessions: more than 2 each", d.goroutines, n)
+	}
+	if bytes > idleMaxBytes {
+		t.Errorf("%.0f B per idle session, over %d", bytes, idleMaxBytes)
+	}
+}
+
 // checkIdleSessions logs what n sessions added to the process, the client
 // conns' heap (clientConn bytes each) aside, and fails when a session
 // takes more than 2 goroutines (muxado's reader and writer: no goroutine
