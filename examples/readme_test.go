@@ -838,6 +838,8 @@ var otherFlags = map[string]string{
 	"duration":  "examples/bench/datapath",
 	"runs":      "examples/bench/datapath",
 	"rows":      "examples/bench/datapath",
+	"json":      "examples/bench/scale",
+	"check":     "examples/bench/scale",
 }
 
 // TestREADMEFlags checks the command lines of the documents' blocks
