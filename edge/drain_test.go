@@ -345,3 +345,76 @@ func TestMovedBeforeHelloRefused(t *testing.T) {
 		t.Errorf("moved before hello: %+v", resp)
 	}
 }
+
+// TestDrainPacesItsMoves: Drain has at most its window of agents moving at
+// once (SetMovesInFlight; 256 by default): it asks the next agent once one
+// of those asked said it moved, so that a drain of thousands does not send
+// them all to the other edges at once. Once Timeouts.Move has passed, it
+// asks the rest at once.
+func TestDrainPacesItsMoves(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		move time.Duration
+	}{{"every agent moves", -1}, {"none moves, Move passes", 300 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := &edge.Server{Domain: "example.test", ID: "edge-a", Timeouts: edge.Timeouts{Move: tc.move}}
+			edge.SetMovesInFlight(srv, 2)
+			te := edgeOn(t, srv, listen(t), listen(t))
+			const n = 5
+			agents := make([]*rawDrainAgent, n)
+			asked := make(chan int, n)
+			for i := range agents {
+				agents[i] = dialRawVersion(t, te.agentAddr, wire.MoveVersion)
+				if resp := agents[i].bind(fmt.Sprint("app", i), ""); resp.BindResp == nil {
+					t.Fatalf("bind: %+v", resp.Error)
+				}
+				go func() {
+					if g := <-agents[i].goaways; g.Move {
+						asked <- i
+					}
+				}()
+			}
+			drained := make(chan error, 1)
+			go func() { drained <- srv.Drain(context.Background()) }()
+			next := func() int {
+				select {
+				case i := <-asked:
+					return i
+				case <-time.After(time.Minute):
+					t.Fatal("no agent asked to move within a minute")
+					return -1
+				}
+			}
+			if tc.move > 0 {
+				// Nobody moves: two asked, and once Move passed, the rest.
+				for range n {
+					next()
+				}
+				if err := <-drained; err != nil {
+					t.Errorf("Drain = %v", err)
+				}
+				return
+			}
+			moving := []int{next(), next()}
+			for done := 0; done < n; done++ {
+				select {
+				case i := <-asked:
+					t.Fatalf("agent %d asked to move while %v were moving, past the window of 2", i, moving)
+				case <-time.After(100 * time.Millisecond):
+				}
+				// The first of those moving says it moved: the next is asked.
+				if resp := agents[moving[0]].call(wire.Request{Op: wire.OpMoved}); resp.Error != nil {
+					t.Fatalf("moved: %+v", resp.Error)
+				}
+				moving = moving[1:]
+				if done+2 < n {
+					moving = append(moving, next())
+				}
+			}
+			if err := <-drained; err != nil {
+				t.Errorf("Drain = %v", err)
+			}
+		})
+	}
+}

@@ -14,3 +14,6 @@ func BindGuardOwners(s *Server) int { return s.binds.Owners() }
 // ReasonStatus returns the HTTP status the edge answers a request with for
 // r; 0 for a Reason that answers no HTTP request.
 func ReasonStatus(r Reason) int { return r.status() }
+
+// SetMovesInFlight sets how many agents s's Drain has moving at once.
+func SetMovesInFlight(s *Server, n int) { s.movesInFlight = n }

@@ -333,6 +333,10 @@ type Server struct {
 
 	moves drain.Moves[*session] // the sessions Drain asked to move, until they did or ended
 
+	// movesInFlight bounds the agents a drain has moving at once; zero:
+	// defaultMovesInFlight (tests set it: SetMovesInFlight).
+	movesInFlight int
+
 	// watcher keeps the agent sessions of wire.PingFrameVersion and later
 	// alive, from one goroutine for them all.
 	watcher wire.Watcher
@@ -705,7 +709,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // hellos and binds are refused), reports itself draining (Draining) and,
 // in a cluster (ID set), asks its agents to move to another edge, which
 // takes their names over in one step (docs/PROTOCOL.md, Draining; a
-// router.Mover), waiting for them Timeouts.Move at most. Then, once
+// router.Mover), waiting for them Timeouts.Move at most. It has 256 of
+// them moving at a time, asking the next as one says it moved, so that
+// the other edges take thousands in turn rather than all at once; those
+// not asked when Timeouts.Move passes are asked then. Then, once
 // Timeouts.DrainNotice has passed, it stops as Shutdown does. It returns
 // ctx's error when in-flight requests were cut short, ErrServerClosed
 // when the Server was closed or drained already.
@@ -724,8 +731,18 @@ func (s *Server) Drain(ctx context.Context) error {
 	s.mu.Unlock()
 	s.log().Info("draining", "cluster", s.ID != "")
 	s.events.Publish(view.Event{Kind: view.Drain, Time: s.now()})
-	s.goAway("edge draining", s.ID != "")
-	if n := s.moves.Wait(ctx, s.cfg().move); n > 0 {
+	var moveLimit chan struct{} // closed once Timeouts.Move passed: nil, never
+	if d := s.cfg().move; d > 0 {
+		moveLimit = make(chan struct{})
+		t := time.AfterFunc(d, func() { close(moveLimit) })
+		defer t.Stop()
+	}
+	if s.ID == "" {
+		s.goAway("edge draining", false)
+	} else {
+		s.askToMove(ctx, moveLimit)
+	}
+	if n := s.moves.WaitBelow(ctx, 1, moveLimit); n > 0 {
 		s.log().Info("draining: agents that did not move are cut off", "sessions", n)
 	}
 	drain.Notice(ctx, start, s.cfg().drainNotice)
@@ -789,6 +806,32 @@ func (s *Server) stop() {
 	for port, ep := range s.tcp {
 		ep.ln.Close()
 		delete(s.tcp, port)
+	}
+}
+
+// defaultMovesInFlight is how many agents a draining edge has moving at
+// once (Server.movesInFlight).
+const defaultMovesInFlight = 256
+
+// askToMove tells every agent that the edge drains and asks those that
+// can to move, with at most movesInFlight of them moving at once: the next
+// is asked once one of them said it moved (or its session ended). Ten
+// thousand agents asked at once would open as many sessions, TLS
+// handshakes and binds on the other edges within a second, which swamps
+// them until their own agents miss their heartbeats. Once limit fires
+// (Timeouts.Move since the drain began) or ctx ends, the rest are asked
+// at once.
+func (s *Server) askToMove(ctx context.Context, limit <-chan struct{}) {
+	window := s.movesInFlight
+	if window <= 0 {
+		window = defaultMovesInFlight
+	}
+	paced := true
+	for _, ss := range s.sessionList() {
+		if paced && s.moves.WaitBelow(ctx, window, limit) >= window {
+			paced = false // the limit passed: no more waiting
+		}
+		ss.goAway("edge draining", true)
 	}
 }
 

@@ -46,29 +46,37 @@ func (m *Moves[K]) Done(k K) {
 // Wait waits until no session is left, limit has passed (zero or
 // negative: no limit) or ctx is done, and returns how many are left.
 func (m *Moves[K]) Wait(ctx context.Context, limit time.Duration) int {
-	var timeout <-chan time.Time
+	var timeout chan struct{}
 	if limit > 0 {
-		t := time.NewTimer(limit)
+		timeout = make(chan struct{})
+		t := time.AfterFunc(limit, func() { close(timeout) })
 		defer t.Stop()
-		timeout = t.C
 	}
+	return m.WaitBelow(ctx, 1, timeout)
+}
+
+// WaitBelow waits until fewer than n sessions are left, timeout is closed
+// (nil: never) or ctx is done, and returns how many are left: how a
+// draining edge keeps at most n agents moving at once. A closed timeout
+// serves any number of calls.
+func (m *Moves[K]) WaitBelow(ctx context.Context, n int, timeout <-chan struct{}) int {
 	for {
 		m.mu.Lock()
-		n := len(m.waiting)
+		left := len(m.waiting)
 		if m.wake == nil {
 			m.wake = make(chan struct{})
 		}
 		wake := m.wake
 		m.mu.Unlock()
-		if n == 0 {
-			return 0
+		if left < n {
+			return left
 		}
 		select {
 		case <-wake:
 		case <-timeout:
-			return n
+			return left
 		case <-ctx.Done():
-			return n
+			return left
 		}
 	}
 }

@@ -153,7 +153,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	fs.String("policy-actions", "", "the actions agents' traffic policy rules may use, comma separated (deny,custom-response,redirect,url-rewrite,add-headers,remove-headers,rate-limit,restrict-ips,basic-auth,verify-webhook,jwt-validation,oidc); others are refused (empty: every action)")
 	adminAddr := fs.String("admin", "", "address of the admin API: /healthz (200 while serving, 503 while draining, for load balancers), and with -admin-token-file the control plane's /v1/ (empty: none)")
 	fs.String("admin-token-file", "", "file whose first line is the bearer token of the admin API's /v1/ (16 bytes at least; a file others may read or write is refused)")
-	drainTimeout := fs.Duration("drain-timeout", 30*time.Second, "how long SIGTERM (or POST /v1/drain) gives the edge to drain: its agents move to other edges of the cluster and what is in flight finishes, then it exits")
+	drainTimeout := fs.Duration("drain-timeout", 30*time.Second, "how long SIGTERM (or POST /v1/drain) gives the edge to drain: its agents move to other edges of the cluster (256 at a time, for two thirds of it at most; those left then are cut off, and reconnect) and what is in flight finishes, then it exits")
 	drainNotice := fs.Duration("drain-notice", 0, "while draining, go on taking public connections this long at least, for load balancers' health checks to see /healthz fail (their interval times the failures they wait for; 0: none, for a load balancer that retries refused connections)")
 	fs.Var(new(stringList), "oidc-issuer-allowed", "an OpenID provider's issuer URL that agents' oidc policies may name (repeat for more; empty: any https issuer)")
 	configFile := fs.String("config", "", "read the settings from this YAML file: each flag's name, with _ for -, is a key; tokens and policy also take the list of tokens and the policy themselves; flags given win over the file")
@@ -258,7 +258,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 		AllowCatchAll:     *allowCatchAll,
 		ProxyProtocolFrom: proxyFrom,
 		Limits:            settings.limits,
-		Timeouts:          edge.Timeouts{Body: *bodyTimeout, HTTPIdle: *httpIdle, DrainNotice: *drainNotice, HeartbeatInterval: *heartbeat},
+		Timeouts:          edge.Timeouts{Body: *bodyTimeout, HTTPIdle: *httpIdle, DrainNotice: *drainNotice, HeartbeatInterval: *heartbeat, Move: movesWithin(*drainTimeout)},
 	}
 	var tokens *atomic.Pointer[identities] // swapped at SIGHUP; nil: any agent is taken
 	switch {
@@ -767,4 +767,15 @@ func echKeygenTo(path, publicName string, out io.Writer) error {
 	}
 	_, err = fmt.Fprintln(out, base64.StdEncoding.EncodeToString(list))
 	return err
+}
+
+// movesWithin is the time a drain of drainTimeout gives its agents to
+// move: two thirds of it, so that what is in flight on their old sessions
+// has the rest to finish (Timeouts.Move's default, 10 s, is the third of
+// the default -drain-timeout's). A drain with no time has none.
+func movesWithin(drainTimeout time.Duration) time.Duration {
+	if drainTimeout <= 0 {
+		return 0
+	}
+	return drainTimeout * 2 / 3
 }

@@ -113,15 +113,20 @@ func TestReservationFlags(t *testing.T) {
 	}
 }
 
-// -body-timeout and -http-idle set the Timeouts of the same names.
+// -body-timeout, -http-idle and -heartbeat-interval set the Timeouts of
+// the same names; -drain-timeout gives agents two thirds of it to move
+// (Timeouts.Move), none when it is none.
 func TestTimeoutFlags(t *testing.T) {
-	if srv := configured(t); srv.Timeouts != (edge.Timeouts{}) {
-		t.Errorf("Timeouts %+v without flags, want the defaults (zero)", srv.Timeouts)
+	if srv := configured(t); srv.Timeouts != (edge.Timeouts{Move: 20 * time.Second}) {
+		t.Errorf("Timeouts %+v without flags, want the defaults (zero) and Move 20s", srv.Timeouts)
 	}
-	srv := configured(t, "-body-timeout", "30s", "-http-idle", "-1s")
-	want := edge.Timeouts{Body: 30 * time.Second, HTTPIdle: -time.Second}
+	srv := configured(t, "-body-timeout", "30s", "-http-idle", "-1s", "-heartbeat-interval", "45s", "-drain-timeout", "90s")
+	want := edge.Timeouts{Body: 30 * time.Second, HTTPIdle: -time.Second, HeartbeatInterval: 45 * time.Second, Move: time.Minute}
 	if srv.Timeouts != want {
 		t.Fatalf("Timeouts %+v, want %+v", srv.Timeouts, want)
+	}
+	if srv := configured(t, "-drain-timeout", "0s"); srv.Timeouts.Move != 0 {
+		t.Errorf("-drain-timeout 0s: Move %v, want 0 (the default)", srv.Timeouts.Move)
 	}
 }
 
@@ -217,7 +222,7 @@ policy:
 	if srv.Domain != "example.com" || !srv.AllowCatchAll || srv.Limits.EndpointsPerIdentity != 7 {
 		t.Errorf("domain %q, catch-all %v, limits %+v", srv.Domain, srv.AllowCatchAll, srv.Limits)
 	}
-	if want := (edge.Timeouts{Body: 5 * time.Second, HTTPIdle: -time.Second}); srv.Timeouts != want {
+	if want := (edge.Timeouts{Body: 5 * time.Second, HTTPIdle: -time.Second, Move: 20 * time.Second}); srv.Timeouts != want {
 		t.Errorf("Timeouts %+v, want %+v: the flag wins over body_timeout", srv.Timeouts, want)
 	}
 	if len(srv.ProxyProtocolFrom) != 2 {
