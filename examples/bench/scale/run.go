@@ -230,6 +230,9 @@ func (h *harness) setup(ctx context.Context) error {
 		if cfg.edgeGOGC != "" {
 			e.env = append(e.env, "GOGC="+cfg.edgeGOGC)
 		}
+		if cfg.edgeMem != "" {
+			e.env = append(e.env, "GOMEMLIMIT="+cfg.edgeMem)
+		}
 		if cfg.etcdTTL > 0 {
 			e.args = append(e.args, "-etcd-ttl", cfg.etcdTTL.String())
 		}
@@ -381,6 +384,9 @@ func (h *harness) startAgents(ctx context.Context, first, count int) error {
 	var env []string
 	if h.cfg.agentGOGC != "" {
 		env = append(env, "GOGC="+h.cfg.agentGOGC)
+	}
+	if h.cfg.agentMem != "" {
+		env = append(env, "GOMEMLIMIT="+h.cfg.agentMem)
 	}
 	p, err := benchproc.Start(ctx, benchproc.Options{
 		Name: fmt.Sprintf("agents%d", n), Role: "agents", Args: args, Env: env,
