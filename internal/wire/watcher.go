@@ -75,11 +75,14 @@ func (w *Watcher) Watch(s *Session, dead func()) (remove func()) {
 	}
 }
 
-func (w *Watcher) forgetLocked(e *watched) {
-	if _, ok := w.buckets[e.bucket][e]; ok {
-		delete(w.buckets[e.bucket], e)
-		w.n--
+// forgetLocked stops watching e, and reports whether it was watched.
+func (w *Watcher) forgetLocked(e *watched) bool {
+	if _, ok := w.buckets[e.bucket][e]; !ok {
+		return false
 	}
+	delete(w.buckets[e.bucket], e)
+	w.n--
+	return true
 }
 
 // Close stops watching every session, and waits for the goroutine.
@@ -99,29 +102,50 @@ func (w *Watcher) run() {
 	timeout := orDefault(w.Timeout, DefaultHeartbeatTimeout)
 	t := time.NewTicker(interval / watchBuckets)
 	defer t.Stop()
-	var dead []*watched
+	var batch, gone, dead []*watched
 	for b := 0; ; b = (b + 1) % watchBuckets {
 		select {
 		case <-w.stop:
 			return
 		case <-t.C:
 		}
-		now := time.Now()
-		dead = dead[:0]
+		// The bucket's sessions are checked without w.mu: a session's
+		// locks are not taken under it (its close removes it from the
+		// Watcher), and e's fields are this goroutine's alone.
 		w.mu.Lock()
+		batch = batch[:0]
 		for e := range w.buckets[b] {
+			batch = append(batch, e)
+		}
+		w.mu.Unlock()
+		now := time.Now()
+		gone, dead = gone[:0], dead[:0]
+		for _, e := range batch {
 			switch h := e.s.Heard(); {
 			case e.s.Over():
-				w.forgetLocked(e)
+				gone = append(gone, e)
 			case h != e.heard:
 				e.heard, e.heardAt = h, now
 			case now.Sub(e.heardAt) >= interval+timeout:
-				w.forgetLocked(e)
 				dead = append(dead, e)
 			case now.Sub(e.heardAt) >= interval:
-				e.s.Ping() // never waits
+				// Ping writes the frame when the framer is free, and a
+				// silent peer's connection may take no more: never here.
+				go e.s.Ping()
 			}
 		}
+		w.mu.Lock()
+		for _, e := range gone {
+			w.forgetLocked(e)
+		}
+		n := 0
+		for _, e := range dead {
+			if w.forgetLocked(e) { // not removed meanwhile
+				dead[n] = e
+				n++
+			}
+		}
+		dead = dead[:n]
 		idle := w.n == 0
 		if idle {
 			w.running = false
