@@ -101,8 +101,8 @@ func parseFlags(args []string) (config, error) {
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
 	case c.edges < 2:
 		return c, fmt.Errorf("-edges %d: a cluster has 2 at least", c.edges)
-	case c.agents < 1 || c.baseline < 1 || c.baseline > c.agents:
-		return c, fmt.Errorf("-agents %d, -baseline %d: want 1 <= baseline <= agents", c.agents, c.baseline)
+	case c.baseline < 1 || c.baseline >= c.agents:
+		return c, fmt.Errorf("-agents %d, -baseline %d: want 1 <= baseline < agents (the bind phase starts the others)", c.agents, c.baseline)
 	case c.perProcess < 1 || c.workers < 1 || c.rate < 1:
 		return c, fmt.Errorf("-per-process, -workers and -rate must be positive")
 	case c.load <= 0 || c.idle <= 0:
@@ -127,9 +127,12 @@ func main() {
 	if res != nil {
 		printTable(os.Stdout, res)
 		if cfg.jsonPath != "" {
-			b, _ := json.MarshalIndent(res, "", "  ")
-			if werr := os.WriteFile(cfg.jsonPath, append(b, '\n'), 0o644); werr != nil {
-				fmt.Fprintln(os.Stderr, "scale:", werr)
+			b, werr := json.MarshalIndent(res, "", "  ")
+			if werr == nil {
+				werr = os.WriteFile(cfg.jsonPath, append(b, '\n'), 0o644)
+			}
+			if werr != nil {
+				fmt.Fprintln(os.Stderr, "scale: -json:", werr)
 				os.Exit(1)
 			}
 		}

@@ -22,8 +22,9 @@ func TestParseFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"-edges", "1"}, "-edges 1: a cluster has 2 at least"},
-		{[]string{"-agents", "50"}, "want 1 <= baseline <= agents"},
-		{[]string{"-agents", "0", "-baseline", "0"}, "want 1 <= baseline <= agents"},
+		{[]string{"-agents", "50"}, "want 1 <= baseline < agents"},
+		{[]string{"-agents", "100"}, "want 1 <= baseline < agents"},
+		{[]string{"-agents", "0", "-baseline", "0"}, "want 1 <= baseline < agents"},
 		{[]string{"-rate", "0"}, "must be positive"},
 		{[]string{"-per-process", "-5"}, "must be positive"},
 		{[]string{"-idle", "0s"}, "-load and -idle must be positive"},
