@@ -130,7 +130,13 @@ func TestProxyHeaderBelievedFromLoadBalancersOnly(t *testing.T) {
 		fmt.Fprintf(w, "%s|%s", r.RemoteAddr, r.Header.Get("X-Forwarded-For"))
 	}))
 	tl := bind(t, ac, "tls://who.example.test")
-	go acceptEach(tl, func(c net.Conn) { fmt.Fprintf(c, "%s\n", c.RemoteAddr()) })
+	go acceptEach(tl, func(c net.Conn) {
+		fmt.Fprintf(c, "%s\n", c.RemoteAddr())
+		// Then read what the client sent (its ClientHello) until it
+		// closes: an app that closes with bytes unread resets the
+		// stream, as a socket does, and its line may be lost.
+		io.Copy(io.Discard, c)
+	})
 	cl := bind(t, ac, "tcp://")
 	go acceptEach(cl, func(c net.Conn) {
 		fmt.Fprintf(c, "%s\n", c.RemoteAddr()) // first, as SMTP or SSH servers do
