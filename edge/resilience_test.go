@@ -162,10 +162,9 @@ func TestGraceKeepsNameForIdentity(t *testing.T) {
 	}
 }
 
-// rawSession opens a muxado session to the edge as a hand-written agent.
-// rawWireSession is rawSession as a wire.Session, whose framer answers the
-// edge's PING frames (wire.PingFrameVersion).
-func rawWireSession(t testing.TB, addr string) *wire.Session {
+// rawConn dials the edge's agent port at addr and exchanges the
+// preambles, as a hand-written agent; it returns the conn and the window.
+func rawConn(t testing.TB, addr string) (net.Conn, uint32) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -178,24 +177,23 @@ func rawWireSession(t testing.TB, addr string) *wire.Session {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c, window
+}
+
+// rawWireSession is rawSession as a wire.Session, whose framer answers the
+// edge's PING frames (wire.PingFrameVersion).
+func rawWireSession(t testing.TB, addr string) *wire.Session {
+	t.Helper()
+	c, window := rawConn(t, addr)
 	s := wire.NewSession(c, window, true, 0)
 	t.Cleanup(func() { s.Close() })
 	return s
 }
 
+// rawSession opens a muxado session to the edge as a hand-written agent.
 func rawSession(t testing.TB, addr string) muxado.Session {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := wire.WritePreamble(c, wire.DefaultWindow); err != nil {
-		t.Fatal(err)
-	}
-	window, err := wire.ReadPreamble(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, window := rawConn(t, addr)
 	s := muxado.Client(c, wire.MuxConfig(window))
 	t.Cleanup(func() { s.Close() })
 	return s
