@@ -198,12 +198,26 @@ loop:
 	return samples
 }
 
+// start runs loadRun in the background until the func it returns is
+// called, which returns every request's outcome.
+func (b *balancer) start(ctx context.Context, rate, names int) (stop func() []sample) {
+	done := make(chan struct{})
+	result := make(chan []sample, 1)
+	go func() { result <- b.loadRun(ctx, rate, names, done) }()
+	return func() []sample {
+		close(done)
+		return <-result
+	}
+}
+
 // load runs loadRun for d.
 func (b *balancer) load(ctx context.Context, rate, names int, d time.Duration) []sample {
-	stop := make(chan struct{})
-	t := time.AfterFunc(d, func() { close(stop) })
-	defer t.Stop()
-	return b.loadRun(ctx, rate, names, stop)
+	stop := b.start(ctx, rate, names)
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+	return stop()
 }
 
 // latencyStats are the figures of a load.

@@ -573,13 +573,7 @@ func (h *harness) killPhase(ctx context.Context, res *result) error {
 		return fmt.Errorf("%s holds no agent", victim.name)
 	}
 	h.logf("kill: kill -9 %s, which holds %d agents, under %d requests/s", victim.name, k.Agents, h.cfg.rate)
-	stop := make(chan struct{})
-	var samples []sample
-	loaded := make(chan struct{})
-	go func() {
-		defer close(loaded)
-		samples = h.lb.loadRun(ctx, h.cfg.rate, h.cfg.agents, stop)
-	}()
+	stopLoad := h.lb.start(ctx, h.cfg.rate, h.cfg.agents)
 	time.Sleep(2 * time.Second)
 	killed := time.Now()
 	victim.kill()
@@ -595,8 +589,7 @@ func (h *harness) killPhase(ctx context.Context, res *result) error {
 		return nil
 	})
 	time.Sleep(3 * time.Second)
-	close(stop)
-	<-loaded
+	samples := stopLoad()
 	k.Rebound, k.SameURL = rep.Rebound, rep.MarkedURLs
 	for i := range rep.ReboundMs {
 		rep.ReboundMs[i] /= 1000
@@ -637,13 +630,7 @@ func (h *harness) rollingPhase(ctx context.Context, res *result) error {
 	r := &rollingResult{Edges: len(h.edges)}
 	res.Rolling = r
 	h.logf("rolling: each of %d edges drained and started again, under %d requests/s", len(h.edges), h.cfg.rate)
-	stop := make(chan struct{})
-	var samples []sample
-	loaded := make(chan struct{})
-	go func() {
-		defer close(loaded)
-		samples = h.lb.loadRun(ctx, h.cfg.rate, h.cfg.agents, stop)
-	}()
+	stopLoad := h.lb.start(ctx, h.cfg.rate, h.cfg.agents)
 	start := time.Now()
 	var phaseErr error
 	for _, e := range h.edges {
@@ -664,8 +651,7 @@ func (h *harness) rollingPhase(ctx context.Context, res *result) error {
 	}
 	r.Seconds = time.Since(start).Seconds()
 	time.Sleep(2 * time.Second)
-	close(stop)
-	<-loaded
+	samples := stopLoad()
 	st, errs := stats(samples)
 	r.Requests, r.Failed = st.Requests, st.Errors
 	rep, err := h.waitBound(ctx, h.cfg.agents, h.cfg.rebindTimeout, time.Time{})
