@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/examples/bench/internal/benchpki"
 	"github.com/tunnelkit/tunnelkit/examples/bench/internal/benchproc"
 	"google.golang.org/grpc"
 )
@@ -74,7 +75,7 @@ func runLoad(ctx context.Context, ctl *benchproc.Control, args []string) error {
 	}
 	var tlsConfig *tls.Config
 	if *caFile != "" {
-		roots, err := loadRoots(*caFile)
+		roots, err := benchpki.LoadRoots(*caFile)
 		if err != nil {
 			return err
 		}

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tunnelkit/tunnelkit/examples/bench/internal/benchpki"
 	"github.com/tunnelkit/tunnelkit/examples/bench/internal/benchproc"
 	"github.com/tunnelkit/tunnelkit/examples/internal/logbuf"
 
@@ -114,7 +115,7 @@ func runAgent(ctx context.Context, ctl *benchproc.Control, args []string) error 
 	defer logs.Close()
 	c := &agent.Client{Addrs: []string{*edgeAddr}, Logger: log}
 	if *edgeCA != "" {
-		roots, err := loadRoots(*edgeCA)
+		roots, err := benchpki.LoadRoots(*edgeCA)
 		if err != nil {
 			return err
 		}
@@ -166,7 +167,7 @@ func runAgents(ctx context.Context, ctl *benchproc.Control, args []string) error
 	}
 	var tlsConfig *tls.Config
 	if *edgeCA != "" {
-		roots, err := loadRoots(*edgeCA)
+		roots, err := benchpki.LoadRoots(*edgeCA)
 		if err != nil {
 			return err
 		}

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/tunnelkit/tunnelkit/agent"
+	"github.com/tunnelkit/tunnelkit/examples/bench/internal/benchpki"
 	"github.com/tunnelkit/tunnelkit/examples/bench/internal/benchproc"
 )
 
@@ -82,7 +83,7 @@ func agentsRole(ctx context.Context, ctl *benchproc.Control, args []string) erro
 		return fmt.Errorf("-log-level: %w", err)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	roots, err := loadRoots(*caFile)
+	roots, err := benchpki.LoadRoots(*caFile)
 	if err != nil {
 		return err
 	}
