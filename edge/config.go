@@ -165,6 +165,21 @@ type Limits struct {
 	// (Go's http.Transport, before its first HTTP/2 connection is up) has
 	// them served in turn. Zero: 64.
 	HandshakesPerSource int
+
+	// Handshakes bounds the agents' TLS handshakes (on the agent port
+	// and on the ServeSNI listeners) whose keys the edge computes at
+	// once; the others wait in line, in the order their ClientHellos
+	// came, each until its Timeouts.Handshake. A handshake holds its turn
+	// from its ClientHello, read whole, to the edge's answer, written:
+	// never while it waits for its agent, so that no client holds one
+	// for long. When an edge dies and its thousands of agents come to
+	// this one at once, the first in line are done in milliseconds, and
+	// the sessions already here keep their share of the CPU; with no
+	// bound every handshake shares the CPU with all the others, and all
+	// of them take longer than their agents wait (10 s). Zero: twice
+	// the CPUs the Go runtime uses (GOMAXPROCS), and at least 4;
+	// negative: no bound.
+	Handshakes int
 }
 
 // Timeouts bound how long an edge waits. In every field, zero means the
@@ -308,6 +323,7 @@ type config struct {
 	window              uint32
 	connsPerSource      int
 	handshakesPerSource int
+	handshakes          int
 
 	handshake         time.Duration
 	heartbeatInterval time.Duration

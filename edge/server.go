@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -323,6 +324,7 @@ type Server struct {
 	bindLog limits.LogBudget           // lines about refused binds
 	binds   limits.BindGuard           // refused binds, by owner (Limits.RefusedBinds)
 	pending limits.Pending             // agent conns waiting for their hello, by source
+	turns   limits.Turns               // agents' TLS handshakes computed at once (Limits.Handshakes)
 	evicted atomic.Int64               // pending conns closed to make room
 
 	reserveMu sync.Mutex // one Reserve counts and adds at a time
@@ -376,6 +378,7 @@ func (c *config) setLimits(l Limits) {
 	c.refusedBinds = limit(l.RefusedBinds, DefaultRefusedBinds)
 	c.connsPerSource = limit(l.ConnsPerSource, DefaultConnsPerSource)
 	c.handshakesPerSource = limit(l.HandshakesPerSource, DefaultHandshakesPerSource)
+	c.handshakes = limit(l.Handshakes, max(4, 2*runtime.GOMAXPROCS(0)))
 	switch c.clientShare = l.ClientShare; {
 	case c.clientShare == 0:
 		c.clientShare = DefaultClientShare

@@ -116,8 +116,9 @@ func (s *Server) serveSession(c net.Conn) {
 			return c, nil
 		}
 		// The handshake happens on the preamble's first read, bounded by
-		// its deadline.
-		return tls.Server(wire.BatchWrites(c), s.AgentTLS), nil
+		// its deadline, in its turn.
+		tc, cfg := s.turnTLS(c, s.AgentTLS)
+		return tls.Server(wire.BatchWrites(tc), cfg), nil
 	})
 }
 

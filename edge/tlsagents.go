@@ -75,11 +75,14 @@ func (s *Server) serveTLSAgent(public, c net.Conn) {
 // wire.ALPN: a client that did not offer it gets nothing of the agent
 // protocol.
 func (s *Server) agentHandshake(c net.Conn) (net.Conn, error) {
-	tc := tls.Server(wire.BatchWrites(c), s.tlsTerm().agents)
+	turn, cfg := s.turnTLS(c, s.tlsTerm().agents)
+	tc := tls.Server(wire.BatchWrites(turn), cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg().handshake)
 	defer cancel()
 	c.SetDeadline(time.Now().Add(s.cfg().handshake))
-	if err := tc.HandshakeContext(ctx); err != nil {
+	err := tc.HandshakeContext(ctx)
+	turn.done()
+	if err != nil {
 		return nil, fmt.Errorf("edge: agent TLS handshake: %w", err)
 	}
 	if p := tc.ConnectionState().NegotiatedProtocol; p != wire.ALPN {

@@ -749,3 +749,41 @@ func TestTLSAgentHandshakesPerSource(t *testing.T) {
 		t.Errorf("%d connections refused as %s, want none: they wait", n, edge.ReasonHandshakeLimit)
 	}
 }
+
+// TestAgentHandshakesTakeTurns: with Limits.Handshakes at 1, agents on
+// both ports connect one after another while clients that sent a whole
+// ClientHello and stalled, or half of one, wait with their handshakes
+// unfinished for an hour: a handshake holds its turn only while the edge
+// computes its answer, never while it waits for its client. Were a turn
+// held until the handshake ends, the first stalled client would hold the
+// only one, and no agent would connect.
+func TestAgentHandshakesTakeTurns(t *testing.T) {
+	t.Parallel()
+	agentsLn := listen(t)
+	e := startOnePortEdgeWith(t, agentsLn, func(s *edge.Server) {
+		s.AgentTLS = &tls.Config{Certificates: s.Certificates}
+		s.Limits = edge.Limits{Handshakes: 1}
+		s.Timeouts = edge.Timeouts{Handshake: time.Hour}
+	})
+	hello := agentHello(t)
+	for _, addr := range []string{e.addr, agentsLn.Addr().String()} {
+		f := newFlooder(t, addr, nil)
+		f.open(10, func(c net.Conn) net.Conn { c.Write(hello); return c })
+		f.open(10, func(c net.Conn) net.Conn { c.Write(hello[:len(hello)/2]); return c })
+	}
+	var wg sync.WaitGroup
+	for i := range 6 {
+		wg.Go(func() {
+			a := e.agent(t, "example.test")
+			if i%2 == 1 {
+				a.Addrs = []string{agentsLn.Addr().String()}
+			}
+			name := fmt.Sprintf("turn%d", i)
+			serveHTTP(t, a, "http://"+name, nameHandler(name))
+		})
+	}
+	wg.Wait()
+	if n := e.obs.get("sessions"); n != 6 {
+		t.Errorf("%d sessions, want 6", n)
+	}
+}
