@@ -3,6 +3,7 @@ package edge_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/tunnelkit/tunnelkit/agent"
 	"github.com/tunnelkit/tunnelkit/edge"
+	"github.com/tunnelkit/tunnelkit/router"
 )
 
 // TestRefusedBindsThrottled: a tenant looping binds of another's name,
@@ -83,4 +85,68 @@ func TestRefusedBindsThrottled(t *testing.T) {
 		t.Errorf("the guard holds a budget for %d owners: want bob's alone", n)
 	}
 	t.Logf("bob: %d refused, %d refused as throttled, in %v; %s", refused.Load(), throttled.Load(), elapsed.Round(time.Millisecond), obs)
+}
+
+// storeDownRouter is an operator's Router whose store does not answer
+// while down is set: its binds fail as a database's would.
+type storeDownRouter struct {
+	*router.MemoryRouter
+	down   atomic.Bool
+	failed atomic.Int64 // binds failed while down
+}
+
+func (r *storeDownRouter) Bind(ctx context.Context, rt router.Route) error {
+	if r.down.Load() {
+		r.failed.Add(1)
+		return errors.New("the store did not answer")
+	}
+	return r.MemoryRouter.Bind(ctx, rt)
+}
+
+func (r *storeDownRouter) Move(ctx context.Context, rt router.Route, from string) error {
+	if r.down.Load() {
+		r.failed.Add(1)
+		return errors.New("the store did not answer")
+	}
+	return r.MemoryRouter.Move(ctx, rt, from)
+}
+
+// TestStoreTroubleIsNoRefusal: binds that fail because the edge's Router
+// did not answer (etcd, overloaded as an edge's agents all come back at
+// once) are not the tenant's refusals: however many failed, the
+// identity's next binds, once the store answers, wait for nothing
+// (Limits.RefusedBinds). Counted, the failures of a fleet that shares one
+// token would have every agent of it wait a second more than the last.
+func TestStoreTroubleIsNoRefusal(t *testing.T) {
+	t.Parallel()
+	obs := &tally{}
+	rt := &storeDownRouter{MemoryRouter: &router.MemoryRouter{}}
+	srv := &edge.Server{Domain: "example.test", Observer: obs, Router: rt, Authenticate: tokens, Limits: edge.Limits{RefusedBinds: 2}}
+	te := edgeOn(t, srv, listen(t), listen(t))
+	fleet := tenant(t, te, "alice") // one token, many devices
+	rt.down.Store(true)
+	// The agent tries again and again, as one of a fleet does while its
+	// edge's store is slow.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	_, err := fleet.Listen(ctx, "http://device0")
+	cancel()
+	if err == nil {
+		t.Fatal("a bind went through while the store was down")
+	}
+	if n := rt.failed.Load(); n < 4 {
+		t.Fatalf("%d binds failed while the store was down: want more than the 2 refusals allowed", n)
+	}
+	rt.down.Store(false)
+	for i := range 8 {
+		name := fmt.Sprintf("device%d", i)
+		serve(t, bind(t, fleet, "http://"+name), name)
+	}
+	if resp, body := get(t, te, te.url("device7"), nil); resp.StatusCode != 200 || body != "device7 /" {
+		t.Fatalf("device7: %d %q", resp.StatusCode, body)
+	}
+	for _, r := range []edge.Reason{edge.ReasonBindThrottled, edge.ReasonBindRefused} {
+		if n := obs.get("refused/" + string(r)); n != 0 {
+			t.Errorf("refused/%s = %d, want 0: the store's failures are no refusals (%s)", r, n, obs)
+		}
+	}
 }

@@ -334,24 +334,38 @@ func (s *Server) takeOver(sessionID, identity string, by *session) {
 	old.close(max(s.cfg().grace, s.cfg().handshake))
 }
 
+// bindOutcome says how a bind that failed failed (nothing, for one
+// granted).
+type bindOutcome int
+
+const (
+	bindRefused bindOutcome = iota // for what its tenant asked
+	bindCounted                    // refused for a quota, counted with its Reason already
+	bindTrouble                    // for the edge's own reasons (see serveBindGuarded)
+)
+
+// msgStoreFailed is the failure of a bind whose Router failed (etcd did
+// not answer in time): the edge's trouble, not a refusal.
+const msgStoreFailed = "bind failed"
+
 // serveBind grants an endpoint, under the ownership rules of the Router
 // and the session's bound on endpoints. A refusal for a quota is counted
-// (Observer.Refused) with its Reason, and then counted is true.
-func (ss *session) serveBind(ctx context.Context, b *wire.Bind) (resp wire.Response, counted bool) {
+// (Observer.Refused) with its Reason (bindCounted).
+func (ss *session) serveBind(ctx context.Context, b *wire.Bind) (resp wire.Response, how bindOutcome) {
 	s := ss.srv
 	if s.Draining() {
-		return fail(wire.CodeUnavailable, "this edge is draining: bind on another"), false
+		return fail(wire.CodeUnavailable, "this edge is draining: bind on another"), bindTrouble
 	}
 	if b.Replaces != "" {
-		return ss.serveReplace(ctx, b), false
+		return ss.serveReplace(ctx, b)
 	}
 	r := router.Route{Proto: b.Proto, SessionID: ss.id, Pool: b.Pool, Edge: s.ID}
 	if err := s.endpointOptions(&r, b.Options, b.Policy); err != nil {
-		return fail(wire.CodeBadRequest, "%s", err), false
+		return fail(wire.CodeBadRequest, "%s", err), bindRefused
 	}
 	names, chosen, err := s.bindNames(b)
 	if err != nil {
-		return fail(wire.CodeBadRequest, "%s", err), false
+		return fail(wire.CodeBadRequest, "%s", err), bindRefused
 	}
 	var name endpointKey // the name asked for, which may be one kept for the agent
 	if chosen {
@@ -362,7 +376,7 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) (resp wire.Respo
 	identity, previous, kept, refused := ss.admitBind(name)
 	if refused != nil {
 		s.obs().Refused(refused.reason)
-		return fail(wire.CodeUnavailable, "%s", refused.message), true
+		return fail(wire.CodeUnavailable, "%s", refused.message), bindCounted
 	}
 	granted := false
 	defer func() { ss.doneBinding(granted, name, kept) }()
@@ -373,11 +387,14 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) (resp wire.Respo
 	r.Admits = ss.admits(r.Pool)
 	pol, combined, e := s.bindPolicy(ctx, &r, b.Policy)
 	if e != nil {
-		return wire.Response{Error: e}, false
+		return wire.Response{Error: e}, policyOutcome(e)
 	}
 	r, e = ss.bindFirst(ctx, r, names, chosen, previous)
 	if e != nil {
-		return wire.Response{Error: e}, false
+		if e.Code == wire.CodeUnavailable && e.Message == msgStoreFailed {
+			return wire.Response{Error: e}, bindTrouble
+		}
+		return wire.Response{Error: e}, bindRefused
 	}
 	s.holdPolicy(r, pol) // until s.unbind
 	ep := &book.Endpoint{Route: r, URL: s.publicURL(r), Kinds: combined.Kinds(), Checked: b.Options[wire.OptHealthCheck] != ""}
@@ -385,7 +402,7 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) (resp wire.Respo
 	if ss.closed {
 		ss.mu.Unlock()
 		s.unbind(r, 0)
-		return fail(wire.CodeUnavailable, "session closed"), false
+		return fail(wire.CodeUnavailable, "session closed"), bindTrouble
 	}
 	ss.routes.Set(r.TunnelID, ep)
 	granted = true
@@ -402,13 +419,28 @@ func (ss *session) serveBind(ctx context.Context, b *wire.Bind) (resp wire.Respo
 	} else {
 		ss.log.Info("bound", "url", url, "pool", r.Pool)
 	}
-	return wire.Response{BindResp: &wire.BindResp{TunnelID: r.TunnelID, URL: url, Ticket: t}}, false
+	return wire.Response{BindResp: &wire.BindResp{TunnelID: r.TunnelID, URL: url, Ticket: t}}, bindRefused
+}
+
+// policyOutcome says how a bind whose traffic policy failed failed: for
+// the edge's trouble when its policy source did not answer
+// (policy.ErrUnavailable, see policyFailure).
+func policyOutcome(e *wire.Error) bindOutcome {
+	if e.Code == wire.CodeUnavailable {
+		return bindTrouble
+	}
+	return bindRefused
 }
 
 // serveBindGuarded serves a bind once its owner's refused binds allow
 // it (Limits.RefusedBinds), and counts a refusal against them: a tenant
 // looping binds it cannot have waits, at no cost to the edge, rather than
-// take its CPU and its chances at a name that goes free.
+// take its CPU and its chances at a name that goes free. A bind that
+// failed for the edge's own reasons (it drains, the session closed, its
+// Router or a policy source did not answer) is no refusal: a tenant
+// cannot loop on those, and counted, a moment of a slow store would make
+// a fleet that shares one token wait a second an agent for long after,
+// all binding again at once when an edge died.
 func (ss *session) serveBindGuarded(ctx context.Context, b *wire.Bind) wire.Response {
 	s := ss.srv
 	owner := ss.bindOwner()
@@ -421,10 +453,10 @@ func (ss *session) serveBindGuarded(ctx context.Context, b *wire.Bind) wire.Resp
 		ss.bindRefused(b, resp.Error)
 		return resp
 	}
-	resp, counted := ss.serveBind(ctx, b)
-	pass.Done(resp.Error != nil)
+	resp, how := ss.serveBind(ctx, b)
+	pass.Done(resp.Error != nil && how != bindTrouble)
 	if resp.Error != nil {
-		if !counted {
+		if how == bindRefused {
 			s.obs().Refused(ReasonBindRefused)
 		}
 		ss.bindRefused(b, resp.Error)
@@ -624,7 +656,7 @@ func (ss *session) bindFirst(ctx context.Context, r router.Route, names iter.Seq
 			return r, e
 		default:
 			ss.log.Warn("bind", "err", err)
-			return r, failure(wire.CodeUnavailable, "bind failed")
+			return r, failure(wire.CodeUnavailable, msgStoreFailed)
 		}
 	}
 	return r, failure(wire.CodeUnavailable, "no free name or port")

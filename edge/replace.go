@@ -20,8 +20,8 @@ import (
 // the session itself), so that the name is never free meanwhile and no
 // other identity can take it; the old endpoint's conns go on, and conns
 // sent to it as it changed reach the new one. A refusal leaves the old
-// endpoint as it was.
-func (ss *session) serveReplace(ctx context.Context, b *wire.Bind) wire.Response {
+// endpoint as it was, and how says how (see bindOutcome).
+func (ss *session) serveReplace(ctx context.Context, b *wire.Bind) (wire.Response, bindOutcome) {
 	s := ss.srv
 	ss.mu.Lock()
 	old, ok := ss.routes.Get(b.Replaces)
@@ -36,37 +36,37 @@ func (ss *session) serveReplace(ctx context.Context, b *wire.Bind) wire.Response
 	}
 	ss.mu.Unlock()
 	if !ok {
-		return fail(wire.CodeNotFound, "no such tunnel to replace")
+		return fail(wire.CodeNotFound, "no such tunnel to replace"), bindRefused
 	}
 	defer ss.doneBinding(true, endpointKey{}, nil)
 	if twins > 1 {
-		return fail(wire.CodeBadRequest, "this session holds %s %s more than once: unbind and bind it instead", old.Route.Proto, old.Route.Name)
+		return fail(wire.CodeBadRequest, "this session holds %s %s more than once: unbind and bind it instead", old.Route.Proto, old.Route.Name), bindRefused
 	}
 	if b.Proto != old.Route.Proto {
-		return fail(wire.CodeBadRequest, "a replace keeps the protocol: the endpoint is %s, not %s", old.Route.Proto, wire.Printable(b.Proto, 16))
+		return fail(wire.CodeBadRequest, "a replace keeps the protocol: the endpoint is %s, not %s", old.Route.Proto, wire.Printable(b.Proto, 16)), bindRefused
 	}
 	if name, err := s.replacedName(b); err != nil || name != old.Route.Name {
-		return fail(wire.CodeBadRequest, "a replace keeps the name: the endpoint is %s", old.URL)
+		return fail(wire.CodeBadRequest, "a replace keeps the name: the endpoint is %s", old.URL), bindRefused
 	}
 	r := old.Route
 	r.TunnelID, r.Pool, r.AppProtocol, r.Policy, r.VerboseErrors = newID(), b.Pool, "", "", false // as b says
 	r.Admits = ss.admits(r.Pool)
 	if err := s.endpointOptions(&r, b.Options, b.Policy); err != nil {
-		return fail(wire.CodeBadRequest, "%s", err)
+		return fail(wire.CodeBadRequest, "%s", err), bindRefused
 	}
 	if r.Path != old.Route.Path {
-		return fail(wire.CodeBadRequest, "a replace keeps the path: the endpoint is %s", old.URL)
+		return fail(wire.CodeBadRequest, "a replace keeps the path: the endpoint is %s", old.URL), bindRefused
 	}
 	pol, combined, e := s.bindPolicy(ctx, &r, b.Policy)
 	if e != nil {
-		return wire.Response{Error: e}
+		return wire.Response{Error: e}, policyOutcome(e)
 	}
 	if err := router.Move(ctx, s.router(), r, ss.id); err != nil {
 		if errors.Is(err, router.ErrNameTaken) {
-			return fail(wire.CodeNameTaken, "%s", strings.TrimPrefix(err.Error(), router.ErrNameTaken.Error()+": "))
+			return fail(wire.CodeNameTaken, "%s", strings.TrimPrefix(err.Error(), router.ErrNameTaken.Error()+": ")), bindRefused
 		}
 		ss.log.Warn("replace", "err", err)
-		return fail(wire.CodeUnavailable, "bind failed")
+		return fail(wire.CodeUnavailable, msgStoreFailed), bindTrouble
 	}
 	s.holdPolicy(r, pol)
 	ep := &book.Endpoint{Route: r, URL: old.URL, Kinds: combined.Kinds(), Checked: b.Options[wire.OptHealthCheck] != ""}
@@ -74,7 +74,7 @@ func (ss *session) serveReplace(ctx context.Context, b *wire.Bind) wire.Response
 	if ss.closed {
 		ss.mu.Unlock()
 		s.unbind(r, 0)
-		return fail(wire.CodeUnavailable, "session closed")
+		return fail(wire.CodeUnavailable, "session closed"), bindTrouble
 	}
 	ep.Follow(old) // under ss.mu, as serveHealth changes old's health
 	// Down no more: the new endpoint has no check.
@@ -103,7 +103,7 @@ func (ss *session) serveReplace(ctx context.Context, b *wire.Bind) wire.Response
 		ss.log.Warn("endpoint ticket", "err", err)
 	}
 	ss.log.Info("changed in place", "url", ep.URL, "pool", r.Pool, "policy", combined)
-	return wire.Response{BindResp: &wire.BindResp{TunnelID: r.TunnelID, URL: ep.URL, Ticket: t}}
+	return wire.Response{BindResp: &wire.BindResp{TunnelID: r.TunnelID, URL: ep.URL, Ticket: t}}, bindRefused
 }
 
 // replacedName returns the normalised name (or port) of a bind that
