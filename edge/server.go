@@ -356,8 +356,17 @@ type Server struct {
 	servers     map[*http.Server]struct{}
 	tcp         map[string]*tcpEndpoint // by port
 	connCounts  []*limits.Count         // the bounds of ConnsPerSource of the listeners
-	conns       map[net.Conn]struct{}   // public TLS and TCP conns, and their streams
 	wg          sync.WaitGroup          // session and listener goroutines
+
+	// The hot paths (every conn accepted, every stream relayed, every
+	// hello) read the server's state without mu, which the goroutines
+	// of thousands of agents coming back at once would otherwise queue
+	// on, and the accept loops behind them.
+	isShut     atomic.Bool           // closed, set under mu and wgMu together
+	isDraining atomic.Bool           // draining, set under mu
+	wgMu       sync.RWMutex          // wg.Add under its read lock; closing under its lock
+	connsMu    sync.Mutex            // conns
+	conns      map[net.Conn]struct{} // public TLS and TCP conns, and their streams
 }
 
 // setLimits resolves l into c (but for StreamWindow, which a session
@@ -728,6 +737,7 @@ func (s *Server) Drain(ctx context.Context) error {
 		return ErrServerClosed
 	}
 	s.draining = true
+	s.isDraining.Store(true)
 	for ln := range s.agentLns {
 		ln.Close()
 	}
@@ -755,9 +765,7 @@ func (s *Server) Drain(ctx context.Context) error {
 // Draining reports whether Drain, Shutdown or Close was called: a health
 // check for a load balancer should then fail.
 func (s *Server) Draining() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.draining || s.closed
+	return s.isDraining.Load() || s.isShut.Load()
 }
 
 // shutdown stops the server as Shutdown does, telling the agents why
@@ -803,6 +811,9 @@ func (s *Server) stop() {
 		close(s.stopping)
 	}
 	s.closed = true
+	s.wgMu.Lock() // no wg.Add once Close may wait for wg
+	s.isShut.Store(true)
+	s.wgMu.Unlock()
 	for ln := range s.listeners {
 		ln.Close()
 	}
@@ -858,16 +869,16 @@ func (s *Server) sessionList() []*session {
 }
 
 func (s *Server) closeConns() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.connsMu.Lock()
+	defer s.connsMu.Unlock()
 	for c := range s.conns {
 		c.Close()
 	}
 }
 
 func (s *Server) connCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.connsMu.Lock()
+	defer s.connsMu.Unlock()
 	return len(s.conns)
 }
 
@@ -879,9 +890,7 @@ func (s *Server) closeSessions() {
 }
 
 func (s *Server) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
+	return s.isShut.Load()
 }
 
 // trackListener registers ln so that Close can stop it, or forgets it.
@@ -892,7 +901,20 @@ func (s *Server) trackListener(ln net.Listener, add bool) bool {
 // trackConn registers a public conn so that Close can end it, or forgets
 // it.
 func (s *Server) trackConn(c net.Conn, add bool) bool {
-	return track(s, &s.conns, c, add)
+	s.connsMu.Lock()
+	defer s.connsMu.Unlock()
+	if !add {
+		delete(s.conns, c)
+		return true
+	}
+	if s.isShut.Load() { // closeConns, after stop, closes the conns added before
+		return false
+	}
+	if s.conns == nil {
+		s.conns = map[net.Conn]struct{}{}
+	}
+	s.conns[c] = struct{}{}
+	return true
 }
 
 // track adds v to the set *m under s.mu, unless the server is closed
@@ -954,9 +976,9 @@ func (s *Server) proxyListener(ln net.Listener, vet bool) net.Listener {
 // track counts a task that Close waits for, unless the server is
 // closing; s.wg.Done ends it.
 func (s *Server) track() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	s.wgMu.RLock()
+	defer s.wgMu.RUnlock()
+	if s.isShut.Load() {
 		return false
 	}
 	s.wg.Add(1)
@@ -966,9 +988,9 @@ func (s *Server) track() bool {
 // goTracked runs f in a goroutine that Close waits for, unless the server is
 // closed.
 func (s *Server) goTracked(f func()) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	s.wgMu.RLock()
+	defer s.wgMu.RUnlock()
+	if s.isShut.Load() {
 		return false
 	}
 	s.wg.Go(f)
