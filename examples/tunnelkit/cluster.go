@@ -45,7 +45,7 @@ func (c *cluster) flags(fs *flag.FlagSet) {
 	c.etcdKey = fs.String("etcd-key", "", "PEM private key of -etcd-cert")
 	c.etcdCA = fs.String("etcd-ca", "", "PEM file of the CA that signs etcd's server certificate (empty: the system's roots)")
 	c.prefix = fs.String("etcd-prefix", "/tunnelkit/", "etcd key prefix of the cluster's name space")
-	c.ttl = fs.Duration("etcd-ttl", 10*time.Second, "lease TTL of this edge's routes in etcd: a dead edge's routes vanish within it")
+	c.ttl = fs.Duration("etcd-ttl", etcdrouter.DefaultTTL, "lease TTL of this edge's routes in etcd: a dead edge's routes vanish within it; an etcd slower than it to renew (an overloaded one) takes every route of the edge with it")
 	c.metrics = fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (empty: none)")
 	c.pprof = fs.String("pprof", "", "serve Go's runtime profiles (package net/http/pprof: heap, goroutines, CPU) at http://ADDR/debug/pprof/ (empty: none); they show what the process holds and take CPU while they run: keep ADDR on loopback")
 }
