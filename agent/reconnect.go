@@ -43,9 +43,7 @@ func (c *Client) reconnectLoop() {
 				case <-t.C:
 				}
 			}
-			ctx, cancel := context.WithTimeout(c.ctx, 15*time.Second)
-			up, err := c.rebindAll(ctx)
-			cancel()
+			up, err := c.rebindAll()
 			if err == nil || c.ctx.Err() != nil {
 				return
 			}
@@ -60,14 +58,20 @@ func (c *Client) reconnectLoop() {
 	}
 }
 
-// rebindAll opens a session, to the next edge, if none is open, and binds
-// each open listener's endpoint that is not bound on it. A listener whose
+// rebindTimeout bounds the binds of a reconnection, once its session is
+// open.
+const rebindTimeout = 15 * time.Second
+
+// rebindAll opens a session, to the next edge, if none is open (see
+// connect: a turn at the TLS handshakes of the process, then edgeTimeout),
+// and binds each open listener's endpoint that is not bound on it, within
+// rebindTimeout. A listener whose
 // endpoint is refused for good (its name taken by another identity, or
 // refused) is closed with that error; one the edge cannot grant for now
 // stays open and unbound, and rebindAll returns that error, with up true,
 // so that it is tried again on the same session. A failure of the session
 // itself closes it (up false).
-func (c *Client) rebindAll(ctx context.Context) (up bool, err error) {
+func (c *Client) rebindAll() (up bool, err error) {
 	c.connectMu.Lock()
 	defer c.connectMu.Unlock()
 	c.mu.Lock()
@@ -82,13 +86,15 @@ func (c *Client) rebindAll(ctx context.Context) (up bool, err error) {
 			return false, err
 		}
 		edge = c.takeEdge(edges)
-		if mux, err = c.connect(ctx, edge); err != nil {
+		if mux, err = c.connect(c.ctx, edge); err != nil {
 			if c.ctx.Err() == nil {
 				c.log().Warn("connecting to edge failed", "edge", edge, "err", err)
 			}
 			return false, err
 		}
 	}
+	ctx, cancel := context.WithTimeout(c.ctx, rebindTimeout)
+	defer cancel()
 	c.mu.Lock()
 	ls := make([]*Listener, 0, len(c.listeners))
 	for l := range c.listeners {

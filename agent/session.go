@@ -21,6 +21,17 @@ import (
 // connect opens a session to the edge at addr, within ctx and
 // edgeTimeout. The caller holds connectMu.
 func (c *Client) connect(ctx context.Context, addr string) (*wire.Session, error) {
+	if c.tlsConfig(addr) != nil {
+		// The turn first, within ctx alone: an attempt's time is the
+		// edge's, not the line's.
+		release, err := takeTurn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		t := &heldTurn{release: release}
+		defer t.done()
+		ctx = context.WithValue(ctx, heldTurnKey{}, t)
+	}
 	ctx, cancel := context.WithTimeoutCause(ctx, edgeTimeout, errEdgeTimeout)
 	defer cancel()
 	return c.open(ctx, addr)
@@ -147,12 +158,22 @@ func (c *Client) install(h *opened, left *wire.Session, tunnels map[string]*List
 // returns the conn the session speaks on and the edge's window. When addr
 // is not an edge, the error says what answers there (diagnose.go).
 func (c *Client) reach(ctx context.Context, addr string) (net.Conn, uint32, error) {
+	tlsCfg := c.tlsConfig(addr)
+	release := func() {}
+	if t, ok := ctx.Value(heldTurnKey{}).(*heldTurn); ok {
+		release = t.done // connect took it
+	} else if tlsCfg != nil {
+		var err error
+		if release, err = takeTurn(ctx); err != nil {
+			return nil, 0, err
+		}
+	}
+	defer func() { release() }()
 	// Proxy hook (dial.go): the edge directly, or through Client.Proxy.
 	conn, err := c.dialEdge(ctx, addr)
 	if err != nil {
 		return nil, 0, err
 	}
-	tlsCfg := c.tlsConfig(addr)
 	// Until the preamble is read, a probe may tell what answers at addr
 	// when it is not an edge (diagnose.go).
 	w := c.watch(ctx, conn, addr, tlsCfg)
@@ -165,7 +186,10 @@ func (c *Client) reach(ctx context.Context, addr string) (net.Conn, uint32, erro
 	}
 	if tlsCfg != nil {
 		tc := tls.Client(wire.BatchWrites(conn), tlsCfg)
-		if err := tc.HandshakeContext(ctx); err != nil {
+		err := tc.HandshakeContext(ctx)
+		release()
+		release = func() {}
+		if err != nil {
 			return fail(true, fmt.Errorf("agent: TLS to edge: %w", ctxErr(ctx, err)))
 		}
 		conn = tc
