@@ -117,6 +117,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	fs.Float64("client-share", 0, "part of an endpoint's streams one client address may hold (0: 1/16, negative: no bound)")
 	fs.Int("conns-per-source", 0, "connections one client address (an IPv6 /64) may hold at once on -http, and on -tls (0: 1024, negative: no bound)")
 	fs.Int("handshakes-per-source", 0, "TLS handshakes for https endpoints one client address (an IPv6 /64) may have under way at once (0: 64, negative: no bound)")
+	fs.Int("agent-handshakes", 0, "agents' TLS handshakes whose keys the edge computes at once; the others wait in line, in the order they came, within the handshake timeout, so that the first of a dead edge's thousands of agents get through in milliseconds (0: twice the CPUs, at least 4; negative: no bound)")
 	heartbeat := fs.Duration("heartbeat-interval", 0, "ping an agent that was silent this long, and end its session after 15s more of silence (agents ping on their own -heartbeat-interval; keep the two equal, and under the idle timeout of the NATs and proxies between them) (0: 30s)")
 	bodyTimeout := fs.Duration("body-timeout", 0, "cut off an HTTP request body that stops moving this long (0: 60s, negative: never)")
 	httpIdle := fs.Duration("http-idle", 0, "end an HTTP exchange whose bytes stop moving this long, a silent response too: an event stream, a streamed long poll or a WebSocket that sends nothing for as long is cut, however alive its client; and close keep-alive connections idle as long (0: 2m, negative: never)")

@@ -38,6 +38,7 @@ var liveFlags = []string{
 	"max-pending", "max-pending-per-source", "max-sessions-per-identity", "max-endpoints", "max-endpoints-per-identity",
 	"max-endpoints-per-source", "max-endpoints-total", "max-reservations", "max-reservations-per-identity",
 	"max-auth-failures", "max-refused-binds", "client-share", "conns-per-source", "handshakes-per-source",
+	"agent-handshakes",
 }
 
 // limitsOf returns the edge's Limits as the flags of fs say.
@@ -57,6 +58,7 @@ func limitsOf(fs *flag.FlagSet) edge.Limits {
 		ClientShare:              fs.Lookup("client-share").Value.(flag.Getter).Get().(float64),
 		ConnsPerSource:           intFlag(fs, "conns-per-source"),
 		HandshakesPerSource:      intFlag(fs, "handshakes-per-source"),
+		Handshakes:               intFlag(fs, "agent-handshakes"),
 	}
 }
 
