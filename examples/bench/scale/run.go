@@ -389,7 +389,7 @@ func (h *harness) startAgents(ctx context.Context, first, count int) error {
 		env = append(env, "GOMEMLIMIT="+h.cfg.agentMem)
 	}
 	p, err := benchproc.Start(ctx, benchproc.Options{
-		Name: fmt.Sprintf("agents%d", n), Role: "agents", Args: args, Env: env,
+		Name: fmt.Sprintf("agents%d", n), Role: "agents", Args: args, Env: env, Nice: h.cfg.agentNice,
 		LogPath: filepath.Join(h.dir, fmt.Sprintf("agents%d.log", n)), ReadyTimeout: time.Minute,
 	})
 	if err != nil {

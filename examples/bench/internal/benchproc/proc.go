@@ -40,6 +40,10 @@ type Options struct {
 	// LogPath is the file the child's stderr goes to, created anew.
 	// Required.
 	LogPath string
+	// Nice, when positive, runs the child at that niceness (nice(1)), so
+	// that it takes the CPU the others leave: a child that stands for
+	// machines elsewhere. Zero: this process's.
+	Nice int
 	// LogHead, when positive, bounds the log for a child that logs a line
 	// per request: its stderr then goes through this process, which
 	// writes its first LogHead bytes to LogPath and, once it exited, its
@@ -123,6 +127,9 @@ func Start(ctx context.Context, o Options) (*Proc, error) {
 	}
 	args = append(append(args, "--"), o.Args...) // the role's own arguments follow
 	p.cmd = exec.Command(exe, args...)
+	if o.Nice > 0 {
+		p.cmd = exec.Command("nice", append([]string{"-n", strconv.Itoa(o.Nice), exe}, args...)...)
+	}
 	p.cmd.Env = append(append(os.Environ(), roleEnv+"="+o.Role, gorace(os.Getenv("GORACE"))), o.Env...)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 
