@@ -18,14 +18,19 @@ import (
 // an endpoint the agent knows nothing of nor costs the session its other
 // endpoints.
 func (c *Client) bind(ctx context.Context, mux *wire.Session, b wire.Bind) (*wire.BindResp, error) {
+	return c.bindWithin(ctx, mux, b, edgeTimeout)
+}
+
+// bindWithin is bind, waiting at most wait for the edge's answer.
+func (c *Client) bindWithin(ctx context.Context, mux *wire.Session, b wire.Bind, wait time.Duration) (*wire.BindResp, error) {
 	type answer struct {
 		resp wire.Response
 		err  error
 	}
 	answered := make(chan answer, 1)
-	// The request is bounded by edgeTimeout and Close, not by ctx: when
-	// ctx ends first, the edge may grant the endpoint all the same.
-	callCtx, cancel := context.WithTimeoutCause(c.ctx, edgeTimeout, errEdgeTimeout)
+	// The request is bounded by wait and Close, not by ctx: when ctx ends
+	// first, the edge may grant the endpoint all the same.
+	callCtx, cancel := context.WithTimeoutCause(c.ctx, wait, errEdgeTimeout)
 	go func() {
 		defer cancel()
 		var a answer

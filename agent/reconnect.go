@@ -58,9 +58,18 @@ func (c *Client) reconnectLoop() {
 	}
 }
 
+// rebindAnswer is how long a reconnection's bind waits for the edge's
+// answer: past the 30 s an edge gives a request (its Router's calls
+// within it), so that a bind the store is slow to grant, as when a dead
+// edge's thousands of agents bind at once, is not given up (and its
+// session closed, its binds unbound, and all of it done again elsewhere)
+// while the edge is still at it. The heartbeat tells a dead edge
+// meanwhile.
+const rebindAnswer = 35 * time.Second
+
 // rebindTimeout bounds the binds of a reconnection, once its session is
 // open.
-const rebindTimeout = 15 * time.Second
+const rebindTimeout = rebindAnswer + 10*time.Second
 
 // rebindAll opens a session, to the next edge, if none is open (see
 // connect: a turn at the TLS handshakes of the process, then edgeTimeout),
@@ -108,7 +117,7 @@ func (c *Client) rebindAll() (up bool, err error) {
 	var later error
 	for _, l := range ls {
 		b := l.rebindRequest()
-		resp, err := c.bind(ctx, mux, b)
+		resp, err := c.bindWithin(ctx, mux, b, rebindAnswer)
 		switch {
 		case err == nil:
 		case errors.Is(err, ErrNameTaken) || errors.Is(err, ErrRefused):
