@@ -91,6 +91,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tunnelkit/tunnelkit/router"
@@ -244,7 +245,11 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	r.lease.changed = make(chan struct{})
 	r.lease.bad = make(chan clientv3.LeaseID, 1)
 
-	g, err := r.client.Grant(ctx, r.ttl)
+	var g *clientv3.LeaseGrantResponse
+	err := busyRetry(ctx, log, "granting this edge's lease", func() (err error) {
+		g, err = r.client.Grant(ctx, r.ttl)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("etcdrouter: grant lease: %w", err)
 	}
@@ -254,10 +259,14 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		cancel()
 		return nil, err
 	}
-	if err := r.register(ctx, g.ID); err != nil {
+	if err := busyRetry(ctx, log, "registering this edge", func() error { return r.register(ctx, g.ID) }); err != nil {
 		return fail(err)
 	}
-	rev, err := r.load(ctx)
+	var rev int64
+	err = busyRetry(ctx, log, "loading the routes", func() (err error) {
+		rev, err = r.load(ctx)
+		return err
+	})
 	if err != nil {
 		return fail(fmt.Errorf("etcdrouter: load routes: %w", err))
 	}
@@ -294,6 +303,32 @@ func (r *Router) Close() error {
 		}
 	})
 	return err
+}
+
+// busyRetry runs op until it succeeds, fails otherwise than with etcd
+// being too busy for now, or ctx ends. An edge started while etcd is
+// swamped (the binds of a dead edge's thousands of agents, all at once)
+// is told "too many requests" or "request timed out" until etcd catches
+// up; it waits for that within its setup's time rather than exit.
+func busyRetry(ctx context.Context, log *slog.Logger, what string, op func() error) error {
+	var bo backoff
+	for {
+		err := op()
+		if err == nil || !busy(err) || ctx.Err() != nil {
+			return err
+		}
+		log.Info("etcdrouter: etcd is busy; trying again", "step", what, "err", err)
+		if !bo.wait(ctx) {
+			return err
+		}
+	}
+}
+
+// busy reports whether err is etcd saying it is too busy for now.
+func busy(err error) bool {
+	return errors.Is(err, rpctypes.ErrTooManyRequests) || errors.Is(err, rpctypes.ErrTimeout) ||
+		errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail) || errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost) ||
+		errors.Is(err, rpctypes.ErrLeaderChanged) || errors.Is(err, rpctypes.ErrNoLeader)
 }
 
 // seconds rounds d up to whole seconds, at least one.
