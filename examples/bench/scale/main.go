@@ -88,7 +88,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.agentGOGC, "agent-gogc", "400", "GOGC of the agent processes, each of which stands for thousands of devices of an agent each (empty: Go's default)")
 	fs.StringVar(&c.edgeMem, "edge-memlimit", "1GiB", "GOMEMLIMIT of the edges' processes (empty: none): with -edge-gogc 400 alone, 11 edges' heaps grew to 5 times their 355 MB while agents moved, and the machine ran out of memory")
 	fs.StringVar(&c.agentMem, "agent-memlimit", "800MiB", "GOMEMLIMIT of the agent processes (empty: none)")
-	fs.IntVar(&c.agentNice, "agent-nice", 10, "niceness of the agent processes, which stand for devices elsewhere: on one machine they take the CPU that the edges, etcd and the load leave (0: the harness's own)")
+	fs.IntVar(&c.agentNice, "agent-nice", 0, "niceness of the agent processes, which stand for devices elsewhere: on one machine they take the CPU that the edges, etcd and the load leave (0: the harness's own)")
 	fs.StringVar(&c.edgeLog, "edge-log-level", "warn", "each edge's -log-level (its log is in the work directory)")
 	fs.StringVar(&c.agentLog, "agent-log-level", "error", "the least level of the lines the agents log, into their processes' logs in the work directory")
 	fs.BoolVar(&c.kill, "kill", true, "run the kill phase")

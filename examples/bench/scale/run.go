@@ -223,9 +223,12 @@ func (h *harness) setup(ctx context.Context) error {
 			"-admin", e.admin, "-admin-token-file", adminToken, "-pprof", e.pprof,
 			"-drain-timeout", cfg.drainTimeout.String(), "-drain-notice", "1s", "-public-http-port", "80",
 			// At scale: one identity holds every name, and every agent
-			// comes from 127.0.0.1.
+			// comes from 127.0.0.1. A fleet's moves have some binds
+			// refused (a name its previous session, on an edge the store
+			// has not heard from yet, still holds), and counted together
+			// they would make all its binds wait (-max-refused-binds).
 			"-max-sessions-per-identity", "-1", "-max-endpoints-per-identity", "-1", "-max-endpoints-total", "-1",
-			"-max-pending", "-1", "-max-pending-per-source", "-1",
+			"-max-pending", "-1", "-max-pending-per-source", "-1", "-max-refused-binds", "-1",
 		}}
 		if cfg.edgeGOGC != "" {
 			e.env = append(e.env, "GOGC="+cfg.edgeGOGC)
