@@ -69,7 +69,8 @@ func (c *Client) move(old *wire.Session, from string) {
 		others = []string{from, from, from}
 	}
 	for _, addr := range others {
-		ctx, cancel := context.WithTimeout(c.ctx, 2*edgeTimeout)
+		// A session's time, then its binds' (see rebindAnswer).
+		ctx, cancel := context.WithTimeout(c.ctx, edgeTimeout+rebindTimeout)
 		err := c.moveTo(ctx, old, from, addr)
 		cancel()
 		if err == nil || c.ctx.Err() != nil {
@@ -98,7 +99,7 @@ func (c *Client) moveTo(ctx context.Context, old *wire.Session, from, addr strin
 	var left []string // the tunnels of old that moved
 	for _, l := range ls {
 		b := l.rebindRequest()
-		resp, err := c.bind(ctx, h.mux, b)
+		resp, err := c.bindWithin(ctx, h.mux, b, rebindAnswer)
 		if err != nil {
 			c.log().Warn("endpoint not moved; it stays on the edge it was on until that edge ends the session", "url", l.URL(), "edge", addr, "err", err)
 			continue
