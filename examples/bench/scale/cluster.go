@@ -243,26 +243,49 @@ func (e *edgeProc) healthy(ctx context.Context, client *http.Client) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// startAndWait starts the edge and waits until it is healthy.
-func (e *edgeProc) startAndWait(ctx context.Context) error {
-	if err := e.start(); err != nil {
-		return err
-	}
+// startAttempts is how many times startAndWait starts an edge that exits
+// before it is healthy, as a supervisor (systemd's Restart=on-failure)
+// starts it again: an edge whose setup finds etcd too busy for its 30 s
+// exits.
+const startAttempts = 3
+
+// startAndWait starts the edge and waits until it is healthy; logf, if
+// not nil, tells of an edge that exited while starting and was started
+// again.
+func (e *edgeProc) startAndWait(ctx context.Context, logf func(string, ...any)) error {
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	err := waitFor(ctx, time.Minute, func() error {
-		if !e.running() {
-			return errExited
+	for attempt := 1; ; attempt++ {
+		if err := e.start(); err != nil {
+			return err
 		}
-		if !e.healthy(ctx, client) {
-			return errors.New("not healthy yet")
+		err := waitFor(ctx, time.Minute, func() error {
+			if !e.running() {
+				return errExited
+			}
+			if !e.healthy(ctx, client) {
+				return errors.New("not healthy yet")
+			}
+			return nil
+		})
+		if err == nil {
+			return nil
 		}
-		return nil
-	})
-	if err != nil {
+		if errors.Is(err, errExited) && attempt < startAttempts && ctx.Err() == nil {
+			if logf != nil {
+				logf("%s exited as it started; starting it again, as a supervisor would: %s", e.name, lastLine(e.tail()))
+			}
+			time.Sleep(time.Second)
+			continue
+		}
 		e.kill()
 		return fmt.Errorf("%s: %w\n%s", e.name, err, e.tail())
 	}
-	return nil
+}
+
+// lastLine returns the last line of s.
+func lastLine(s string) string {
+	s = strings.TrimRight(s, "\n")
+	return s[strings.LastIndex(s, "\n")+1:]
 }
 
 // httpGet returns the body of a GET of url.

@@ -245,7 +245,7 @@ func (h *harness) setup(ctx context.Context) error {
 		all[i] = e
 	}
 	h.edges, h.observer = all[:cfg.edges], all[cfg.edges]
-	if err := each(all, func(e *edgeProc) error { return e.startAndWait(ctx) }); err != nil {
+	if err := each(all, func(e *edgeProc) error { return e.startAndWait(ctx, nil) }); err != nil {
 		return err
 	}
 	for _, e := range all {
@@ -624,7 +624,7 @@ func (h *harness) killPhase(ctx context.Context, res *result) error {
 		return err
 	}
 	h.logf("kill: %s started again", victim.name)
-	return victim.startAndWait(ctx)
+	return victim.startAndWait(ctx, h.logf)
 }
 
 // rollingPhase stops each edge in turn with SIGTERM and starts it again,
@@ -643,7 +643,7 @@ func (h *harness) rollingPhase(ctx context.Context, res *result) error {
 			err = fmt.Errorf("%s exited with %v after SIGTERM\n%s", e.name, e.cmd.ProcessState, e.tail())
 		}
 		if err == nil {
-			err = e.startAndWait(ctx)
+			err = e.startAndWait(ctx, h.logf)
 		}
 		if err != nil {
 			phaseErr = err
