@@ -9,13 +9,14 @@ import (
 
 // The TLS handshakes of a process's Clients take turns: at most
 // handshakeTurns of them are under way at once, and the others wait in
-// line, in the order they came, within their attempt's time. A process
-// that holds thousands of Clients (a connector, a fleet simulated on one
-// host) whose edge died has them all reconnect at once: with no bound,
-// each handshake gets a thousandth of the CPU and every one of them takes
-// longer than its attempt may (edgeTimeout), so that none gets through
-// however long they try; in turn, the first are done in milliseconds.
-// One Client alone never waits.
+// line, in the order they came (a session's attempt before its time
+// begins: see connect). A process that holds thousands of Clients (a
+// connector, a fleet simulated on one host) whose edge died has them all
+// reconnect at once: with no bound, each handshake gets a thousandth of
+// the CPU and every one of them takes longer than its attempt may
+// (edgeTimeout), so that none gets through however long they try; in
+// turn, the first are done in milliseconds. One Client alone never
+// waits.
 var handshakeTurns = make(chan struct{}, max(64, 16*runtime.GOMAXPROCS(0)))
 
 // takeTurn waits for a turn at a TLS handshake within ctx, and returns the
