@@ -313,7 +313,6 @@ defaults
   retries 3
   option redispatch
   retry-on conn-failure empty-response response-timeout
-  timeout check 1s
 frontend pub
   bind %s
   default_backend edges
@@ -323,7 +322,7 @@ backend edges
 	if healthz {
 		b.WriteString("  option httpchk GET /healthz\n")
 	}
-	b.WriteString("  default-server inter 200ms fall 2 rise 2\n")
+	b.WriteString("  default-server inter 200ms fall 1 rise 2\n")
 	for _, e := range edges {
 		port := e.http
 		if healthz {

@@ -4,11 +4,10 @@ package main
 
 // The load generator: public requests at a steady rate to random names
 // through random edges, as a load balancer in front of the edges sends
-// them. It checks each edge's /healthz every 250 ms, as HAProxy does
-// (with a 1 s timeout, fall 2 and rise 2), and sends nothing to an edge
-// that drains or is down; a request that got no answer (its connection
-// could not be opened, or closed before a response came) is sent to
-// another edge, as docs/cluster.md's HAProxy retries.
+// them. It checks each edge's /healthz every 250 ms, as HAProxy does, and
+// sends nothing to an edge that drains or is down; a request that got no
+// answer (its connection could not be opened, or closed before a response
+// came) is sent to another edge, as docs/cluster.md's HAProxy retries.
 
 import (
 	"context"
@@ -59,32 +58,14 @@ type dialError struct{ err error }
 func (e *dialError) Error() string { return "dial: " + e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
 
-// fall and rise are docs/cluster.md's HAProxy's: an edge goes down after
-// fall checks failed in a row, and up again after rise passed.
-const fall, rise = 2, 2
-
 // check asks each edge's /healthz now, and then every interval until ctx
-// ends. The first check sets each edge's state; then fall and rise do.
+// ends.
 func (b *balancer) check(ctx context.Context, interval time.Duration) {
 	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	streak := make([]int, len(b.edges)) // checks in a row that disagreed with the state
-	for first := true; ; first = false {
+	for {
 		var wg sync.WaitGroup
 		for i, e := range b.edges {
-			wg.Go(func() {
-				ok := e.healthy(ctx, hc)
-				switch {
-				case first:
-					b.healthy[i].Store(ok)
-				case ok == b.healthy[i].Load():
-					streak[i] = 0
-				case ok && streak[i]+1 >= rise, !ok && streak[i]+1 >= fall:
-					b.healthy[i].Store(ok)
-					streak[i] = 0
-				default:
-					streak[i]++
-				}
-			})
+			wg.Go(func() { b.healthy[i].Store(e.healthy(ctx, hc)) })
 		}
 		wg.Wait()
 		select {
