@@ -26,12 +26,7 @@ func TestTurnsInOrder(t *testing.T) {
 				tu.Release()
 			}
 		})
-		for {
-			if _, w := tu.Held(); w == i+1 {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
+		waitInLine(&tu, i+1)
 	}
 	tu.Release()
 	wg.Wait()
@@ -61,12 +56,7 @@ func TestTurnsDeadlineAndStop(t *testing.T) {
 	stop := make(chan struct{})
 	done := make(chan bool)
 	go func() { done <- tu.Acquire(time.Now().Add(time.Minute), stop) }()
-	for {
-		if _, w := tu.Held(); w == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitInLine(&tu, 1)
 	close(stop)
 	if <-done {
 		t.Fatal("a waiter took a turn once stopped")
@@ -90,12 +80,7 @@ func TestTurnsSetMax(t *testing.T) {
 	tu.SetMax(1) // two held past the new bound
 	got := make(chan bool)
 	go func() { got <- tu.Acquire(time.Now().Add(time.Minute), nil) }()
-	for {
-		if _, w := tu.Held(); w == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitInLine(&tu, 1)
 	tu.Release() // back to the bound: the waiter still waits
 	select {
 	case <-got:
@@ -112,5 +97,15 @@ func TestTurnsSetMax(t *testing.T) {
 	tu.SetMax(0)
 	if !tu.Acquire(time.Time{}, nil) {
 		t.Fatal("no bound, and a turn was refused")
+	}
+}
+
+// waitInLine waits until n wait in tu's line.
+func waitInLine(tu *Turns, n int) {
+	for {
+		if _, w := tu.Held(); w == n {
+			return
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
