@@ -24,13 +24,6 @@ func startEdge(t *testing.T) (*edge.Server, *router.MemoryRouter, string) {
 	t.Helper()
 	rt := &router.MemoryRouter{}
 	srv := &edge.Server{Domain: "example.test", Router: rt}
-	return srv, rt, serveAgents(t, srv)
-}
-
-// serveAgents serves srv's agent port on a loopback port of its own until
-// the test's end, and returns its address.
-func serveAgents(t *testing.T, srv *edge.Server) string {
-	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +31,7 @@ func serveAgents(t *testing.T, srv *edge.Server) string {
 	done := make(chan struct{})
 	go func() { defer close(done); srv.ServeAgents(ln) }()
 	t.Cleanup(func() { srv.Close(); <-done })
-	return ln.Addr().String()
+	return srv, rt, ln.Addr().String()
 }
 
 // dialEndpoint opens a raw connection to the agent behind name, as the edge

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -70,11 +71,21 @@ func TestRebindWaitsForASlowStore(t *testing.T) {
 	t.Parallel()
 	shared := &router.MemoryRouter{}
 	fleet := func(context.Context, string) (string, error) { return "fleet", nil }
+	start := func(srv *edge.Server) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { defer close(done); srv.ServeAgents(ln) }()
+		t.Cleanup(func() { srv.Close(); <-done })
+		return ln.Addr().String()
+	}
 	e1 := &edge.Server{Domain: "example.test", Router: shared, Authenticate: fleet, ID: "e1"}
 	slow := &slowStoreRouter{MemoryRouter: shared}
 	seen := &sessionCount{}
 	e2 := &edge.Server{Domain: "example.test", Router: slow, Authenticate: fleet, ID: "e2", Observer: seen}
-	a1, a2 := serveAgents(t, e1), serveAgents(t, e2)
+	a1, a2 := start(e1), start(e2)
 
 	c := &agent.Client{Addrs: []string{a1, a2}, Token: "t", MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}
 	defer c.Close()

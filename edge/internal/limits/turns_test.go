@@ -26,7 +26,12 @@ func TestTurnsInOrder(t *testing.T) {
 				tu.Release()
 			}
 		})
-		waitInLine(&tu, i+1)
+		for {
+			if _, w := tu.Held(); w == i+1 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
 	tu.Release()
 	wg.Wait()
@@ -56,7 +61,12 @@ func TestTurnsDeadlineAndStop(t *testing.T) {
 	stop := make(chan struct{})
 	done := make(chan bool)
 	go func() { done <- tu.Acquire(time.Now().Add(time.Minute), stop) }()
-	waitInLine(&tu, 1)
+	for {
+		if _, w := tu.Held(); w == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
 	close(stop)
 	if <-done {
 		t.Fatal("a waiter took a turn once stopped")
@@ -80,7 +90,12 @@ func TestTurnsSetMax(t *testing.T) {
 	tu.SetMax(1) // two held past the new bound
 	got := make(chan bool)
 	go func() { got <- tu.Acquire(time.Now().Add(time.Minute), nil) }()
-	waitInLine(&tu, 1)
+	for {
+		if _, w := tu.Held(); w == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
 	tu.Release() // back to the bound: the waiter still waits
 	select {
 	case <-got:
@@ -97,15 +112,5 @@ func TestTurnsSetMax(t *testing.T) {
 	tu.SetMax(0)
 	if !tu.Acquire(time.Time{}, nil) {
 		t.Fatal("no bound, and a turn was refused")
-	}
-}
-
-// waitInLine waits until n wait in tu's line.
-func waitInLine(tu *Turns, n int) {
-	for {
-		if _, w := tu.Held(); w == n {
-			return
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
